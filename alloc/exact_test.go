@@ -1,0 +1,141 @@
+package alloc_test
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/alloc/alloctest"
+)
+
+// bruteForce enumerates every count vector.
+func bruteForce(p *alloc.Problem) (float64, bool) {
+	best, found := math.Inf(-1), false
+	counts := make([]int, len(p.Trainers))
+	var rec func(j int)
+	rec = func(j int) {
+		if j == len(counts) {
+			if v := p.ObjectiveOf(counts); !math.IsInf(v, -1) {
+				found = true
+				best = max(best, v)
+			}
+			return
+		}
+		for k := 0; k <= p.Size(); k++ {
+			counts[j] = k
+			rec(j + 1)
+		}
+	}
+	rec(0)
+	return best, found
+}
+
+func TestExactMatchesBruteForce(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 3000; i++ {
+		o := alloctest.Options{
+			Trainers:  1 + r.IntN(4),
+			Nodes:     r.IntN(9),
+			Semantics: alloc.Semantics(r.IntN(2)),
+			Objective: []alloc.Objective{alloc.Throughput, alloc.Speedup, alloc.Metric}[r.IntN(3)],
+		}
+		p := alloctest.Problem(r, o)
+		want, feasible := bruteForce(p)
+		pl, err := alloc.Exact{}.Solve(context.Background(), p)
+		if err != nil {
+			t.Fatalf("problem %d: %v", i, err)
+		}
+		if !feasible {
+			if pl.Status != alloc.Infeasible {
+				t.Fatalf("problem %d: brute force finds no feasible counts, exact says %v", i, pl.Status)
+			}
+			continue
+		}
+		if pl.Status != alloc.Optimal {
+			t.Fatalf("problem %d: status %v, brute force found %v", i, pl.Status, want)
+		}
+		if err := alloc.Check(p, pl); err != nil {
+			t.Fatalf("problem %d: %v", i, err)
+		}
+		if got := pl.Objective; math.Abs(got-want) > 1e-9*math.Max(1, math.Abs(want)) {
+			t.Fatalf("problem %d (%+v): exact %v, brute force %v, counts %v", i, o, got, want, pl.Counts())
+		}
+	}
+}
+
+func TestHeuristicsAreFeasible(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := 0; i < 2000; i++ {
+		p := alloctest.Problem(r, alloctest.Options{Trainers: 1 + r.IntN(6), Nodes: r.IntN(40), Semantics: alloc.Semantics(r.IntN(2))})
+		opt, ok := alloc.OptimalCounts(p)
+		for _, s := range []alloc.Solver{alloc.EqualShare{}, alloc.Greedy{}} {
+			pl, err := s.Solve(context.Background(), p)
+			if err != nil {
+				t.Fatalf("%s problem %d: %v", s.Name(), i, err)
+			}
+			if err := alloc.Check(p, pl); err != nil {
+				t.Fatalf("%s problem %d: %v", s.Name(), i, err)
+			}
+			if ok && pl.Status == alloc.Optimal && !pl.NoStepLimit {
+				if best := p.ObjectiveOf(opt); pl.Objective > best+1e-9*math.Max(1, math.Abs(best)) {
+					t.Fatalf("%s problem %d: objective %v beats the optimum %v", s.Name(), i, pl.Objective, best)
+				}
+			}
+		}
+	}
+}
+
+// naiveDP is the textbook O(J·N·N) knapsack over counts, the oracle for
+// problems too large to enumerate.
+func naiveDP(p *alloc.Problem) float64 {
+	N := p.Size()
+	prev := make([]float64, N+1)
+	for j := range p.Trainers {
+		cur := make([]float64, N+1)
+		for c := 0; c <= N; c++ {
+			cur[c] = math.Inf(-1)
+			for k := 0; k <= c; k++ {
+				if p.Feasible(j, k) {
+					cur[c] = max(cur[c], prev[c-k]+p.Value(j, k))
+				}
+			}
+		}
+		prev = cur
+	}
+	return prev[N]
+}
+
+func TestExactMatchesNaiveDPLarge(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for i := 0; i < 24; i++ {
+		o := alloctest.Options{
+			Trainers:  1 + r.IntN(8),
+			Nodes:     300 + r.IntN(1800),
+			Semantics: alloc.Semantics(r.IntN(2)),
+			Breaks:    1 + r.IntN(8),
+		}
+		if r.IntN(2) == 0 {
+			o.MaxNodes = 1 + r.IntN(200)
+		}
+		p := alloctest.Problem(r, o)
+		want := naiveDP(p)
+		pl, err := alloc.Exact{}.Solve(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.IsInf(want, -1) {
+			if pl.Status != alloc.Infeasible {
+				t.Fatalf("problem %d: naive DP infeasible, exact %v", i, pl.Status)
+			}
+			continue
+		}
+		if err := alloc.Check(p, pl); err != nil {
+			t.Fatalf("problem %d: %v", i, err)
+		}
+		if got := pl.Objective; math.Abs(got-want) > 1e-9*math.Max(1, math.Abs(want)) {
+			t.Fatalf("problem %d (%+v): exact %v, naive DP %v", i, o, got, want)
+		}
+	}
+}

@@ -1,0 +1,185 @@
+package alloc
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+)
+
+// Status says whether a Plan is the solver's answer or the current
+// allocation kept for a stated reason.
+type Status int
+
+const (
+	// Optimal: the solver's answer (for Exact and the MILP backends a
+	// proven optimum; for the heuristics, their answer).
+	Optimal Status = iota
+	// KeptCurrent: the solver gave no proven optimum (time limit, solver
+	// error); the plan keeps every Trainer's nodes, as the reference does.
+	KeptCurrent
+	// Infeasible: no allocation satisfies the constraints (possible only
+	// under Reference semantics); the current allocation is kept.
+	Infeasible
+)
+
+func (s Status) String() string {
+	switch s {
+	case Optimal:
+		return "optimal"
+	case KeptCurrent:
+		return "kept-current"
+	case Infeasible:
+		return "infeasible"
+	}
+	return fmt.Sprintf("status(%d)", int(s))
+}
+
+// Plan is a solver's decision. Trainers are in Problem order.
+type Plan struct {
+	Solver    string
+	Status    Status
+	Objective float64 // objective of the chosen counts (Problem.ObjectiveOf)
+	Trainers  []Assignment
+	// Note explains a non-optimal status, e.g. the time limit reached.
+	Note string
+	// NoStepLimit is set by solvers that do not honour the Reference step
+	// limit (the equal-share heuristic, as in the reference code).
+	NoStepLimit bool
+}
+
+// Assignment is one Trainer's part of a Plan.
+type Assignment struct {
+	ID       string
+	From, To int      // node counts before and after
+	Nodes    []string // nodes held after the decision
+	Add      []string // nodes it starts on (in the order taken)
+	Release  []string // nodes it stops on (in the order released)
+	Value    float64  // its objective term at To
+}
+
+// Counts returns the node count of every Trainer, in Problem order.
+func (pl *Plan) Counts() []int {
+	out := make([]int, len(pl.Trainers))
+	for i, a := range pl.Trainers {
+		out[i] = a.To
+	}
+	return out
+}
+
+// Solver turns a Problem into a Plan. Implementations never modify the
+// Problem.
+type Solver interface {
+	Name() string
+	Solve(ctx context.Context, p *Problem) (*Plan, error)
+}
+
+// nodeLess orders nodes by how long they have been idle: earliest Since
+// first, then Order, then Name. This is the reference's column order.
+func nodeCmp(a, b *Node) int {
+	if c := a.Since.Compare(b.Since); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Order, b.Order); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Name, b.Name)
+}
+
+func sortedNodes(ns []Node) []Node {
+	if slices.IsSortedFunc(ns, func(a, b Node) int { return nodeCmp(&a, &b) }) {
+		return ns
+	}
+	out := slices.Clone(ns)
+	slices.SortFunc(out, func(a, b Node) int { return nodeCmp(&a, &b) })
+	return out
+}
+
+// Place turns node counts into a Plan, choosing physical nodes by a fixed
+// rule that never migrates a Trainer:
+//
+//   - a Trainer that shrinks keeps a subset of its nodes. Under Default
+//     semantics it releases the nodes that became idle most recently
+//     (they are the likeliest to be reclaimed soon, and the nodes it keeps
+//     are the likeliest to stay); under Reference semantics it releases in
+//     column order, oldest idle first, as the reference's heuristic does.
+//   - released nodes join the free nodes; Trainers that grow take, in
+//     Problem order, the nodes idle longest (column order).
+//
+// counts must be feasible; Place does not check the objective.
+func Place(p *Problem, counts []int) []Assignment {
+	out := make([]Assignment, len(p.Trainers))
+	var released []Node
+	for j := range p.Trainers {
+		t := &p.Trainers[j]
+		a := &out[j]
+		a.ID, a.From, a.To = t.ID, len(t.Held), counts[j]
+		held := sortedNodes(t.Held)
+		keep := held
+		if counts[j] < len(held) {
+			drop := len(held) - counts[j]
+			if p.Semantics == Reference {
+				keep = held[drop:]
+				released = append(released, held[:drop]...)
+				a.Release = names(held[:drop])
+			} else {
+				keep = held[:counts[j]]
+				gone := slices.Clone(held[counts[j]:])
+				slices.Reverse(gone) // youngest first
+				released = append(released, gone...)
+				a.Release = names(gone)
+			}
+		}
+		a.Nodes = names(keep)
+		a.Value = p.Value(j, counts[j])
+	}
+	pool := sortedNodes(p.Free)
+	if len(released) > 0 {
+		pool = append(slices.Clone(pool), released...)
+		slices.SortFunc(pool, func(a, b Node) int { return nodeCmp(&a, &b) })
+	}
+	next := 0
+	for j := range p.Trainers {
+		a := &out[j]
+		if grow := a.To - a.From; grow > 0 {
+			take := pool[next : next+grow]
+			next += grow
+			a.Add = names(take)
+			a.Nodes = append(a.Nodes, a.Add...)
+		}
+	}
+	return out
+}
+
+func names(ns []Node) []string {
+	if len(ns) == 0 {
+		return nil
+	}
+	out := make([]string, len(ns))
+	for i := range ns {
+		out[i] = ns[i].Name
+	}
+	return out
+}
+
+// Keep returns the plan that changes nothing, with the given status and
+// note. Trainers whose current size is infeasible keep it all the same:
+// a kept allocation is never worse than a half-applied one.
+func Keep(p *Problem, solver string, st Status, note string) *Plan {
+	counts := make([]int, len(p.Trainers))
+	obj := 0.0
+	for j := range p.Trainers {
+		counts[j] = len(p.Trainers[j].Held)
+		obj += p.Value(j, counts[j])
+	}
+	return &Plan{Solver: solver, Status: st, Note: note, Objective: obj, Trainers: Place(p, counts)}
+}
+
+// newPlan places counts and fills in the objective.
+func newPlan(p *Problem, solver string, counts []int) *Plan {
+	pl := &Plan{Solver: solver, Status: Optimal, Trainers: Place(p, counts)}
+	for j := range pl.Trainers {
+		pl.Objective += pl.Trainers[j].Value
+	}
+	return pl
+}

@@ -1,0 +1,415 @@
+// Package alloc decides how many idle nodes each Trainer gets, and which ones.
+//
+// It is the model of BFTrainer (arXiv 2106.12091, §2 of the project's notes):
+// a Problem holds the idle pool (free nodes, and the nodes Trainers hold now),
+// the Trainers with their node bounds, scaling curves and rescale costs, and
+// the horizon T_fwd. A Solver turns it into a Plan. The package is pure: no
+// files, no clock, no processes; the same Problem always gives the same Plan.
+//
+// Because nodes are interchangeable, the optimum depends only on the node
+// count of each Trainer, so the default solver (Exact) is a dynamic programme
+// over counts. Physical nodes are then chosen by a stated rule (see Place).
+// The node-level MILP of the paper lives in the subpackage milp and is solved
+// by real MILP solvers to check Exact.
+package alloc
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Objective names the metric the allocator maximises.
+type Objective string
+
+const (
+	// Throughput maximises samples per second (the curve's Throughput).
+	Throughput Objective = "throughput"
+	// Speedup maximises throughput relative to one node, P(n)/P(1): it
+	// favours Trainers that scale well.
+	Speedup Objective = "speedup"
+	// Metric maximises the curve's Metric column, any admin- or
+	// user-defined value per node count.
+	Metric Objective = "metric"
+)
+
+// ParseObjective returns the Objective named s, or an error listing the
+// valid names.
+func ParseObjective(s string) (Objective, error) {
+	switch o := Objective(strings.ToLower(strings.TrimSpace(s))); o {
+	case Throughput, Speedup, Metric:
+		return o, nil
+	case "":
+		return Throughput, nil
+	}
+	return "", fmt.Errorf("unknown objective %q (want throughput, speedup or metric)", s)
+}
+
+// Semantics selects where the model follows the reference code exactly.
+type Semantics int
+
+const (
+	// Default is bftrainer's model: any change of size in one decision,
+	// growth takes the free nodes idle longest, a shrink releases the
+	// nodes that became idle most recently.
+	Default Semantics = iota
+	// Reference reproduces the reference code where it differs: its big-M
+	// of N+1 limits a change of size to ⌊(N+1)/2⌋ nodes per decision, and
+	// nodes are taken and released in column order (oldest idle first).
+	Reference
+)
+
+func (s Semantics) String() string {
+	if s == Reference {
+		return "reference"
+	}
+	return "default"
+}
+
+// ParseSemantics parses "default" or "reference".
+func ParseSemantics(s string) (Semantics, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "default":
+		return Default, nil
+	case "reference":
+		return Reference, nil
+	}
+	return Default, fmt.Errorf("unknown semantics %q (want default or reference)", s)
+}
+
+// Curve is a Trainer's measured scaling: at Nodes[i] nodes it processes
+// Throughput[i] samples per second and scores Metric[i] (optional). Values
+// between breakpoints are linearly interpolated; the value at 0 nodes is 0.
+// A Trainer never gets more nodes than its last breakpoint.
+type Curve struct {
+	Nodes      []int
+	Throughput []float64
+	Metric     []float64 // nil unless the Metric objective is used
+}
+
+// Node is an idle node: free, or held by a Trainer.
+type Node struct {
+	Name string
+	// Since is when the node became idle (joined the pool). Growth takes
+	// the nodes idle longest; idle periods are heavy-tailed, so an old idle
+	// node is likely to stay idle.
+	Since time.Time
+	// Order breaks ties between nodes idle since the same instant (a
+	// trace's column order); lower first, then Name.
+	Order int
+}
+
+// Trainer is an elastic training job as the allocator sees it.
+type Trainer struct {
+	ID       string
+	Min, Max int     // node bounds: 0 nodes, or Min..Max
+	Curve    Curve   // scaling curve
+	Weight   float64 // priority weight on its objective; 0 means 1
+	RUp      float64 // seconds of progress lost when it grows
+	RDown    float64 // seconds of progress lost when it shrinks
+	Held     []Node  // nodes it runs on now
+}
+
+// Problem is one allocation decision.
+type Problem struct {
+	Trainers  []Trainer
+	Free      []Node  // idle nodes no Trainer holds
+	TFwd      float64 // horizon in seconds the decision is worth over
+	Objective Objective
+	Semantics Semantics
+}
+
+// ErrInvalid wraps every validation error.
+var ErrInvalid = errors.New("invalid problem")
+
+// FieldError names the Trainer and field a validation error is about.
+type FieldError struct {
+	Trainer string // empty for problem-level fields
+	Field   string
+	Reason  string
+}
+
+func (e *FieldError) Error() string {
+	if e.Trainer == "" {
+		return fmt.Sprintf("%s: %s", e.Field, e.Reason)
+	}
+	return fmt.Sprintf("trainer %q: %s: %s", e.Trainer, e.Field, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalid) true.
+func (e *FieldError) Unwrap() error { return ErrInvalid }
+
+func bad(trainer, field, format string, args ...any) error {
+	return &FieldError{Trainer: trainer, Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// Validate checks the Problem and returns the first error found, naming
+// the Trainer and the field.
+func (p *Problem) Validate() error {
+	if !finite(p.TFwd) || p.TFwd < 0 {
+		return bad("", "tfwd", "must be a finite number ≥ 0, got %v", p.TFwd)
+	}
+	switch p.Objective {
+	case Throughput, Speedup, Metric, "":
+	default:
+		return bad("", "objective", "unknown objective %q (want throughput, speedup or metric)", p.Objective)
+	}
+	if p.Semantics != Default && p.Semantics != Reference {
+		return bad("", "semantics", "unknown semantics %d", p.Semantics)
+	}
+	seen := make(map[string]string, len(p.Free))
+	for _, n := range p.Free {
+		if n.Name == "" {
+			return bad("", "free", "node with an empty name")
+		}
+		if _, dup := seen[n.Name]; dup {
+			return bad("", "free", "node %q listed twice", n.Name)
+		}
+		seen[n.Name] = ""
+	}
+	ids := make(map[string]bool, len(p.Trainers))
+	for i := range p.Trainers {
+		t := &p.Trainers[i]
+		if t.ID == "" {
+			return bad(fmt.Sprintf("#%d", i), "id", "empty")
+		}
+		if ids[t.ID] {
+			return bad(t.ID, "id", "listed twice")
+		}
+		ids[t.ID] = true
+		if err := t.validate(p.Objective); err != nil {
+			return err
+		}
+		for _, n := range t.Held {
+			if n.Name == "" {
+				return bad(t.ID, "held", "node with an empty name")
+			}
+			if owner, dup := seen[n.Name]; dup {
+				if owner == "" {
+					return bad(t.ID, "held", "node %q is also listed as free", n.Name)
+				}
+				return bad(t.ID, "held", "node %q is also held by %q", n.Name, owner)
+			}
+			seen[n.Name] = t.ID
+		}
+	}
+	return nil
+}
+
+func (t *Trainer) validate(obj Objective) error {
+	if t.Min < 0 {
+		return bad(t.ID, "min", "negative (%d)", t.Min)
+	}
+	if t.Max < 0 {
+		return bad(t.ID, "max", "negative (%d)", t.Max)
+	}
+	if t.Min > t.Max {
+		return bad(t.ID, "min", "%d is greater than max %d", t.Min, t.Max)
+	}
+	if !finite(t.Weight) || t.Weight < 0 {
+		return bad(t.ID, "weight", "must be a finite number ≥ 0, got %v", t.Weight)
+	}
+	if !finite(t.RUp) || t.RUp < 0 {
+		return bad(t.ID, "rescale_up", "must be a finite number of seconds ≥ 0, got %v", t.RUp)
+	}
+	if !finite(t.RDown) || t.RDown < 0 {
+		return bad(t.ID, "rescale_down", "must be a finite number of seconds ≥ 0, got %v", t.RDown)
+	}
+	c := &t.Curve
+	if len(c.Nodes) == 0 {
+		return bad(t.ID, "curve", "no points")
+	}
+	if len(c.Throughput) != len(c.Nodes) {
+		return bad(t.ID, "curve", "%d node counts but %d throughputs", len(c.Nodes), len(c.Throughput))
+	}
+	if c.Metric != nil && len(c.Metric) != len(c.Nodes) {
+		return bad(t.ID, "curve", "%d node counts but %d metric values", len(c.Nodes), len(c.Metric))
+	}
+	if obj == Metric && c.Metric == nil {
+		return bad(t.ID, "curve", "objective is metric but the curve has no metric values")
+	}
+	for i, n := range c.Nodes {
+		if n < 0 {
+			return bad(t.ID, "curve", "negative node count %d", n)
+		}
+		if i > 0 && n <= c.Nodes[i-1] {
+			return bad(t.ID, "curve", "node counts must increase: %d after %d", n, c.Nodes[i-1])
+		}
+		if v := c.Throughput[i]; !finite(v) || v < 0 {
+			return bad(t.ID, "curve", "throughput at %d nodes must be a finite number ≥ 0, got %v", n, v)
+		}
+		if c.Metric != nil {
+			if v := c.Metric[i]; !finite(v) {
+				return bad(t.ID, "curve", "metric at %d nodes is not a finite number (%v)", n, v)
+			}
+		}
+	}
+	if c.Nodes[0] == 0 && c.Throughput[0] != 0 {
+		return bad(t.ID, "curve", "throughput at 0 nodes must be 0, got %v", c.Throughput[0])
+	}
+	if obj == Speedup && Interp(c.Nodes, c.Throughput, 1) <= 0 {
+		return bad(t.ID, "curve", "objective is speedup but throughput at 1 node is 0")
+	}
+	return nil
+}
+
+// Interp linearly interpolates the points (xs, ys) at x. Below the first
+// point it interpolates towards (0, 0); above the last it extrapolates the
+// last segment (the reference's interp1d with "extrapolate").
+func Interp(xs []int, ys []float64, x int) float64 {
+	if len(xs) == 0 || x <= 0 {
+		return 0
+	}
+	i, found := slices.BinarySearch(xs, x)
+	if found {
+		return ys[i]
+	}
+	var x0, x1 int
+	var y0, y1 float64
+	switch {
+	case i == 0:
+		x1, y1 = xs[0], ys[0]
+	case i == len(xs):
+		if len(xs) == 1 {
+			x1, y1 = xs[0], ys[0]
+		} else {
+			x0, y0, x1, y1 = xs[i-2], ys[i-2], xs[i-1], ys[i-1]
+		}
+	default:
+		x0, y0, x1, y1 = xs[i-1], ys[i-1], xs[i], ys[i]
+	}
+	return y0 + (y1-y0)*float64(x-x0)/float64(x1-x0)
+}
+
+// Throughput returns the Trainer's samples per second on n nodes: 0 below
+// Min, as in the reference.
+func (t *Trainer) Throughput(n int) float64 {
+	if n < t.Min || n <= 0 {
+		return 0
+	}
+	return Interp(t.Curve.Nodes, t.Curve.Throughput, n)
+}
+
+// value returns the objective metric on n nodes (no Min check).
+func (t *Trainer) value(obj Objective, n int) float64 {
+	c := &t.Curve
+	switch obj {
+	case Speedup:
+		return Interp(c.Nodes, c.Throughput, n) / Interp(c.Nodes, c.Throughput, 1)
+	case Metric:
+		return Interp(c.Nodes, c.Metric, n)
+	}
+	return Interp(c.Nodes, c.Throughput, n)
+}
+
+// Rate returns the Trainer's objective rate on n nodes: the metric at n,
+// 0 below Min. It prices rescaling in the objective.
+func (t *Trainer) Rate(obj Objective, n int) float64 {
+	if n < t.Min || n <= 0 {
+		return 0
+	}
+	return t.value(obj, n)
+}
+
+func (t *Trainer) weight() float64 {
+	if t.Weight == 0 {
+		return 1
+	}
+	return t.Weight
+}
+
+// MaxNodes is the most nodes the Trainer can use: Max, capped by the last
+// point of its curve (the MILP cannot interpolate past it).
+func (t *Trainer) MaxNodes() int {
+	return min(t.Max, t.Curve.Nodes[len(t.Curve.Nodes)-1])
+}
+
+// Size returns the number of nodes in the decision: free plus held.
+func (p *Problem) Size() int {
+	n := len(p.Free)
+	for i := range p.Trainers {
+		n += len(p.Trainers[i].Held)
+	}
+	return n
+}
+
+// StepLimit returns the most a Trainer's size may change in one decision:
+// ⌊(N+1)/2⌋ under Reference semantics, N otherwise.
+func (p *Problem) StepLimit() int {
+	n := p.Size()
+	if p.Semantics == Reference {
+		return (n + 1) / 2
+	}
+	return n
+}
+
+// Value is the objective term of Trainer j at k nodes:
+//
+//	w·(T_fwd·O(k) − [k>C]·R_up·r − [k<C]·R_down·r)
+//
+// with C its current count and r its current rate.
+func (p *Problem) Value(j, k int) float64 {
+	t := &p.Trainers[j]
+	c := len(t.Held)
+	v := p.TFwd * t.value(p.objective(), k)
+	r := t.Rate(p.objective(), c)
+	switch {
+	case k > c:
+		v -= t.RUp * r
+	case k < c:
+		v -= t.RDown * r
+	}
+	return t.weight() * v
+}
+
+func (p *Problem) objective() Objective {
+	if p.Objective == "" {
+		return Throughput
+	}
+	return p.Objective
+}
+
+// Feasible reports whether Trainer j may have k nodes: 0 or within its
+// bounds, within the pool, and within the step limit.
+func (p *Problem) Feasible(j, k int) bool {
+	lo, hi := p.bounds(j)
+	c := len(p.Trainers[j].Held)
+	if k != 0 && (k < lo || k > hi) {
+		return false
+	}
+	step := p.StepLimit()
+	return k >= 0 && k-c <= step && c-k <= step
+}
+
+// bounds returns the count range [lo, hi] (besides 0) Trainer j may take,
+// before the step limit. hi < lo when only 0 is possible.
+func (p *Problem) bounds(j int) (lo, hi int) {
+	t := &p.Trainers[j]
+	lo = max(t.Min, 1)
+	hi = min(t.MaxNodes(), p.Size())
+	return lo, hi
+}
+
+// Objective returns the objective of the counts, or -Inf if infeasible.
+func (p *Problem) ObjectiveOf(counts []int) float64 {
+	if len(counts) != len(p.Trainers) {
+		return math.Inf(-1)
+	}
+	total, sum := 0, 0.0
+	for j, k := range counts {
+		if !p.Feasible(j, k) {
+			return math.Inf(-1)
+		}
+		total += k
+		sum += p.Value(j, k)
+	}
+	if total > p.Size() {
+		return math.Inf(-1)
+	}
+	return sum
+}
