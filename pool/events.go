@@ -1,0 +1,393 @@
+package pool
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/bftrainer/bftrainer/alloc"
+)
+
+// JoinNode is a node joining the pool; Order breaks ties among nodes that
+// join at the same instant (a trace's column order; 0 for live events).
+type JoinNode struct {
+	Name  string
+	Order int
+}
+
+// Event is a change of the scheduler's nodes at one instant. Job is the
+// scheduler job responsible ("" when unknown, as in traces): a join for
+// job A is ignored on a node that job B holds now, so a late epilog of A
+// cannot free B's node.
+type Event struct {
+	At    time.Time
+	Join  []JoinNode
+	Leave []string
+	Job   string
+}
+
+// Step applies an Event in the reference replayer's order: progress up to
+// the event, then reclaims (each Trainer that loses nodes is charged
+// R_down·rate once), then Trainers that reached their samples finish, then
+// nodes join, then queued Trainers are admitted. The caller then decides
+// (Problem, a Solver) and commits the plan.
+func (p *Pool) Step(ev Event) {
+	p.accrue(ev.At)
+	p.leave(ev.Leave, ev.Job)
+	p.finishReached()
+	p.join(ev.Join, ev.Job)
+	p.Admit()
+}
+
+// Leave records that the scheduler took nodes (a main job starts on them).
+func (p *Pool) Leave(at time.Time, nodes []string, job string) {
+	p.Step(Event{At: at, Leave: nodes, Job: job})
+}
+
+// Join records that nodes are exactly idle and may be used.
+func (p *Pool) Join(at time.Time, nodes []string, job string) {
+	js := make([]JoinNode, len(nodes))
+	for i, n := range nodes {
+		js[i] = JoinNode{Name: n}
+	}
+	p.Step(Event{At: at, Join: js, Job: job})
+}
+
+// Release records that a job ended on nodes that are not yet exactly idle
+// (Slurm's EpilogSlurmctld runs while they are COMPLETING). They join
+// later, through Join, once they are.
+func (p *Pool) Release(at time.Time, nodes []string, job string) {
+	p.accrue(at)
+	p.finishReached()
+	var moved, stale []string
+	for _, name := range nodes {
+		n := p.nodes[name]
+		switch {
+		case n == nil:
+			p.nodes[name] = &Node{Name: name, State: Pending, Since: p.now, Job: job}
+			moved = append(moved, name)
+		case n.State == Busy && (job == "" || n.Job == "" || n.Job == job):
+			n.State, n.Since, n.Job = Pending, p.now, job
+			moved = append(moved, name)
+		case n.State == Busy:
+			stale = append(stale, name)
+		}
+	}
+	if len(moved) > 0 {
+		p.record(Change{Kind: Released, Job: job, Nodes: moved})
+	}
+	if len(stale) > 0 {
+		p.record(Change{Kind: Stale, Job: job, Nodes: stale, Note: "held by another job"})
+	}
+}
+
+// Pending returns the nodes released by ended jobs and not yet idle, by
+// name.
+func (p *Pool) Pending() []Node {
+	var out []Node
+	for _, n := range p.nodes {
+		if n.State == Pending {
+			out = append(out, *n)
+		}
+	}
+	slices.SortFunc(out, func(a, b Node) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		if a.Name > b.Name {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+func (p *Pool) leave(nodes []string, job string) {
+	if len(nodes) == 0 {
+		return
+	}
+	lost := map[*Trainer][]string{}
+	var order []*Trainer
+	var left []string
+	for _, name := range nodes {
+		n := p.nodes[name]
+		if n == nil {
+			p.nodes[name] = &Node{Name: name, State: Busy, Since: p.now, Job: job}
+			continue
+		}
+		if n.State == Idle {
+			left = append(left, name)
+			an := alloc.Node{Name: n.Name, Since: n.Since, Order: n.Order}
+			if n.Trainer == "" {
+				p.removeFree(an)
+			} else if t := p.byID[n.Trainer]; t != nil {
+				i := slices.IndexFunc(t.Nodes, func(x alloc.Node) bool { return x.Name == name })
+				t.Nodes = slices.Delete(t.Nodes, i, i+1)
+				if _, seen := lost[t]; !seen {
+					order = append(order, t)
+				}
+				lost[t] = append(lost[t], name)
+			}
+		}
+		n.State, n.Since, n.Job, n.Trainer = Busy, p.now, job, ""
+	}
+	if len(left) > 0 {
+		p.record(Change{Kind: Left, Job: job, Nodes: left})
+	}
+	for _, t := range order {
+		cost := t.RDown * t.Rate
+		p.charge(t, cost)
+		t.PreemptLoss += cost
+		t.Preemptions++
+		p.totals.PreemptLoss += cost
+		p.totals.Preemptions++
+		p.record(Change{Kind: Preempted, Trainer: t.ID, Job: job, Nodes: lost[t], From: len(t.Nodes) + len(lost[t]), To: len(t.Nodes), Cost: cost})
+	}
+}
+
+func (p *Pool) join(nodes []JoinNode, job string) {
+	if len(nodes) == 0 {
+		return
+	}
+	var joined, stale []string
+	for _, jn := range nodes {
+		n := p.nodes[jn.Name]
+		switch {
+		case n == nil:
+			n = &Node{Name: jn.Name}
+			p.nodes[jn.Name] = n
+		case n.State == Idle:
+			continue // already in the pool
+		case job != "" && n.Job != "" && n.Job != job:
+			stale = append(stale, jn.Name)
+			continue
+		}
+		n.State, n.Since, n.Order, n.Job, n.Trainer = Idle, p.now, jn.Order, "", ""
+		p.addFree(alloc.Node{Name: n.Name, Since: n.Since, Order: n.Order})
+		joined = append(joined, jn.Name)
+	}
+	if len(joined) > 0 {
+		p.record(Change{Kind: Joined, Job: job, Nodes: joined})
+	}
+	if len(stale) > 0 {
+		p.record(Change{Kind: Stale, Job: job, Nodes: stale, Note: "held by another job"})
+	}
+}
+
+// Submit queues a Trainer. Its Submit time is when it becomes eligible.
+func (p *Pool) Submit(at time.Time, s Spec) error {
+	if _, dup := p.byID[s.ID]; dup {
+		return fmt.Errorf("submit %q: %w", s.ID, ErrDuplicate)
+	}
+	probe := alloc.Problem{Objective: p.cfg.Objective, Trainers: []alloc.Trainer{{
+		ID: s.ID, Min: s.Min, Max: s.Max, Curve: s.Curve, Weight: s.Weight, RUp: s.RUp, RDown: s.RDown,
+	}}}
+	if err := probe.Validate(); err != nil {
+		return fmt.Errorf("submit: %w", err)
+	}
+	if s.Samples < 0 || s.Samples != s.Samples {
+		return fmt.Errorf("submit %q: samples must be ≥ 0", s.ID)
+	}
+	p.accrue(at)
+	if s.Submit.IsZero() {
+		s.Submit = p.now
+	}
+	t := &Trainer{Spec: s, Status: Queued}
+	p.queue = append(p.queue, t)
+	p.byID[s.ID] = t
+	p.record(Change{Kind: Submitted, Trainer: s.ID})
+	return nil
+}
+
+// Admit moves queued Trainers whose submit time has come to running,
+// first come first served, up to MaxTrainers.
+func (p *Pool) Admit() {
+	for i := 0; i < len(p.queue) && len(p.running) < p.cfg.MaxTrainers; {
+		t := p.queue[i]
+		if t.Submit.After(p.now) {
+			i++
+			continue
+		}
+		p.queue = slices.Delete(p.queue, i, i+1)
+		t.Status, t.Admitted = Running, p.now
+		p.running = append(p.running, t)
+		p.record(Change{Kind: Admitted, Trainer: t.ID})
+	}
+}
+
+// Cancel ends an active Trainer: its nodes become free.
+func (p *Pool) Cancel(at time.Time, id string) error {
+	return p.End(at, id, Cancelled, "cancelled")
+}
+
+// End records that an active Trainer ended (finished, failed or
+// cancelled) and frees its nodes; then queued Trainers are admitted.
+func (p *Pool) End(at time.Time, id string, st Status, note string) error {
+	t, ok := p.byID[id]
+	if !ok {
+		return fmt.Errorf("end %q: %w", id, ErrUnknownTrainer)
+	}
+	if st.Active() {
+		return fmt.Errorf("end %q: %q is not an end state", id, st)
+	}
+	p.accrue(at)
+	p.end(t, st, note)
+	p.Admit()
+	return nil
+}
+
+// Progress records a Trainer's own report of the samples it has
+// processed: it replaces the estimate. A Trainer that reports its target
+// is finished.
+func (p *Pool) Progress(at time.Time, id string, samples float64) error {
+	t, ok := p.byID[id]
+	if !ok {
+		return fmt.Errorf("progress %q: %w", id, ErrUnknownTrainer)
+	}
+	if samples < 0 || samples != samples {
+		return fmt.Errorf("progress %q: samples must be ≥ 0", id)
+	}
+	p.accrue(at)
+	p.totals.Samples += samples - t.Done
+	t.Done = samples
+	p.record(Change{Kind: Reported, Trainer: id, Cost: 0, Note: fmt.Sprintf("%.0f samples", samples)})
+	p.finishReached()
+	p.Admit()
+	return nil
+}
+
+// Problem returns the allocation problem for the pool now: the running
+// Trainers in admission order, the free nodes. It shares the pool's
+// slices; solvers do not modify them.
+func (p *Pool) Problem() *alloc.Problem {
+	pr := &alloc.Problem{
+		Trainers:  make([]alloc.Trainer, len(p.running)),
+		Free:      p.free,
+		TFwd:      p.cfg.TFwd,
+		Objective: p.cfg.Objective,
+		Semantics: p.cfg.Semantics,
+	}
+	for i, t := range p.running {
+		pr.Trainers[i] = alloc.Trainer{
+			ID: t.ID, Min: t.Min, Max: t.Max, Curve: t.Curve, Weight: t.Weight,
+			RUp: t.RUp, RDown: t.RDown, Held: t.Nodes,
+		}
+	}
+	return pr
+}
+
+// Commit applies a plan for the current Problem. An Optimal plan moves
+// nodes and books each rescale's cost, R·P(C) samples at the size held
+// before the decision, charged at the next event; any other plan keeps
+// the nodes and books nothing. Either way every rate is recomputed from
+// the node count.
+func (p *Pool) Commit(pl *alloc.Plan) error {
+	if len(pl.Trainers) != len(p.running) {
+		return fmt.Errorf("commit: %w: %d trainers in the plan, %d running", ErrStalePlan, len(pl.Trainers), len(p.running))
+	}
+	for i, a := range pl.Trainers {
+		if t := p.running[i]; a.ID != t.ID || a.From != len(t.Nodes) {
+			return fmt.Errorf("commit: %w: trainer %d is %q with %d nodes, plan says %q from %d", ErrStalePlan, i, t.ID, len(t.Nodes), a.ID, a.From)
+		}
+	}
+	if pl.Status != alloc.Optimal {
+		for _, t := range p.running {
+			t.PendingCost = 0
+			t.Rate = rate(t, len(t.Nodes))
+		}
+		p.record(Change{Kind: Undecided, Note: fmt.Sprintf("%s: %s", pl.Solver, pl.Note)})
+		return nil
+	}
+	if err := p.checkPlan(pl); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	// Releases first, so that growing Trainers can take released nodes.
+	for i, a := range pl.Trainers {
+		t := p.running[i]
+		for _, name := range a.Release {
+			j := slices.IndexFunc(t.Nodes, func(x alloc.Node) bool { return x.Name == name })
+			if j < 0 {
+				return fmt.Errorf("commit: trainer %q releases %q, which it does not hold", t.ID, name)
+			}
+			n := t.Nodes[j]
+			t.Nodes = slices.Delete(t.Nodes, j, j+1)
+			p.nodes[name].Trainer = ""
+			p.addFree(n)
+		}
+	}
+	for i, a := range pl.Trainers {
+		t := p.running[i]
+		for _, name := range a.Add {
+			n := p.nodes[name]
+			if n == nil || n.State != Idle || n.Trainer != "" {
+				return fmt.Errorf("commit: trainer %q takes %q, which is not free", t.ID, name)
+			}
+			an := alloc.Node{Name: n.Name, Since: n.Since, Order: n.Order}
+			p.removeFree(an)
+			n.Trainer = t.ID
+			t.Nodes = append(t.Nodes, an)
+		}
+		from, to := a.From, len(t.Nodes)
+		cost := 0.0
+		switch {
+		case to > from:
+			cost = t.RUp * alloc.Interp(t.Curve.Nodes, t.Curve.Throughput, from)
+		case to < from:
+			cost = t.RDown * alloc.Interp(t.Curve.Nodes, t.Curve.Throughput, from)
+		}
+		t.PendingCost = cost
+		t.Rate = rate(t, to)
+		if to != from {
+			t.Rescales++
+			t.RescaleLoss += cost
+			p.totals.Rescales++
+			p.totals.RescaleLoss += cost
+			p.record(Change{Kind: Rescaled, Trainer: t.ID, From: from, To: to, Add: a.Add, Release: a.Release, Cost: cost})
+		}
+	}
+	return nil
+}
+
+// checkPlan verifies, before anything moves, that every released node is
+// held by its Trainer and every added node is free or released in the
+// same plan, so that a commit is all or nothing.
+func (p *Pool) checkPlan(pl *alloc.Plan) error {
+	released := map[string]bool{}
+	for i, a := range pl.Trainers {
+		t := p.running[i]
+		for _, name := range a.Release {
+			n := p.nodes[name]
+			if n == nil || n.State != Idle || n.Trainer != t.ID {
+				return fmt.Errorf("%w: trainer %q releases %q, which it does not hold", ErrStalePlan, t.ID, name)
+			}
+			released[name] = true
+		}
+	}
+	taken := map[string]bool{}
+	for i, a := range pl.Trainers {
+		t := p.running[i]
+		if len(a.Add) > 0 && len(a.Release) > 0 {
+			return fmt.Errorf("%w: trainer %q both grows and shrinks", ErrStalePlan, t.ID)
+		}
+		if len(t.Nodes)+len(a.Add)-len(a.Release) != a.To {
+			return fmt.Errorf("%w: trainer %q: %d + %d − %d ≠ %d", ErrStalePlan, t.ID, len(t.Nodes), len(a.Add), len(a.Release), a.To)
+		}
+		for _, name := range a.Add {
+			n := p.nodes[name]
+			free := n != nil && n.State == Idle && (n.Trainer == "" || released[name])
+			if !free || taken[name] {
+				return fmt.Errorf("%w: trainer %q takes %q, which is not free", ErrStalePlan, t.ID, name)
+			}
+			taken[name] = true
+		}
+	}
+	return nil
+}
+
+// rate is the Trainer's throughput on n nodes, 0 below its minimum.
+func rate(t *Trainer, n int) float64 {
+	if n <= 0 || n < t.Min {
+		return 0
+	}
+	return alloc.Interp(t.Curve.Nodes, t.Curve.Throughput, n)
+}

@@ -1,0 +1,318 @@
+package pool
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/bftrainer/bftrainer/alloc"
+)
+
+// Errors a caller may branch on.
+var (
+	ErrUnknownTrainer = errors.New("unknown trainer")
+	ErrDuplicate      = errors.New("trainer already exists")
+	ErrNotActive      = errors.New("trainer is not active")
+	ErrStalePlan      = errors.New("plan does not match the running trainers")
+)
+
+// Kind names a Change.
+type Kind string
+
+// Change kinds.
+const (
+	Joined    Kind = "join"     // a node joined the pool
+	Left      Kind = "leave"    // a node left the pool (the scheduler took it)
+	Released  Kind = "release"  // a job ended on a node; waiting for it to be exactly idle
+	Stale     Kind = "stale"    // an event about a node another job holds; ignored
+	Preempted Kind = "preempt"  // a reclaim took nodes from a Trainer
+	Submitted Kind = "submit"   // a Trainer was queued
+	Admitted  Kind = "admit"    // a Trainer got a slot
+	Rescaled  Kind = "rescale"  // a Trainer's node set changed by a decision
+	Ended     Kind = "end"      // a Trainer finished, failed or was cancelled
+	Reported  Kind = "progress" // a Trainer reported its progress
+	Undecided Kind = "kept"     // a decision kept the allocation (solver not optimal)
+)
+
+// Change is one thing that happened in the pool, for the history.
+type Change struct {
+	Kind    Kind
+	At      time.Time
+	Trainer string
+	Job     string   // scheduler job, for node changes
+	Nodes   []string // nodes concerned
+	Add     []string // rescale: nodes the Trainer starts on
+	Release []string // rescale: nodes the Trainer stops on
+	From    int      // rescale: node counts
+	To      int
+	Cost    float64 // samples lost (rescale, preempt)
+	Status  Status  // end: how it ended
+	Note    string
+}
+
+// Pool is the idle pool. It is not safe for concurrent use.
+type Pool struct {
+	cfg     Config
+	now     time.Time
+	nodes   map[string]*Node
+	free    []alloc.Node // idle, held by no Trainer, sorted oldest idle first
+	running []*Trainer   // admission order
+	queue   []*Trainer   // submission order
+	byID    map[string]*Trainer
+	totals  Totals
+	log     []Change
+}
+
+// New returns a Pool with the given configuration and state (the zero
+// State for an empty pool).
+func New(cfg Config, st State) (*Pool, error) {
+	if cfg.MaxTrainers <= 0 {
+		cfg.MaxTrainers = 10
+	}
+	if cfg.Objective == "" {
+		cfg.Objective = alloc.Throughput
+	}
+	p := &Pool{
+		cfg:    cfg,
+		now:    st.Now,
+		nodes:  make(map[string]*Node, len(st.Nodes)),
+		byID:   make(map[string]*Trainer, len(st.Trainers)),
+		totals: st.Totals,
+	}
+	for i := range st.Nodes {
+		n := st.Nodes[i]
+		if _, dup := p.nodes[n.Name]; dup {
+			return nil, fmt.Errorf("load pool: node %q listed twice", n.Name)
+		}
+		n.Trainer = "" // rebuilt from the Trainers' node lists
+		p.nodes[n.Name] = &n
+	}
+	for i := range st.Trainers {
+		t := st.Trainers[i]
+		t.Nodes = slices.Clone(t.Nodes)
+		if _, dup := p.byID[t.ID]; dup {
+			return nil, fmt.Errorf("load pool: trainer %q listed twice", t.ID)
+		}
+		switch t.Status {
+		case Running:
+			p.running = append(p.running, &t)
+		case Queued:
+			if len(t.Nodes) > 0 {
+				return nil, fmt.Errorf("load pool: queued trainer %q holds nodes", t.ID)
+			}
+			p.queue = append(p.queue, &t)
+		default:
+			continue // ended Trainers are history, not state
+		}
+		p.byID[t.ID] = &t
+		for j, hn := range t.Nodes {
+			n, ok := p.nodes[hn.Name]
+			if !ok || n.State != Idle {
+				return nil, fmt.Errorf("load pool: trainer %q holds %q, which is not idle", t.ID, hn.Name)
+			}
+			if n.Trainer != "" {
+				return nil, fmt.Errorf("load pool: node %q held by %q and %q", hn.Name, n.Trainer, t.ID)
+			}
+			n.Trainer = t.ID
+			t.Nodes[j] = alloc.Node{Name: n.Name, Since: n.Since, Order: n.Order}
+		}
+	}
+	for _, n := range p.nodes {
+		if n.State == Idle && n.Trainer == "" {
+			p.free = append(p.free, alloc.Node{Name: n.Name, Since: n.Since, Order: n.Order})
+		}
+	}
+	slices.SortFunc(p.free, nodeCmp)
+	return p, nil
+}
+
+// State returns a copy of the whole state.
+func (p *Pool) State() State {
+	st := State{Now: p.now, Totals: p.totals}
+	st.Nodes = make([]Node, 0, len(p.nodes))
+	for _, n := range p.nodes {
+		st.Nodes = append(st.Nodes, *n)
+	}
+	slices.SortFunc(st.Nodes, func(a, b Node) int { return cmp.Compare(a.Name, b.Name) })
+	for _, t := range p.running {
+		c := *t
+		c.Nodes = slices.Clone(t.Nodes)
+		st.Trainers = append(st.Trainers, c)
+	}
+	for _, t := range p.queue {
+		st.Trainers = append(st.Trainers, *t)
+	}
+	return st
+}
+
+// Config returns the pool's configuration.
+func (p *Pool) Config() Config { return p.cfg }
+
+// Now returns the time of the last event applied.
+func (p *Pool) Now() time.Time { return p.now }
+
+// Totals returns the pool-wide counters.
+func (p *Pool) Totals() Totals { return p.totals }
+
+// Changes returns what happened since the last call, and forgets it.
+func (p *Pool) Changes() []Change {
+	out := p.log
+	p.log = nil
+	return out
+}
+
+// Running returns the admitted Trainers in admission order. The pointers
+// are the pool's own: read, do not modify.
+func (p *Pool) Running() []*Trainer { return p.running }
+
+// Queued returns the waiting Trainers in submission order.
+func (p *Pool) Queued() []*Trainer { return p.queue }
+
+// Trainer returns an active Trainer by ID.
+func (p *Pool) Trainer(id string) (*Trainer, bool) {
+	t, ok := p.byID[id]
+	return t, ok
+}
+
+// Node returns what the pool knows of a node.
+func (p *Pool) Node(name string) (Node, bool) {
+	n, ok := p.nodes[name]
+	if !ok {
+		return Node{}, false
+	}
+	return *n, true
+}
+
+// Free returns the idle nodes no Trainer holds, oldest idle first.
+func (p *Pool) Free() []alloc.Node { return p.free }
+
+// IdleCount returns the number of idle nodes (free or held).
+func (p *Pool) IdleCount() int {
+	n := len(p.free)
+	for _, t := range p.running {
+		n += len(t.Nodes)
+	}
+	return n
+}
+
+func nodeCmp(a, b alloc.Node) int {
+	if c := a.Since.Compare(b.Since); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Order, b.Order); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Name, b.Name)
+}
+
+func (p *Pool) addFree(n alloc.Node) {
+	i, _ := slices.BinarySearchFunc(p.free, n, nodeCmp)
+	p.free = slices.Insert(p.free, i, n)
+}
+
+func (p *Pool) removeFree(n alloc.Node) bool {
+	i, ok := slices.BinarySearchFunc(p.free, n, nodeCmp)
+	if !ok {
+		return false
+	}
+	p.free = slices.Delete(p.free, i, i+1)
+	return true
+}
+
+func (p *Pool) record(c Change) {
+	if c.At.IsZero() {
+		c.At = p.now
+	}
+	p.log = append(p.log, c)
+}
+
+// accrue moves time to at: every running Trainer progresses at its rate,
+// less the rescale cost booked at the last decision. Time never goes
+// back: an event older than the last one is applied at the last one's
+// time.
+func (p *Pool) accrue(at time.Time) {
+	if !at.After(p.now) {
+		if p.now.IsZero() {
+			p.now = at
+		}
+		for _, t := range p.running {
+			p.charge(t, t.PendingCost)
+			t.PendingCost = 0
+		}
+		return
+	}
+	dt := at.Sub(p.now).Seconds()
+	if p.now.IsZero() {
+		dt = 0
+	}
+	p.now = at
+	p.totals.IdleNodeSeconds += dt * float64(p.IdleCount())
+	for _, t := range p.running {
+		gain := dt * t.Rate
+		t.Done += gain
+		p.totals.Samples += gain
+		held := dt * float64(len(t.Nodes))
+		t.NodeSeconds += held
+		p.totals.UsedNodeSeconds += held
+		p.charge(t, t.PendingCost)
+		t.PendingCost = 0
+	}
+}
+
+// charge takes a booked cost off a Trainer's progress.
+func (p *Pool) charge(t *Trainer, cost float64) {
+	if cost == 0 {
+		return
+	}
+	t.Done -= cost
+	p.totals.Samples -= cost
+}
+
+// finishReached ends the Trainers that reached their samples, trimming
+// the overshoot, in admission order.
+func (p *Pool) finishReached() {
+	for i := 0; i < len(p.running); {
+		t := p.running[i]
+		if t.Samples > 0 && t.Done >= t.Samples {
+			over := t.Done - t.Samples
+			t.Done = t.Samples
+			p.totals.Samples -= over
+			p.end(t, Finished, "reached its samples")
+			continue
+		}
+		i++
+	}
+}
+
+// end takes a Trainer out of the pool: its nodes become free (still idle
+// since when they joined).
+func (p *Pool) end(t *Trainer, st Status, note string) {
+	nodes := names(t.Nodes)
+	for _, hn := range t.Nodes {
+		if n := p.nodes[hn.Name]; n != nil {
+			n.Trainer = ""
+		}
+		p.addFree(hn)
+	}
+	t.Nodes = nil
+	t.Rate, t.PendingCost = 0, 0
+	t.Status, t.Ended = st, p.now
+	if i := slices.Index(p.running, t); i >= 0 {
+		p.running = slices.Delete(p.running, i, i+1)
+	}
+	if i := slices.Index(p.queue, t); i >= 0 {
+		p.queue = slices.Delete(p.queue, i, i+1)
+	}
+	delete(p.byID, t.ID)
+	p.record(Change{Kind: Ended, Trainer: t.ID, Nodes: nodes, Status: st, Note: note})
+}
+
+func names(ns []alloc.Node) []string {
+	out := make([]string, len(ns))
+	for i := range ns {
+		out[i] = ns[i].Name
+	}
+	return out
+}

@@ -1,0 +1,117 @@
+// Package pool is the idle pool as a state machine: nodes join and leave,
+// Trainers are submitted, admitted, rescaled, preempted, finished and
+// cancelled, and every sample gained or lost is booked.
+//
+// It is pure: time comes in with each event, there is no I/O, no clock and
+// no process. The live sidecar loads a State from the store, applies one
+// event, asks alloc for a plan, commits it and saves the State back; a
+// replay drives the same Pool over a whole trace in memory. One
+// implementation of the semantics serves both.
+//
+// Accounting follows the reference replayer (see the notes, §3.1): between
+// two events a running Trainer progresses at its rate (samples/s at its
+// node count, 0 below its minimum); a rescale decided at one event costs
+// R·P(C) samples (R_up or R_down seconds at the throughput of the size it
+// had before the decision), charged against the next interval; a reclaim
+// that takes nodes from a Trainer costs R_down·rate once per event,
+// however many nodes it loses.
+package pool
+
+import (
+	"time"
+
+	"github.com/bftrainer/bftrainer/alloc"
+)
+
+// Status is a Trainer's life-cycle state.
+type Status string
+
+// Trainer states.
+const (
+	Queued    Status = "queued"    // submitted, waiting for a slot (max_trainers)
+	Running   Status = "running"   // admitted; may hold 0 nodes
+	Finished  Status = "finished"  // reached its samples or exited 0
+	Cancelled Status = "cancelled" // cancelled by its owner or an admin
+	Failed    Status = "failed"    // exited non-zero everywhere
+)
+
+// Active reports whether the Trainer still takes part in decisions.
+func (s Status) Active() bool { return s == Queued || s == Running }
+
+// Spec is what a user submits.
+type Spec struct {
+	ID       string
+	Owner    string // Unix user
+	Min, Max int
+	Curve    alloc.Curve
+	Weight   float64
+	RUp      float64 // seconds lost per scale-up
+	RDown    float64 // seconds lost per scale-down or reclaim
+	Samples  float64 // samples to process; 0 means until it exits
+	Submit   time.Time
+}
+
+// Trainer is a Trainer's state in the pool.
+type Trainer struct {
+	Spec
+	Status   Status
+	Admitted time.Time // zero while queued
+	Ended    time.Time // zero while active
+	Nodes    []alloc.Node
+
+	Rate        float64 // samples/s now (0 below Min)
+	PendingCost float64 // rescale cost booked at the last decision, charged next
+	Done        float64 // samples processed (estimated, or as last reported)
+	RescaleLoss float64 // samples lost to rescaling
+	PreemptLoss float64 // samples lost to reclaims
+	Rescales    int
+	Preemptions int
+	NodeSeconds float64 // node-seconds held
+}
+
+// NodeState is where a node is, as far as the pool knows.
+type NodeState string
+
+// Node states.
+const (
+	Idle    NodeState = "idle"    // in the pool (free or held by a Trainer)
+	Busy    NodeState = "busy"    // the scheduler runs a job on it
+	Pending NodeState = "pending" // a job ended on it; not yet exactly idle
+)
+
+// Node is one node the pool knows about.
+type Node struct {
+	Name    string
+	State   NodeState
+	Since   time.Time // when it entered its state
+	Order   int       // tie-break among nodes idle since the same instant
+	Job     string    // scheduler job holding it (Busy) or that released it (Pending)
+	Trainer string    // Trainer running on it (Idle), or ""
+}
+
+// Config holds the pool's policy.
+type Config struct {
+	MaxTrainers int     // Trainers running at once; 0 means 10
+	TFwd        float64 // seconds the allocation is worth over
+	Objective   alloc.Objective
+	Semantics   alloc.Semantics
+}
+
+// State is the pool's whole state as plain data, for the store.
+type State struct {
+	Now      time.Time
+	Nodes    []Node
+	Trainers []Trainer // active ones, in admission then submission order
+	Totals   Totals
+}
+
+// Totals are pool-wide counters since the pool began.
+type Totals struct {
+	IdleNodeSeconds float64 // node-seconds of idle nodes offered
+	UsedNodeSeconds float64 // node-seconds held by Trainers
+	Samples         float64 // samples processed (net of losses)
+	RescaleLoss     float64
+	PreemptLoss     float64
+	Rescales        int
+	Preemptions     int // Trainer-events that lost nodes to a reclaim
+}
