@@ -1,0 +1,196 @@
+package hooks
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"path/filepath"
+	"strings"
+)
+
+// pbsAction maps the name a PBS hook runs under to what it means for us.
+// primary is true for the PBS Pro hook events, whose meaning depends on
+// whether they run on the job's primary execution host (see ParsePBS).
+func pbsAction(ctx string) (a Action, primary, known bool) {
+	switch ctx {
+	case "prologue":
+		// mom_priv/prologue: on the mother superior (the job's first
+		// node), as root, before the job starts.
+		return Reclaim, false, true
+	case "epilogue":
+		return Release, false, true
+	case "prologue.parallel":
+		// Torque: on each sister node, as root.
+		return KillLocal, false, true
+	case "epilogue.parallel":
+		return CleanupLocal, false, true
+	case "execjob_prologue":
+		// PBS Pro / OpenPBS hook event: on every node of the job before
+		// it is launched (since OpenPBS PR #413).
+		return KillLocal, true, true
+	case "execjob_epilogue":
+		return CleanupLocal, true, true
+	case "presetup.prologue", "prologue.user", "prologue.user.parallel",
+		"epilogue.user", "epilogue.user.parallel", "epilogue.precancel",
+		"execjob_begin", "execjob_launch", "execjob_preterm", "execjob_end":
+		// Run as the job's user, or duplicate the events above.
+		return Ignore, false, true
+	}
+	return Ignore, false, false
+}
+
+// pbsKnown reports whether the base name of a program path is a PBS hook
+// name, for Detect.
+func pbsKnown(name string) bool {
+	_, _, known := pbsAction(filepath.Base(name))
+	return known
+}
+
+// ParsePBS decodes a PBS call: a Torque or PBS Pro (OpenPBS) prologue or
+// epilogue script, or a PBS Pro hook event handed to us by a small Python
+// hook. args is the argument vector as the script received it: the base name
+// of args[0] is the context (the MoM runs mom_priv/prologue, so a link or
+// wrapper of that name passes "$0" "$@"); args[1:] are the MoM's positional
+// arguments. hostname is the host the hook runs on (os.Hostname), used as
+// Call.Local; readFile reads node files (os.ReadFile).
+//
+// Contexts and their Actions:
+//   - "prologue" → Reclaim of all the job's nodes; "epilogue" → Release.
+//     They run on the mother superior only, so Local is set too and the
+//     caller should also kill locally there;
+//   - "prologue.parallel" → KillLocal, "epilogue.parallel" → CleanupLocal
+//     (Torque's sister nodes);
+//   - "execjob_prologue", "execjob_epilogue" (PBS Pro hook events, run on
+//     every node) → Reclaim or Release on the primary execution host (Local
+//     equal to the first node, domains ignored in the comparison), KillLocal
+//     or CleanupLocal on the others, and KillLocal or CleanupLocal when the
+//     node list is unknown;
+//   - the user and pre-setup scripts and the other execjob_* events → Ignore.
+//
+// From the documentation (Torque 4 to 6 admin guides, OpenPBS pbs_mom(8B)
+// and its prolog.c; not verified here: there is no PBS): the scripts run as
+// root; argv[1] is the job ID, argv[2] the user, argv[3] the group; Torque 6
+// gives the prologue scripts a comma-separated host list as argv[9]; Torque
+// passes an empty environment, OpenPBS the MoM's own, so PBS_NODEFILE is
+// usually absent from scripts (it is there in job environments and can be
+// passed by a hook).
+//
+// Our assumptions: the job ID falls back to PBS_JOBID when argv[1] is
+// missing; the node list comes from PBS_NODEFILE, else Torque's argv[9], else
+// the job's node file $PBS_HOME/aux/JOBID (TORQUE_HOME for Torque), which
+// both write and to which PBS_NODEFILE normally points (the wrapper must
+// export PBS_HOME, since the MoM does not); node files have one line per
+// slot, deduplicated here; names are kept as written, short or fully
+// qualified, so they may need mapping to the names `pbsnodes` prints.
+//
+// A mother-superior call without a node list is an error; a node-local one
+// falls back to hostname alone. On error the Call holds what was decoded so
+// far, as ParseSlurm's does.
+func ParsePBS(env Env, args []string, readFile func(string) ([]byte, error), hostname string) (Call, error) {
+	c := Call{Scheduler: PBS}
+	if len(args) == 0 {
+		return c, fmt.Errorf("pbs: no arguments, not even the script name")
+	}
+	ctx := filepath.Base(args[0])
+	action, primary, known := pbsAction(ctx)
+	if !known {
+		return c, fmt.Errorf("pbs: unknown hook %q", ctx)
+	}
+	c.Context, c.Action = ctx, action
+	arg := func(i int) string {
+		if i < len(args) {
+			return args[i]
+		}
+		return ""
+	}
+	id := arg(1)
+	if id == "" {
+		id, _ = env.get("PBS_JOBID")
+	}
+	if action == Ignore {
+		if ValidateJobID(id) == nil {
+			c.JobID = id
+		}
+		return c, nil
+	}
+	local := action == KillLocal || action == CleanupLocal
+	if err := setLocal(&c, hostname, local); err != nil {
+		return c, fmt.Errorf("pbs %s: %w", ctx, err)
+	}
+	if id == "" {
+		return c, fmt.Errorf("pbs %s: no job id (argument 1 or PBS_JOBID)", ctx)
+	}
+	if err := ValidateJobID(id); err != nil {
+		return c, fmt.Errorf("pbs %s: %w", ctx, err)
+	}
+	c.JobID = id
+	if user := arg(2); user != "" {
+		if err := validateUser(user); err != nil {
+			return c, fmt.Errorf("pbs %s: argument 2: %w", ctx, err)
+		}
+		c.User = user
+	}
+	hosts, source, err := pbsHosts(env, ctx, arg(9), id, readFile)
+	if err != nil {
+		return c, fmt.Errorf("pbs %s: %s: %w", ctx, source, err)
+	}
+	nodes, err := uniqueNames(hosts)
+	if err != nil {
+		return c, fmt.Errorf("pbs %s: %s: %w", ctx, source, err)
+	}
+	if primary && len(nodes) > 0 && shortName(nodes[0]) == shortName(c.Local) {
+		// The primary execution host speaks for the whole job, as the
+		// mother superior's prologue does.
+		c.Action = jobLevel(action)
+		local = false
+	}
+	if len(nodes) == 0 && !local {
+		return c, fmt.Errorf("pbs %s: no node list (PBS_NODEFILE, argument 9, or PBS_HOME/aux/%s)", ctx, id)
+	}
+	c.Nodes = nodesOr(nodes, c.Local)
+	return c, nil
+}
+
+// pbsHosts returns the job's hosts from the first source that has them, and
+// that source's name for errors. hostArg is argv[9].
+func pbsHosts(env Env, ctx, hostArg, id string, readFile func(string) ([]byte, error)) ([]string, string, error) {
+	if p, k := env.get("PBS_NODEFILE"); p != "" {
+		hosts, err := readHostFile(readFile, p)
+		return hosts, k, err
+	}
+	// Torque 6 passes the host list to the prologue scripts only; the
+	// epilogue's argv[9] is the job's account.
+	if hostArg != "" && strings.HasPrefix(ctx, "prologue") {
+		return strings.Split(hostArg, ","), "argument 9", nil
+	}
+	// The job ID becomes a file name. ValidateJobID has ruled out '/';
+	// PBS IDs start with a digit, which also rules out "." and "..".
+	if home, k := env.get("PBS_HOME", "TORQUE_HOME"); home != "" && id[0] >= '0' && id[0] <= '9' {
+		p := path.Join(home, "aux", id)
+		hosts, err := readHostFile(readFile, p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, k, nil
+		}
+		return hosts, k + "/aux/" + id, err
+	}
+	return nil, "", nil
+}
+
+// jobLevel is the whole-job counterpart of a node-local Action.
+func jobLevel(a Action) Action {
+	switch a {
+	case KillLocal:
+		return Reclaim
+	case CleanupLocal:
+		return Release
+	}
+	return a
+}
+
+// shortName is name up to its first dot: "n1.cluster.org" and "n1" are one
+// host when we decide which node is the primary.
+func shortName(name string) string {
+	short, _, _ := strings.Cut(name, ".")
+	return short
+}

@@ -1,0 +1,109 @@
+package hooks
+
+import (
+	"fmt"
+)
+
+// slurmAction maps every SLURM_SCRIPT_CONTEXT Slurm documents (22.05) to
+// what it means for us; known is false for anything else.
+func slurmAction(ctx string) (a Action, known bool) {
+	switch ctx {
+	case "prolog_slurmctld":
+		// Once per job on the controller, as SlurmUser, before any node
+		// prolog and while the job is CONFIGURING: the place to record
+		// that the job's nodes leave the pool.
+		return Reclaim, true
+	case "epilog_slurmctld":
+		// Once per job on the controller at job end, while the nodes may
+		// still be COMPLETING (their Epilog running).
+		return Release, true
+	case "prolog_slurmd":
+		// On every allocated node, as root (at allocation only with
+		// PrologFlags=Alloc): the instant local kill.
+		return KillLocal, true
+	case "epilog_slurmd":
+		return CleanupLocal, true
+	case "prolog_task", "epilog_task", "prolog_srun", "epilog_srun":
+		// Step and task hooks run as the job's user, per step or task.
+		return Ignore, true
+	}
+	return Ignore, false
+}
+
+// ParseSlurm decodes a Slurm Prolog, Epilog, PrologSlurmctld or
+// EpilogSlurmctld call from its environment. Slurm passes these hooks no
+// arguments and no PATH, only SLURM_* variables (observed, Slurm 22.05):
+//
+//   - SLURM_SCRIPT_CONTEXT names the hook; a missing or unknown context is an
+//     error, the step and task contexts give Ignore (with JobID if valid).
+//   - SLURM_JOB_ID, or the older SLURM_JOBID, is the job; required.
+//   - SLURM_JOB_USER is the job's owner; may be empty.
+//   - SLURM_JOB_NODELIST (the *Slurmctld hooks) or SLURM_NODELIST (the slurmd
+//     hooks in 22.05) is the job's hostlist expression. The controller hooks
+//     need it; the node hooks fall back to their own node.
+//   - SLURMD_NODENAME is the node a Prolog or Epilog runs on; required there.
+//
+// On error the Call still holds what was decoded before the problem (the
+// Context and Action first, then Local, then JobID), so a caller that must
+// fail open can still act on the local node.
+func ParseSlurm(env Env) (Call, error) {
+	c := Call{Scheduler: Slurm}
+	ctx, _ := env.get("SLURM_SCRIPT_CONTEXT")
+	if ctx == "" {
+		return c, fmt.Errorf("slurm: SLURM_SCRIPT_CONTEXT is not set")
+	}
+	action, known := slurmAction(ctx)
+	if !known {
+		return c, fmt.Errorf("slurm: unknown SLURM_SCRIPT_CONTEXT %q", ctx)
+	}
+	c.Context, c.Action = ctx, action
+	id, _ := env.get("SLURM_JOB_ID", "SLURM_JOBID")
+	if action == Ignore {
+		if ValidateJobID(id) == nil {
+			c.JobID = id
+		}
+		return c, nil
+	}
+	local := action == KillLocal || action == CleanupLocal
+	if local {
+		name, _ := env.get("SLURMD_NODENAME")
+		if name == "" {
+			return c, fmt.Errorf("slurm %s: SLURMD_NODENAME is not set", ctx)
+		}
+		if err := ValidateNodeName(name); err != nil {
+			return c, fmt.Errorf("slurm %s: SLURMD_NODENAME: %w", ctx, err)
+		}
+		c.Local = name
+	}
+	if id == "" {
+		return c, fmt.Errorf("slurm %s: SLURM_JOB_ID is not set", ctx)
+	}
+	if err := ValidateJobID(id); err != nil {
+		return c, fmt.Errorf("slurm %s: %w", ctx, err)
+	}
+	c.JobID = id
+	if user, _ := env.get("SLURM_JOB_USER"); user != "" {
+		if err := validateUser(user); err != nil {
+			return c, fmt.Errorf("slurm %s: SLURM_JOB_USER: %w", ctx, err)
+		}
+		c.User = user
+	}
+	expr, key := env.get("SLURM_JOB_NODELIST", "SLURM_NODELIST")
+	if expr == "" {
+		if !local {
+			return c, fmt.Errorf("slurm %s: neither SLURM_JOB_NODELIST nor SLURM_NODELIST is set", ctx)
+		}
+		c.Nodes = nodesOr(nil, c.Local)
+		return c, nil
+	}
+	hosts, err := ExpandHostlist(expr)
+	if err != nil {
+		return c, fmt.Errorf("slurm %s: %s: %w", ctx, key, err)
+	}
+	nodes, err := uniqueNames(hosts)
+	if err != nil {
+		return c, fmt.Errorf("slurm %s: %s: %w", ctx, key, err)
+	}
+	c.Nodes = nodes
+	return c, nil
+}
