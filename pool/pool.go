@@ -47,8 +47,9 @@ type Change struct {
 	Release []string // rescale: nodes the Trainer stops on
 	From    int      // rescale: node counts
 	To      int
-	Cost    float64 // samples lost (rescale, preempt)
-	Status  Status  // end: how it ended
+	Cost    float64  // samples lost (rescale, preempt)
+	Status  Status   // end: how it ended
+	Final   *Trainer // end: the Trainer's final state
 	Note    string
 }
 
@@ -306,7 +307,8 @@ func (p *Pool) end(t *Trainer, st Status, note string) {
 		p.queue = slices.Delete(p.queue, i, i+1)
 	}
 	delete(p.byID, t.ID)
-	p.record(Change{Kind: Ended, Trainer: t.ID, Nodes: nodes, Status: st, Note: note})
+	final := *t
+	p.record(Change{Kind: Ended, Trainer: t.ID, Nodes: nodes, Status: st, Final: &final, Note: note})
 }
 
 func names(ns []alloc.Node) []string {

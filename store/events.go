@@ -1,0 +1,245 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Event kinds. Input kinds are folded into the pool by the reconciler, in
+// id order; the others are history written by the reconciler and the
+// commands.
+const (
+	// Inputs.
+	KindJoin     = "join"     // nodes exactly idle: join the pool
+	KindLeave    = "leave"    // the scheduler takes nodes
+	KindRelease  = "release"  // a job ended on nodes not yet idle
+	KindSubmit   = "submit"   // a Trainer submitted (detail: the spec)
+	KindCancel   = "cancel"   // a Trainer cancelled
+	KindProgress = "progress" // a Trainer's own progress report (value: samples)
+	KindExit     = "exit"     // a Trainer's processes ended (detail: status)
+
+	// History.
+	KindHook    = "hook"    // a scheduler hook call (context, job, nodes, ms, error)
+	KindKill    = "kill"    // processes killed on a node by a hook (reclaim fast path)
+	KindAdmit   = "admit"   // a Trainer got a slot
+	KindRescale = "rescale" // a Trainer's nodes changed by a decision (value: cost)
+	KindPreempt = "preempt" // a reclaim took nodes from a Trainer (value: cost)
+	KindEnd     = "end"     // a Trainer ended (detail: status)
+	KindStale   = "stale"   // an event ignored: the node is held by another job
+	KindSolve   = "solve"   // a decision (detail: solver, trainers, status; value: objective; ms)
+	KindKept    = "kept"    // a decision that kept the allocation (solver not optimal)
+	KindAction  = "action"  // a Trainer process started or stopped (detail)
+	KindSync    = "sync"    // a reconciliation with the scheduler's own view
+	KindError   = "error"   // an error swallowed (hooks fail open)
+)
+
+// inputKinds are folded into the pool state.
+var inputKinds = []string{KindJoin, KindLeave, KindRelease, KindSubmit, KindCancel, KindProgress, KindExit}
+
+// IsInput reports whether events of this kind change the pool state.
+func IsInput(kind string) bool {
+	for _, k := range inputKinds {
+		if k == kind {
+			return true
+		}
+	}
+	return false
+}
+
+// Event is one row of the history.
+type Event struct {
+	ID      int64
+	At      time.Time
+	Kind    string
+	Source  string // slurm, lsf, pbs, cli, reconciler, trainer
+	Context string // hook context or command
+	Job     string
+	Trainer string
+	User    string
+	Nodes   []string
+	Value   float64
+	HasVal  bool // Value is set (NULL otherwise)
+	Ms      float64
+	HasMs   bool
+	Detail  json.RawMessage
+	Error   string
+}
+
+// Append adds events to the history in one transaction and returns the
+// id of the last. Hooks call it with one or two events.
+func (s *DB) Append(ctx context.Context, evs ...Event) (int64, error) {
+	var last int64
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		last, err = appendEvents(ctx, tx, evs)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("append events: %w", err)
+	}
+	return last, nil
+}
+
+const insertEvent = `INSERT INTO events (at, kind, source, context, job, trainer, user, nodes, node_count, value, ms, detail, error)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+func appendEvents(ctx context.Context, tx *sql.Tx, evs []Event) (int64, error) {
+	if len(evs) == 0 {
+		return 0, nil
+	}
+	st, err := tx.PrepareContext(ctx, insertEvent)
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	var last int64
+	for i := range evs {
+		e := &evs[i]
+		if e.At.IsZero() {
+			e.At = time.Now()
+		}
+		var val, ms any
+		if e.HasVal {
+			val = e.Value
+		}
+		if e.HasMs {
+			ms = e.Ms
+		}
+		detail := string(e.Detail)
+		res, err := st.ExecContext(ctx, formatTime(e.At), e.Kind, e.Source, e.Context, e.Job, e.Trainer, e.User,
+			strings.Join(e.Nodes, " "), len(e.Nodes), val, ms, detail, e.Error)
+		if err != nil {
+			return 0, err
+		}
+		if last, err = res.LastInsertId(); err != nil {
+			return 0, err
+		}
+		e.ID = last
+	}
+	return last, nil
+}
+
+// Filter selects history rows. Zero fields match everything.
+type Filter struct {
+	Since, Until time.Time
+	Kinds        []string
+	Node         string
+	Trainer      string
+	Job          string
+	Source       string
+	AfterID      int64
+	Limit        int  // 0: no limit
+	Desc         bool // newest first
+	InputsOnly   bool // only kinds the reconciler folds
+}
+
+// Events returns history rows matching the filter, in id order (or
+// reversed with Desc).
+func (s *DB) Events(ctx context.Context, f Filter) ([]Event, error) {
+	var where []string
+	var args []any
+	if !f.Since.IsZero() {
+		where, args = append(where, "at >= ?"), append(args, formatTime(f.Since))
+	}
+	if !f.Until.IsZero() {
+		where, args = append(where, "at < ?"), append(args, formatTime(f.Until))
+	}
+	kinds := f.Kinds
+	if f.InputsOnly {
+		kinds = inputKinds
+	}
+	if len(kinds) > 0 {
+		where = append(where, "kind IN ("+strings.TrimSuffix(strings.Repeat("?,", len(kinds)), ",")+")")
+		for _, k := range kinds {
+			args = append(args, k)
+		}
+	}
+	if f.Node != "" {
+		// Space-separated list: match a whole word.
+		where, args = append(where, "(' ' || nodes || ' ') LIKE ? ESCAPE '\\'"), append(args, "% "+escapeLike(f.Node)+" %")
+	}
+	if f.Trainer != "" {
+		where, args = append(where, "trainer = ?"), append(args, f.Trainer)
+	}
+	if f.Job != "" {
+		where, args = append(where, "job = ?"), append(args, f.Job)
+	}
+	if f.Source != "" {
+		where, args = append(where, "source = ?"), append(args, f.Source)
+	}
+	if f.AfterID > 0 {
+		where, args = append(where, "id > ?"), append(args, f.AfterID)
+	}
+	q := "SELECT id, at, kind, source, context, job, trainer, user, nodes, value, ms, detail, error FROM events"
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	if f.Desc {
+		q += " ORDER BY id DESC"
+	} else {
+		q += " ORDER BY id"
+	}
+	if f.Limit > 0 {
+		q += fmt.Sprintf(" LIMIT %d", f.Limit)
+	}
+	var out []Event
+	err := s.readTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		out, err = queryEvents(ctx, tx, q, args...)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	return out, nil
+}
+
+func escapeLike(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+	return r.Replace(s)
+}
+
+func queryEvents(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]Event, error) {
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		var at, nodes, detail string
+		var val, ms sql.NullFloat64
+		if err := rows.Scan(&e.ID, &at, &e.Kind, &e.Source, &e.Context, &e.Job, &e.Trainer, &e.User, &nodes, &val, &ms, &detail, &e.Error); err != nil {
+			return nil, err
+		}
+		if e.At, err = parseTime(at); err != nil {
+			return nil, err
+		}
+		if nodes != "" {
+			e.Nodes = strings.Fields(nodes)
+		}
+		e.Value, e.HasVal = val.Float64, val.Valid
+		e.Ms, e.HasMs = ms.Float64, ms.Valid
+		if detail != "" {
+			e.Detail = json.RawMessage(detail)
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// readTx runs fn in a read transaction. Reads use a plain BEGIN so that a
+// reader never takes the write lock.
+func (s *DB) readTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.rdb.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	return fn(tx)
+}

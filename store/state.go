@@ -1,0 +1,536 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/pool"
+)
+
+// Launch is how a Trainer is started, kept opaque here: the trainer
+// package owns its meaning.
+type Launch struct {
+	Launcher string          `json:"launcher"`
+	Spec     json.RawMessage `json:"spec,omitempty"`
+}
+
+// specJSON is the trainers.spec column.
+type specJSON struct {
+	Curve  alloc.Curve `json:"curve"`
+	Weight float64     `json:"weight,omitempty"`
+	RUp    float64     `json:"rescale_up_s"`
+	RDown  float64     `json:"rescale_down_s"`
+	Launch Launch      `json:"launch"`
+}
+
+// Snapshot is the pool state as saved by the last reconciler round.
+type Snapshot struct {
+	State     pool.State
+	Launch    map[string]Launch // per active Trainer
+	AppliedID int64             // last event folded into State
+}
+
+// Load reads the saved pool state.
+func (s *DB) Load(ctx context.Context) (*Snapshot, error) {
+	snap := &Snapshot{Launch: map[string]Launch{}}
+	err := s.readTx(ctx, func(tx *sql.Tx) error { return load(ctx, tx, snap) })
+	if err != nil {
+		return nil, fmt.Errorf("load pool: %w", err)
+	}
+	return snap, nil
+}
+
+func load(ctx context.Context, tx *sql.Tx, snap *Snapshot) error {
+	meta, err := readMeta(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if v := meta["applied_id"]; v != "" {
+		if snap.AppliedID, err = strconv.ParseInt(v, 10, 64); err != nil {
+			return fmt.Errorf("meta applied_id: %w", err)
+		}
+	}
+	if snap.State.Now, err = parseTime(meta["now"]); err != nil {
+		return err
+	}
+	if v := meta["totals"]; v != "" {
+		if err := json.Unmarshal([]byte(v), &snap.State.Totals); err != nil {
+			return fmt.Errorf("meta totals: %w", err)
+		}
+	}
+	rows, err := tx.QueryContext(ctx, "SELECT name, state, since, ord, job, trainer FROM nodes ORDER BY name")
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var n pool.Node
+		var since, state string
+		if err := rows.Scan(&n.Name, &state, &since, &n.Order, &n.Job, &n.Trainer); err != nil {
+			rows.Close()
+			return err
+		}
+		n.State = pool.NodeState(state)
+		if n.Since, err = parseTime(since); err != nil {
+			rows.Close()
+			return err
+		}
+		snap.State.Nodes = append(snap.State.Nodes, n)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	held := map[string][]alloc.Node{}
+	rows, err = tx.QueryContext(ctx, "SELECT trainer, node FROM allocations ORDER BY trainer, pos")
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var t, n string
+		if err := rows.Scan(&t, &n); err != nil {
+			rows.Close()
+			return err
+		}
+		held[t] = append(held[t], alloc.Node{Name: n})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	// Running in admission order, then queued in submission order: the
+	// order the pool keeps them in.
+	ts, err := queryTrainers(ctx, tx, `WHERE status IN ('running', 'queued')
+		ORDER BY CASE status WHEN 'running' THEN 0 ELSE 1 END, admitted, seq`)
+	if err != nil {
+		return err
+	}
+	for _, t := range ts {
+		t.Nodes = held[t.ID]
+		snap.State.Trainers = append(snap.State.Trainers, t.Trainer)
+		snap.Launch[t.ID] = t.Launch
+	}
+	return nil
+}
+
+func readMeta(ctx context.Context, tx *sql.Tx) (map[string]string, error) {
+	rows, err := tx.QueryContext(ctx, "SELECT key, value FROM meta")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	m := map[string]string{}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, err
+		}
+		m[k] = v
+	}
+	return m, rows.Err()
+}
+
+// Trainer is a Trainer as stored: its pool state, its launch and its
+// submission order.
+type Trainer struct {
+	pool.Trainer
+	Launch Launch
+	Seq    int64
+}
+
+const trainerCols = `id, owner, status, launcher, min_nodes, max_nodes, samples, done, rate, node_count,
+	rescale_loss, preempt_loss, rescales, preemptions, node_seconds, pending_cost,
+	submitted, admitted, ended, seq, spec`
+
+func queryTrainers(ctx context.Context, tx *sql.Tx, where string, args ...any) ([]Trainer, error) {
+	rows, err := tx.QueryContext(ctx, "SELECT "+trainerCols+" FROM trainers "+where, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Trainer
+	for rows.Next() {
+		var t Trainer
+		var status, launcher, submitted, admitted, ended, spec string
+		var nodeCount int
+		if err := rows.Scan(&t.ID, &t.Owner, &status, &launcher, &t.Min, &t.Max, &t.Samples, &t.Done, &t.Rate, &nodeCount,
+			&t.RescaleLoss, &t.PreemptLoss, &t.Rescales, &t.Preemptions, &t.NodeSeconds, &t.PendingCost,
+			&submitted, &admitted, &ended, &t.Seq, &spec); err != nil {
+			return nil, err
+		}
+		t.Status = pool.Status(status)
+		if t.Submit, err = parseTime(submitted); err != nil {
+			return nil, err
+		}
+		if t.Admitted, err = parseTime(admitted); err != nil {
+			return nil, err
+		}
+		if t.Ended, err = parseTime(ended); err != nil {
+			return nil, err
+		}
+		var sj specJSON
+		if err := json.Unmarshal([]byte(spec), &sj); err != nil {
+			return nil, fmt.Errorf("trainer %q spec: %w", t.ID, err)
+		}
+		t.Curve, t.Weight, t.RUp, t.RDown, t.Launch = sj.Curve, sj.Weight, sj.RUp, sj.RDown, sj.Launch
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// Round is what a reconciler round saves, atomically.
+type Round struct {
+	State     pool.State
+	Ended     []pool.Trainer    // Trainers that ended in this round, final state
+	Launch    map[string]Launch // launch specs of Trainers submitted in this round
+	AppliedID int64             // last event folded
+	PrevNow   time.Time         // pool clock before the round, for usage per day
+	PrevTotal pool.Totals
+	Events    []Event // history written by the round
+}
+
+// Save writes a reconciler round: pool state, ended Trainers, usage and
+// history, in one transaction. It refuses to go back: a round whose
+// AppliedID is below the saved one lost a race and is not saved.
+func (s *DB) Save(ctx context.Context, r *Round) error {
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		meta, err := readMeta(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if v := meta["applied_id"]; v != "" {
+			saved, _ := strconv.ParseInt(v, 10, 64)
+			if r.AppliedID < saved {
+				return fmt.Errorf("round folded events up to %d, the store has %d: %w", r.AppliedID, saved, ErrStaleRound)
+			}
+		}
+		if err := saveNodes(ctx, tx, r.State.Nodes); err != nil {
+			return err
+		}
+		if err := saveTrainers(ctx, tx, r); err != nil {
+			return err
+		}
+		if err := saveAllocations(ctx, tx, r.State.Trainers); err != nil {
+			return err
+		}
+		if err := addUsage(ctx, tx, r.PrevNow, r.State.Now, r.State.Totals.IdleNodeSeconds-r.PrevTotal.IdleNodeSeconds,
+			r.State.Totals.UsedNodeSeconds-r.PrevTotal.UsedNodeSeconds); err != nil {
+			return err
+		}
+		totals, err := json.Marshal(r.State.Totals)
+		if err != nil {
+			return err
+		}
+		for k, v := range map[string]string{
+			"applied_id": strconv.FormatInt(r.AppliedID, 10),
+			"now":        formatTime(r.State.Now),
+			"totals":     string(totals),
+		} {
+			if _, err := tx.ExecContext(ctx, "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", k, v); err != nil {
+				return err
+			}
+		}
+		_, err = appendEvents(ctx, tx, r.Events)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("save round: %w", err)
+	}
+	return nil
+}
+
+// ErrStaleRound is returned by Save for a round that lost a race.
+var ErrStaleRound = fmt.Errorf("stale round")
+
+func saveNodes(ctx context.Context, tx *sql.Tx, nodes []pool.Node) error {
+	have := map[string]pool.Node{}
+	rows, err := tx.QueryContext(ctx, "SELECT name, state, since, ord, job, trainer FROM nodes")
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var n pool.Node
+		var state, since string
+		if err := rows.Scan(&n.Name, &state, &since, &n.Order, &n.Job, &n.Trainer); err != nil {
+			rows.Close()
+			return err
+		}
+		n.State = pool.NodeState(state)
+		n.Since, _ = parseTime(since)
+		have[n.Name] = n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	// Allocations reference nodes: clear them first, they are rewritten.
+	if _, err := tx.ExecContext(ctx, "DELETE FROM allocations"); err != nil {
+		return err
+	}
+	up, err := tx.PrepareContext(ctx, `INSERT INTO nodes (name, state, since, ord, job, trainer) VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET state = excluded.state, since = excluded.since, ord = excluded.ord,
+		job = excluded.job, trainer = excluded.trainer`)
+	if err != nil {
+		return err
+	}
+	defer up.Close()
+	for _, n := range nodes {
+		old, ok := have[n.Name]
+		delete(have, n.Name)
+		if ok && old.State == n.State && old.Since.Equal(n.Since) && old.Order == n.Order && old.Job == n.Job && old.Trainer == n.Trainer {
+			continue
+		}
+		if _, err := up.ExecContext(ctx, n.Name, string(n.State), formatTime(n.Since), n.Order, n.Job, n.Trainer); err != nil {
+			return err
+		}
+	}
+	for name := range have {
+		if _, err := tx.ExecContext(ctx, "DELETE FROM nodes WHERE name = ?", name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func saveTrainers(ctx context.Context, tx *sql.Tx, r *Round) error {
+	var seq int64
+	if err := tx.QueryRowContext(ctx, "SELECT coalesce(max(seq), 0) FROM trainers").Scan(&seq); err != nil {
+		return err
+	}
+	existing := map[string]Launch{}
+	rows, err := tx.QueryContext(ctx, "SELECT id, spec FROM trainers WHERE status IN ('running', 'queued')")
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var id, spec string
+		if err := rows.Scan(&id, &spec); err != nil {
+			rows.Close()
+			return err
+		}
+		var sj specJSON
+		if err := json.Unmarshal([]byte(spec), &sj); err != nil {
+			rows.Close()
+			return fmt.Errorf("trainer %q spec: %w", id, err)
+		}
+		existing[id] = sj.Launch
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	up, err := tx.PrepareContext(ctx, `INSERT INTO trainers (`+trainerCols+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, status = excluded.status, launcher = excluded.launcher,
+		min_nodes = excluded.min_nodes, max_nodes = excluded.max_nodes, samples = excluded.samples, done = excluded.done,
+		rate = excluded.rate, node_count = excluded.node_count, rescale_loss = excluded.rescale_loss,
+		preempt_loss = excluded.preempt_loss, rescales = excluded.rescales, preemptions = excluded.preemptions,
+		node_seconds = excluded.node_seconds, pending_cost = excluded.pending_cost, submitted = excluded.submitted,
+		admitted = excluded.admitted, ended = excluded.ended, spec = excluded.spec`)
+	if err != nil {
+		return err
+	}
+	defer up.Close()
+	write := func(t *pool.Trainer) error {
+		launch, ok := r.Launch[t.ID]
+		if !ok {
+			launch = existing[t.ID]
+		}
+		spec, err := json.Marshal(specJSON{Curve: t.Curve, Weight: t.Weight, RUp: t.RUp, RDown: t.RDown, Launch: launch})
+		if err != nil {
+			return err
+		}
+		seq++ // ignored on update: seq keeps its first value
+		_, err = up.ExecContext(ctx, t.ID, t.Owner, string(t.Status), launch.Launcher, t.Min, t.Max, t.Samples,
+			finiteOr0(t.Done), finiteOr0(t.Rate), len(t.Nodes), t.RescaleLoss, t.PreemptLoss, t.Rescales, t.Preemptions,
+			t.NodeSeconds, t.PendingCost, formatTime(t.Submit), formatTime(t.Admitted), formatTime(t.Ended), seq, string(spec))
+		return err
+	}
+	for i := range r.State.Trainers {
+		if err := write(&r.State.Trainers[i]); err != nil {
+			return err
+		}
+	}
+	for i := range r.Ended {
+		if err := write(&r.Ended[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func finiteOr0(x float64) float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return 0
+	}
+	return x
+}
+
+func saveAllocations(ctx context.Context, tx *sql.Tx, ts []pool.Trainer) error {
+	st, err := tx.PrepareContext(ctx, "INSERT INTO allocations (trainer, node, pos) VALUES (?, ?, ?)")
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	for _, t := range ts {
+		for i, n := range t.Nodes {
+			if _, err := st.ExecContext(ctx, t.ID, n.Name, i); err != nil {
+				return fmt.Errorf("allocation %s on %s: %w", t.ID, n.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// addUsage spreads node-seconds accrued over [from, to] across the UTC days
+// it covers, in proportion to time.
+func addUsage(ctx context.Context, tx *sql.Tx, from, to time.Time, idle, used float64) error {
+	if idle == 0 && used == 0 {
+		return nil
+	}
+	if from.IsZero() || !to.After(from) {
+		from = to
+	}
+	total := to.Sub(from).Seconds()
+	for day := from.UTC().Truncate(24 * time.Hour); ; day = day.Add(24 * time.Hour) {
+		end := day.Add(24 * time.Hour)
+		share := 1.0
+		if total > 0 {
+			lo, hi := maxTime(day, from), minTime(end, to)
+			share = hi.Sub(lo).Seconds() / total
+		}
+		if share > 0 {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO usage (day, idle_node_seconds, used_node_seconds) VALUES (?, ?, ?)
+				ON CONFLICT (day) DO UPDATE SET idle_node_seconds = idle_node_seconds + excluded.idle_node_seconds,
+				used_node_seconds = used_node_seconds + excluded.used_node_seconds`,
+				day.Format("2006-01-02"), idle*share, used*share); err != nil {
+				return err
+			}
+		}
+		if !end.Before(to) {
+			return nil
+		}
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// Trainers returns stored Trainers (all, or those with the given
+// statuses), in submission order.
+func (s *DB) Trainers(ctx context.Context, statuses ...pool.Status) ([]Trainer, error) {
+	where, args := "", []any{}
+	if len(statuses) > 0 {
+		where = "WHERE status IN ("
+		for i, st := range statuses {
+			if i > 0 {
+				where += ","
+			}
+			where += "?"
+			args = append(args, string(st))
+		}
+		where += ")"
+	}
+	var out []Trainer
+	err := s.readTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		out, err = queryTrainers(ctx, tx, where+" ORDER BY seq", args...)
+		if err != nil {
+			return err
+		}
+		return fillNodes(ctx, tx, out)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read trainers: %w", err)
+	}
+	return out, nil
+}
+
+// Trainer returns one stored Trainer by id; ok is false if unknown.
+func (s *DB) Trainer(ctx context.Context, id string) (Trainer, bool, error) {
+	var out []Trainer
+	err := s.readTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		if out, err = queryTrainers(ctx, tx, "WHERE id = ?", id); err != nil {
+			return err
+		}
+		return fillNodes(ctx, tx, out)
+	})
+	if err != nil {
+		return Trainer{}, false, fmt.Errorf("read trainer %q: %w", id, err)
+	}
+	if len(out) == 0 {
+		return Trainer{}, false, nil
+	}
+	return out[0], true, nil
+}
+
+func fillNodes(ctx context.Context, tx *sql.Tx, ts []Trainer) error {
+	for i := range ts {
+		rows, err := tx.QueryContext(ctx, "SELECT node FROM allocations WHERE trainer = ? ORDER BY pos", ts[i].ID)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var n string
+			if err := rows.Scan(&n); err != nil {
+				rows.Close()
+				return err
+			}
+			ts[i].Nodes = append(ts[i].Nodes, alloc.Node{Name: n})
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// NodesOf returns the Trainers running on the given nodes, by node: the
+// reclaim fast path's lookup.
+func (s *DB) NodesOf(ctx context.Context, nodes []string) (map[string]string, error) {
+	out := map[string]string{}
+	if len(nodes) == 0 {
+		return out, nil
+	}
+	list, err := json.Marshal(nodes)
+	if err != nil {
+		return nil, err
+	}
+	err = s.readTx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, "SELECT node, trainer FROM allocations WHERE node IN (SELECT value FROM json_each(?))", string(list))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var n, t string
+			if err := rows.Scan(&n, &t); err != nil {
+				return err
+			}
+			out[n] = t
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read allocations: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,268 @@
+// Package store keeps bftrainer's history and state in SQLite. It is the
+// only package that imports the SQLite driver.
+//
+// The database lives on the controller's local disk (WAL, which it needs,
+// does not work on NFS, GPFS or Lustre). Hooks and commands append events;
+// the reconciler, one at a time, folds the new input events into the pool
+// state, solves, and saves state and decisions in one transaction. Every
+// exported method is one transaction.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3" // registers "sqlite3"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// TimeFormat is how times are stored: UTC, fixed width, so that text order
+// is time order and SQLite's date functions read it.
+const TimeFormat = "2006-01-02T15:04:05.000000Z"
+
+// DB is an open bftrainer database.
+type DB struct {
+	db   *sql.DB // writes: BEGIN IMMEDIATE
+	rdb  *sql.DB // reads: plain BEGIN, never takes the write lock
+	path string
+}
+
+// Options tune Open.
+type Options struct {
+	// BusyTimeout is how long a writer waits for the lock; hooks run many
+	// at once. 0 means 5 s.
+	BusyTimeout time.Duration
+	// ReadOnly opens without writing (no migrations, no directory).
+	ReadOnly bool
+	// Mode is the permission of a newly created database file and its
+	// directory's files; 0 means 0640.
+	Mode os.FileMode
+}
+
+// ErrNotWAL is returned when SQLite could not put the database in WAL mode
+// (for instance on a network filesystem).
+var ErrNotWAL = errors.New("database is not in WAL mode")
+
+// Open opens (creating if needed) the database at path and brings its
+// schema up to date.
+func Open(ctx context.Context, path string, o Options) (*DB, error) {
+	if path == "" {
+		return nil, errors.New("open store: empty path")
+	}
+	if o.BusyTimeout <= 0 {
+		o.BusyTimeout = 5 * time.Second
+	}
+	if o.Mode == 0 {
+		o.Mode = 0o640
+	}
+	if !o.ReadOnly {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+		// Create the file with our mode rather than SQLite's 0644.
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, o.Mode)
+		if err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+		f.Close()
+	}
+	db, err := sql.Open("sqlite3", dsn(path, o, "immediate"))
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	rdb, err := sql.Open("sqlite3", dsn(path, o, "deferred"))
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	s := &DB{db: db, rdb: rdb, path: path}
+	if err := s.check(ctx, o.ReadOnly); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	if !o.ReadOnly {
+		if err := s.migrate(ctx); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("open store %s: %w", path, err)
+		}
+	}
+	return s, nil
+}
+
+// dsn builds the connection string. Each pragma is set on every pooled
+// connection by the driver:
+//   - _txlock=immediate: a deferred transaction that reads and then writes
+//     fails at once with SQLITE_BUSY when another writer is active, whatever
+//     the busy timeout; immediate takes the write lock up front and waits.
+//   - _busy_timeout: many hooks write at once; wait rather than fail.
+//   - WAL: readers never block the writer; synchronous=NORMAL is durable
+//     across a crash of the process in WAL mode.
+//   - foreign keys on: allocations name real nodes and Trainers.
+func dsn(path string, o Options, txlock string) string {
+	v := url.Values{}
+	v.Set("_busy_timeout", strconv.FormatInt(o.BusyTimeout.Milliseconds(), 10))
+	v.Set("_txlock", txlock)
+	v.Set("_foreign_keys", "1")
+	if o.ReadOnly {
+		v.Set("mode", "ro")
+	} else {
+		v.Set("_journal_mode", "WAL")
+		v.Set("_synchronous", "NORMAL")
+	}
+	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + v.Encode()
+}
+
+// check reads the pragmas back: a database that silently fell back from
+// WAL would make hooks block each other.
+func (s *DB) check(ctx context.Context, readOnly bool) error {
+	var mode string
+	if err := s.db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return err
+	}
+	if !readOnly && !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("%w (journal_mode=%s): is it on a network filesystem?", ErrNotWAL, mode)
+	}
+	var fk int
+	if err := s.db.QueryRowContext(ctx, "PRAGMA foreign_keys").Scan(&fk); err != nil {
+		return err
+	}
+	if fk != 1 {
+		return errors.New("foreign keys are off")
+	}
+	return nil
+}
+
+// Close closes the database.
+func (s *DB) Close() error {
+	err := s.db.Close()
+	if err2 := s.rdb.Close(); err == nil {
+		err = err2
+	}
+	return err
+}
+
+// Path returns the database file's path.
+func (s *DB) Path() string { return s.path }
+
+// SQL returns a read handle, for ad-hoc queries (the admin's own SQL).
+func (s *DB) SQL() *sql.DB { return s.rdb }
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func migrations() ([]migration, error) {
+	files, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	var out []migration
+	for _, f := range files {
+		base := filepath.Base(f)
+		n, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+		if err != nil {
+			return nil, fmt.Errorf("migration %s: name must start with a number", base)
+		}
+		b, err := migrationFS.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, migration{version: n, name: base, sql: string(b)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	return out, nil
+}
+
+// migrate applies the embedded migrations not yet applied, in order, each
+// in its own transaction.
+func (s *DB) migrate(ctx context.Context) error {
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	var have int
+	err = s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&have)
+	if err != nil {
+		return err
+	}
+	if have >= ms[len(ms)-1].version {
+		return nil
+	}
+	for _, m := range ms {
+		if m.version <= have {
+			continue
+		}
+		if err := s.tx(ctx, func(tx *sql.Tx) error {
+			// Re-read inside the write lock: another process may have
+			// migrated meanwhile.
+			var cur int
+			if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&cur); err != nil {
+				return err
+			}
+			if cur >= m.version {
+				return nil
+			}
+			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+				return fmt.Errorf("migration %s: %w", m.name, err)
+			}
+			_, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", m.version))
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SchemaVersion returns the schema version of the database.
+func (s *DB) SchemaVersion(ctx context.Context) (int, error) {
+	var v int
+	err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v)
+	return v, err
+}
+
+// tx runs fn in one immediate transaction, committed if fn returns nil.
+func (s *DB) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(TimeFormat)
+}
+
+func parseTime(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("bad time %q: %w", s, err)
+	}
+	return t, nil
+}
