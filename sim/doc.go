@@ -1,0 +1,15 @@
+// Package sim replays idle-node traces of a supercomputer with a workload of elastic
+// Trainers, to measure what the idle pool would yield with the same pool and alloc code that
+// runs live.
+//
+// The input side of the package reads and makes what a replay consumes:
+//   - a [Trace], the history of which nodes are idle: read from the Summit node-state CSV
+//     ([ReadTrace], [OpenTrace]), derived from a Standard Workload Format job log
+//     ([ReadSWF], then [SWFLog.RecordedTrace] or [SWFLog.EASYTrace]), or generated from a
+//     fitted model ([GenerateTrace]);
+//   - a workload of [Job]s: read from the paper's CSV ([ReadWorkload]), drawn from the
+//     Philly trace ([GeneratePhillyWorkload]), or built in ([DefaultWorkload]).
+//
+// Everything here is deterministic: the same input (and seed) gives the same trace or
+// workload, byte for byte.
+package sim
