@@ -2,8 +2,10 @@ package alloc_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/bftrainer/bftrainer/alloc"
@@ -136,6 +138,44 @@ func TestExactMatchesNaiveDPLarge(t *testing.T) {
 		}
 		if got := pl.Objective; math.Abs(got-want) > 1e-9*math.Max(1, math.Abs(want)) {
 			t.Fatalf("problem %d (%+v): exact %v, naive DP %v", i, o, got, want)
+		}
+	}
+}
+
+func TestExplainNamesTheReason(t *testing.T) {
+	lin := alloc.Curve{Nodes: []int{0, 1, 2, 4}, Throughput: []float64{0, 10, 20, 40}}
+	held := func(n int) []alloc.Node {
+		var out []alloc.Node
+		for i := 0; i < n; i++ {
+			out = append(out, alloc.Node{Name: fmt.Sprintf("h%d", i)})
+		}
+		return out
+	}
+	free := func(n int) []alloc.Node {
+		var out []alloc.Node
+		for i := 0; i < n; i++ {
+			out = append(out, alloc.Node{Name: fmt.Sprintf("f%d", i)})
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name string
+		p    alloc.Problem
+		want string
+	}{
+		{"at max", alloc.Problem{TFwd: 10, Free: free(6), Trainers: []alloc.Trainer{{ID: "a", Min: 1, Max: 4, Curve: lin}}}, "its maximum"},
+		{"too few nodes", alloc.Problem{TFwd: 10, Free: free(2), Trainers: []alloc.Trainer{{ID: "a", Min: 3, Max: 4, Curve: lin}}}, "needs at least 3"},
+		{"rescale not worth it", alloc.Problem{TFwd: 1, Free: free(2), Trainers: []alloc.Trainer{{ID: "a", Min: 1, Max: 4, Curve: lin, RUp: 100, Held: held(1)}}}, "less than the rescale cost"},
+		{"nodes worth more elsewhere", alloc.Problem{TFwd: 10, Free: free(3), Trainers: []alloc.Trainer{
+			{ID: "a", Min: 1, Max: 4, Curve: lin}, {ID: "b", Min: 1, Max: 4, Curve: alloc.Curve{Nodes: []int{0, 4}, Throughput: []float64{0, 400}}}}}, "worth more where it is"},
+	} {
+		pl, err := alloc.Exact{}.Solve(context.Background(), &c.p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		why := alloc.Explain(&c.p, pl)
+		if !strings.Contains(why[0], c.want) {
+			t.Errorf("%s: %q does not say %q", c.name, why[0], c.want)
 		}
 	}
 }

@@ -85,9 +85,9 @@ func ParseSemantics(s string) (Semantics, error) {
 // between breakpoints are linearly interpolated; the value at 0 nodes is 0.
 // A Trainer never gets more nodes than its last breakpoint.
 type Curve struct {
-	Nodes      []int
-	Throughput []float64
-	Metric     []float64 // nil unless the Metric objective is used
+	Nodes      []int     `json:"nodes"`
+	Throughput []float64 `json:"throughput"`
+	Metric     []float64 `json:"metric,omitempty"` // nil unless the Metric objective is used
 }
 
 // Node is an idle node: free, or held by a Trainer.

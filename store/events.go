@@ -61,6 +61,7 @@ type Event struct {
 	Trainer string
 	User    string
 	Nodes   []string
+	Count   int // node count when Nodes is not listed (solves); else len(Nodes)
 	Value   float64
 	HasVal  bool // Value is set (NULL otherwise)
 	Ms      float64
@@ -111,7 +112,7 @@ func appendEvents(ctx context.Context, tx *sql.Tx, evs []Event) (int64, error) {
 		}
 		detail := string(e.Detail)
 		res, err := st.ExecContext(ctx, formatTime(e.At), e.Kind, e.Source, e.Context, e.Job, e.Trainer, e.User,
-			strings.Join(e.Nodes, " "), len(e.Nodes), val, ms, detail, e.Error)
+			strings.Join(e.Nodes, " "), max(len(e.Nodes), e.Count), val, ms, detail, e.Error)
 		if err != nil {
 			return 0, err
 		}
@@ -174,7 +175,7 @@ func (s *DB) Events(ctx context.Context, f Filter) ([]Event, error) {
 	if f.AfterID > 0 {
 		where, args = append(where, "id > ?"), append(args, f.AfterID)
 	}
-	q := "SELECT id, at, kind, source, context, job, trainer, user, nodes, value, ms, detail, error FROM events"
+	q := "SELECT id, at, kind, source, context, job, trainer, user, nodes, node_count, value, ms, detail, error FROM events"
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -214,7 +215,7 @@ func queryEvents(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]Even
 		var e Event
 		var at, nodes, detail string
 		var val, ms sql.NullFloat64
-		if err := rows.Scan(&e.ID, &at, &e.Kind, &e.Source, &e.Context, &e.Job, &e.Trainer, &e.User, &nodes, &val, &ms, &detail, &e.Error); err != nil {
+		if err := rows.Scan(&e.ID, &at, &e.Kind, &e.Source, &e.Context, &e.Job, &e.Trainer, &e.User, &nodes, &e.Count, &val, &ms, &detail, &e.Error); err != nil {
 			return nil, err
 		}
 		if e.At, err = parseTime(at); err != nil {

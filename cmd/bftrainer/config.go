@@ -1,0 +1,217 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"github.com/urfave/cli/v2"
+
+	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/hooks"
+)
+
+// Config is bftrainer's configuration: defaults, then the TOML file (an
+// unknown key is an error), then validation, then flags that were set.
+type Config struct {
+	Database   string   `toml:"database"`
+	Spool      string   `toml:"spool"`
+	Admins     []string `toml:"admins"`
+	AdminGroup string   `toml:"admin_group"`
+	Pool       struct {
+		MaxTrainers     int      `toml:"max_trainers"`
+		TFwd            float64  `toml:"tfwd"`
+		Objective       string   `toml:"objective"`
+		Semantics       string   `toml:"semantics"`
+		Solver          string   `toml:"solver"`
+		SolverTimeLimit Duration `toml:"solver_time_limit"`
+	} `toml:"pool"`
+	Hooks struct {
+		Deadline        Duration `toml:"deadline"`
+		Log             string   `toml:"log"`
+		Scheduler       string   `toml:"scheduler"`
+		SpawnReconciler string   `toml:"spawn_reconciler"`
+	} `toml:"hooks"`
+	Reconciler struct {
+		IdleWait  Duration `toml:"idle_wait"`
+		Poll      Duration `toml:"poll"`
+		MaxRounds int      `toml:"max_rounds"`
+		Interval  Duration `toml:"interval"`
+	} `toml:"reconciler"`
+	Scheduler struct {
+		Sinfo    string `toml:"sinfo"`
+		Bhosts   string `toml:"bhosts"`
+		Pbsnodes string `toml:"pbsnodes"`
+	} `toml:"scheduler"`
+
+	path string // the file read, "" for defaults only
+}
+
+// Duration is a time.Duration written as "10s" in TOML.
+type Duration struct{ time.Duration }
+
+// UnmarshalText parses a Go duration.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText writes a Go duration.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// defaults returns the configuration etc/bftrainer.toml documents.
+func defaults() Config {
+	var c Config
+	c.Database = "/var/lib/bftrainer/bftrainer.db"
+	c.Spool = "/var/spool/bftrainer"
+	c.Admins = []string{}
+	c.Pool.MaxTrainers = 10
+	c.Pool.TFwd = 10
+	c.Pool.Objective = "throughput"
+	c.Pool.Semantics = "default"
+	c.Pool.Solver = "exact"
+	c.Pool.SolverTimeLimit = Duration{10 * time.Second}
+	c.Hooks.Deadline = Duration{2 * time.Second}
+	c.Hooks.Log = "/var/log/bftrainer/hooks.log"
+	c.Hooks.SpawnReconciler = "auto"
+	c.Reconciler.IdleWait = Duration{60 * time.Second}
+	c.Reconciler.Poll = Duration{time.Second}
+	c.Reconciler.MaxRounds = 100
+	c.Reconciler.Interval = Duration{5 * time.Second}
+	c.Scheduler.Sinfo = "/usr/bin/sinfo"
+	c.Scheduler.Bhosts = "bhosts"
+	c.Scheduler.Pbsnodes = "pbsnodes"
+	return c
+}
+
+// configPath picks the file: --config, then $BFTRAINER_CONFIG, then the
+// built-in default. explicit is false for the built-in default, whose
+// absence is not an error.
+func configPath(flag string) (path string, explicit bool) {
+	if flag != "" {
+		return flag, true
+	}
+	if v := os.Getenv("BFTRAINER_CONFIG"); v != "" {
+		return v, true
+	}
+	return defaultConfig, false
+}
+
+// loadConfig reads and validates the configuration.
+func loadConfig(path string, explicit bool) (Config, error) {
+	c := defaults()
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist) && !explicit:
+		return c, c.validate()
+	case err != nil:
+		return c, fmt.Errorf("config: %w", err)
+	}
+	c.path = path
+	md, err := toml.Decode(string(b), &c)
+	if err != nil {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		return c, withHint(fmt.Errorf("config %s: unknown key %s", path, strings.Join(keys, ", ")),
+			"etc/bftrainer.toml lists every key with its default")
+	}
+	if err := c.validate(); err != nil {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.Database == "" {
+		errs = append(errs, errors.New("database: empty"))
+	}
+	if c.Pool.MaxTrainers < 1 {
+		errs = append(errs, fmt.Errorf("pool.max_trainers: %d, want ≥ 1", c.Pool.MaxTrainers))
+	}
+	if c.Pool.TFwd < 0 || c.Pool.TFwd != c.Pool.TFwd {
+		errs = append(errs, fmt.Errorf("pool.tfwd: %v, want ≥ 0 seconds", c.Pool.TFwd))
+	}
+	if _, err := alloc.ParseObjective(c.Pool.Objective); err != nil {
+		errs = append(errs, fmt.Errorf("pool.objective: %w", err))
+	}
+	if _, err := alloc.ParseSemantics(c.Pool.Semantics); err != nil {
+		errs = append(errs, fmt.Errorf("pool.semantics: %w", err))
+	}
+	if !slices.Contains(solverNames, c.Pool.Solver) {
+		errs = append(errs, fmt.Errorf("pool.solver: %q, want one of %s", c.Pool.Solver, strings.Join(solverNames, ", ")))
+	}
+	if c.Pool.SolverTimeLimit.Duration <= 0 {
+		errs = append(errs, errors.New("pool.solver_time_limit: want > 0"))
+	}
+	if d := c.Hooks.Deadline.Duration; d <= 0 || d > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("hooks.deadline: %v, want between 0 and 10m (schedulers wait for hooks)", d))
+	}
+	switch c.Hooks.Scheduler {
+	case "", hooks.Slurm, hooks.LSF, hooks.PBS:
+	default:
+		errs = append(errs, fmt.Errorf("hooks.scheduler: %q, want slurm, lsf, pbs or empty", c.Hooks.Scheduler))
+	}
+	switch c.Hooks.SpawnReconciler {
+	case "auto", "always", "never":
+	default:
+		errs = append(errs, fmt.Errorf("hooks.spawn_reconciler: %q, want auto, always or never", c.Hooks.SpawnReconciler))
+	}
+	if c.Reconciler.MaxRounds < 1 {
+		errs = append(errs, errors.New("reconciler.max_rounds: want ≥ 1"))
+	}
+	if c.Reconciler.Interval.Duration <= 0 || c.Reconciler.Poll.Duration < 0 || c.Reconciler.IdleWait.Duration < 0 {
+		errs = append(errs, errors.New("reconciler: interval must be > 0, poll and idle_wait ≥ 0"))
+	}
+	return errors.Join(errs...)
+}
+
+// isAdmin reports whether user may act on any Trainer.
+func (c *Config) isAdmin(name string) bool {
+	if name == "root" || slices.Contains(c.Admins, name) {
+		return true
+	}
+	if c.AdminGroup == "" {
+		return false
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return false
+	}
+	g, err := user.LookupGroup(c.AdminGroup)
+	if err != nil {
+		return false
+	}
+	ids, err := u.GroupIds()
+	return err == nil && slices.Contains(ids, g.Gid)
+}
+
+// configFrom loads the configuration for a command and applies global
+// flags.
+func configFrom(c *cli.Context) (Config, error) {
+	path, explicit := configPath(c.String("config"))
+	cfg, err := loadConfig(path, explicit)
+	if err != nil {
+		return cfg, err
+	}
+	if c.IsSet("db") {
+		cfg.Database = c.String("db")
+	}
+	return cfg, nil
+}
+
+var solverNames = []string{"exact", "cbc", "heuristic", "greedy"}

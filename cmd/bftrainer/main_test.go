@@ -1,0 +1,33 @@
+package main
+
+import (
+	"os"
+	"testing"
+
+	"github.com/rogpeppe/go-internal/testscript"
+)
+
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"bftrainer": func() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) },
+	})
+}
+
+// TestScripts runs the golden tests of the real binary in
+// testdata/script: each sets a scheduler's hook environment or runs a
+// command, and asserts stdout, stderr and the exit code.
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir: "testdata/script",
+		Setup: func(env *testscript.Env) error {
+			// A config per test, in its own work directory.
+			env.Setenv("BFTRAINER_CONFIG", env.WorkDir+"/bftrainer.toml")
+			return os.WriteFile(env.WorkDir+"/bftrainer.toml", []byte(`database = "`+env.WorkDir+`/db/bftrainer.db"
+spool = "`+env.WorkDir+`/spool"
+[hooks]
+log = "`+env.WorkDir+`/hooks.log"
+spawn_reconciler = "never"
+`), 0o644)
+		},
+	})
+}

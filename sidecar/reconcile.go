@@ -1,0 +1,542 @@
+// Package sidecar runs bftrainer's two speeds on top of the store, the
+// pool, the allocator and the Trainer runner.
+//
+// Hooks are the instant path: they record what the scheduler did (a job
+// takes nodes, a job ends), kill what runs on a node being reclaimed, nudge
+// the reconciler and return; they never solve and never wait for a
+// re-plan. The reconciler is the serialised path: one process at a time
+// (a lock file beside the database) folds the events recorded since the
+// last round into the pool, waits for released nodes to be exactly idle,
+// solves, saves the decision and hands the desired state to the runner;
+// it loops while new events arrive.
+package sidecar
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"slices"
+	"time"
+
+	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/pool"
+	"github.com/bftrainer/bftrainer/store"
+	"github.com/bftrainer/bftrainer/trainer"
+)
+
+// Runner makes Trainer processes match the desired state.
+type Runner interface {
+	Apply(ctx context.Context, want []trainer.Want) []trainer.Action
+}
+
+// Scheduler reads the batch scheduler's own view of node states. States
+// are the scheduler's words; "idle" means exactly idle (for Slurm: not
+// COMPLETING, not drained, responding).
+type Scheduler interface {
+	NodeStates(ctx context.Context, nodes []string) (map[string]string, error)
+}
+
+// Reconciler is the serialised re-plan.
+type Reconciler struct {
+	DB        *store.DB
+	Pool      pool.Config
+	Solver    alloc.Solver
+	Runner    Runner    // nil: record nothing to run
+	Scheduler Scheduler // nil: released nodes join at once
+	Spool     *Spool    // nil: no unprivileged submissions
+	Admins    func(user string) bool
+	LockPath  string
+	IdleWait  time.Duration // how long released nodes may take to be exactly idle
+	Poll      time.Duration // pause between rounds while waiting for them
+	MaxRounds int           // rounds per Run; 0 means 100
+	Now       func() time.Time
+	Log       *log.Logger
+}
+
+// Run performs rounds until no new event is waiting, then returns. If
+// another reconciler holds the lock it returns at once: that one will see
+// the new events before it stops.
+func (r *Reconciler) Run(ctx context.Context) error {
+	r.defaults()
+	lk, ok, err := TryLock(r.LockPath)
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	if !ok {
+		r.Log.Printf("another reconciler holds %s; it will pick up new events", r.LockPath)
+		return nil
+	}
+	rounds := 0
+	for {
+		more, err := r.locked(ctx, &rounds)
+		lk.Unlock()
+		if err != nil || !more {
+			return err
+		}
+		// Events may have arrived after our last look but before we
+		// unlocked, from a hook that saw the lock held: look again.
+		if lk, ok, err = TryLock(r.LockPath); err != nil || !ok {
+			return err
+		}
+	}
+}
+
+// locked runs rounds while holding the lock; more reports events that
+// arrived at the very end.
+func (r *Reconciler) locked(ctx context.Context, rounds *int) (more bool, err error) {
+	for ; *rounds < r.MaxRounds; *rounds++ {
+		again, err := r.Round(ctx)
+		if err != nil {
+			return false, err
+		}
+		if !again {
+			return r.waiting(ctx)
+		}
+		if r.Poll > 0 {
+			select {
+			case <-ctx.Done():
+				return false, ctx.Err()
+			case <-time.After(r.Poll):
+			}
+		}
+	}
+	r.Log.Printf("stopping after %d rounds; the next event or sync continues", r.MaxRounds)
+	return false, nil
+}
+
+// waiting reports whether input events newer than the saved state exist.
+func (r *Reconciler) waiting(ctx context.Context) (bool, error) {
+	snap, err := r.DB.Load(ctx)
+	if err != nil {
+		return false, err
+	}
+	evs, err := r.DB.Events(ctx, store.Filter{AfterID: snap.AppliedID, InputsOnly: true, Limit: 1})
+	return len(evs) > 0, err
+}
+
+func (r *Reconciler) defaults() {
+	if r.MaxRounds <= 0 {
+		r.MaxRounds = 100
+	}
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	if r.Log == nil {
+		r.Log = log.New(io.Discard, "", 0)
+	}
+	if r.LockPath == "" {
+		r.LockPath = r.DB.Path() + ".lock"
+	}
+	if r.Solver == nil {
+		r.Solver = alloc.Exact{}
+	}
+}
+
+// Round folds new events, decides and saves once. again reports that
+// another round is wanted soon (released nodes not idle yet, or events
+// arrived meanwhile).
+func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
+	r.defaults()
+	if r.Spool != nil {
+		if err := r.Spool.Ingest(ctx, r.DB, r.Now()); err != nil {
+			r.Log.Printf("spool: %v", err)
+		}
+	}
+	snap, err := r.DB.Load(ctx)
+	if err != nil {
+		return false, err
+	}
+	evs, err := r.DB.Events(ctx, store.Filter{AfterID: snap.AppliedID, InputsOnly: true})
+	if err != nil {
+		return false, err
+	}
+	p, err := pool.New(r.Pool, snap.State)
+	if err != nil {
+		return false, err
+	}
+	prevNow, prevTotal := snap.State.Now, snap.State.Totals
+	applied := snap.AppliedID
+	launches := map[string]store.Launch{}
+	var history []store.Event
+	for _, ev := range evs {
+		if e := r.fold(p, ev, launches); e != nil {
+			history = append(history, *e)
+		}
+		applied = ev.ID
+	}
+	waiting, joins := r.checkPending(ctx, p)
+	history = append(history, joins...)
+	now := r.Now()
+	p.Step(pool.Event{At: now})
+	history = append(history, r.decide(ctx, p, now))
+	changes, ended := changeEvents(p.Changes(), now)
+	history = append(history, changes...)
+	st := p.State()
+	if err := r.DB.Save(ctx, &store.Round{
+		State: st, Ended: ended, Launch: launches, AppliedID: applied,
+		PrevNow: prevNow, PrevTotal: prevTotal, Events: history,
+	}); err != nil {
+		return false, err
+	}
+	if r.Runner != nil {
+		r.apply(ctx, st, snap.Launch, launches)
+	}
+	return waiting, nil
+}
+
+// SubmitRequest is the detail of a submit event.
+type SubmitRequest struct {
+	ID      string       `json:"id"`
+	Min     int          `json:"min"`
+	Max     int          `json:"max"`
+	Curve   alloc.Curve  `json:"curve"`
+	Weight  float64      `json:"weight,omitempty"`
+	RUp     float64      `json:"rescale_up_s"`
+	RDown   float64      `json:"rescale_down_s"`
+	Samples float64      `json:"samples,omitempty"`
+	Launch  store.Launch `json:"launch"`
+}
+
+// ExitDetail is the detail of an exit event.
+type ExitDetail struct {
+	Status pool.Status `json:"status"`
+	Note   string      `json:"note,omitempty"`
+}
+
+// fold applies one input event to the pool; it returns a history event
+// when the input is rejected (bad submission, unauthorised cancel).
+func (r *Reconciler) fold(p *pool.Pool, ev store.Event, launches map[string]store.Launch) *store.Event {
+	reject := func(err error) *store.Event {
+		r.Log.Printf("event %d (%s): %v", ev.ID, ev.Kind, err)
+		return &store.Event{At: ev.At, Kind: store.KindError, Source: "reconciler", Context: ev.Kind,
+			Trainer: ev.Trainer, User: ev.User, Error: fmt.Sprintf("event %d rejected: %v", ev.ID, err)}
+	}
+	switch ev.Kind {
+	case store.KindJoin:
+		p.Join(ev.At, ev.Nodes, ev.Job)
+	case store.KindLeave:
+		p.Leave(ev.At, ev.Nodes, ev.Job)
+	case store.KindRelease:
+		if r.Scheduler == nil {
+			// Nobody to ask whether they are exactly idle: the caller
+			// (node join, tests) vouches for it.
+			p.Join(ev.At, ev.Nodes, ev.Job)
+			break
+		}
+		p.Release(ev.At, ev.Nodes, ev.Job)
+	case store.KindSubmit:
+		var req SubmitRequest
+		if err := json.Unmarshal(ev.Detail, &req); err != nil {
+			return reject(fmt.Errorf("bad submission: %w", err))
+		}
+		spec := pool.Spec{ID: ev.Trainer, Owner: ev.User, Min: req.Min, Max: req.Max, Curve: req.Curve,
+			Weight: req.Weight, RUp: req.RUp, RDown: req.RDown, Samples: req.Samples, Submit: ev.At}
+		if err := p.Submit(ev.At, spec); err != nil {
+			return reject(err)
+		}
+		launches[ev.Trainer] = req.Launch
+	case store.KindCancel:
+		t, ok := p.Trainer(ev.Trainer)
+		if !ok {
+			return reject(fmt.Errorf("cancel %q: %w", ev.Trainer, pool.ErrUnknownTrainer))
+		}
+		if ev.User != t.Owner && !r.isAdmin(ev.User) {
+			return reject(fmt.Errorf("cancel %q: %s may not cancel %s's trainer", ev.Trainer, ev.User, t.Owner))
+		}
+		if err := p.Cancel(ev.At, ev.Trainer); err != nil {
+			return reject(err)
+		}
+	case store.KindProgress:
+		if err := p.Progress(ev.At, ev.Trainer, ev.Value); err != nil {
+			return reject(err)
+		}
+	case store.KindExit:
+		var d ExitDetail
+		if err := json.Unmarshal(ev.Detail, &d); err != nil || d.Status.Active() {
+			return reject(fmt.Errorf("bad exit detail %q", ev.Detail))
+		}
+		if _, ok := p.Trainer(ev.Trainer); !ok {
+			return nil // already ended
+		}
+		if err := p.End(ev.At, ev.Trainer, d.Status, d.Note); err != nil {
+			return reject(err)
+		}
+	}
+	return nil
+}
+
+func (r *Reconciler) isAdmin(user string) bool {
+	if user == "root" {
+		return true
+	}
+	return r.Admins != nil && r.Admins(user)
+}
+
+// checkPending asks the scheduler whether released nodes are exactly idle
+// yet, and joins those that are. waiting is true while some are still
+// completing and have not waited IdleWait.
+func (r *Reconciler) checkPending(ctx context.Context, p *pool.Pool) (waiting bool, history []store.Event) {
+	pend := p.Pending()
+	if len(pend) == 0 || r.Scheduler == nil {
+		return false, nil
+	}
+	names := make([]string, len(pend))
+	for i, n := range pend {
+		names[i] = n.Name
+	}
+	states, err := r.Scheduler.NodeStates(ctx, names)
+	now := r.Now()
+	if err != nil {
+		history = append(history, store.Event{At: now, Kind: store.KindError, Source: "reconciler", Context: "idle-check", Error: err.Error()})
+		return true, history
+	}
+	byJob := map[string][]string{}
+	var jobs []string
+	for _, n := range pend {
+		switch {
+		case states[n.Name] == "idle":
+		case now.Sub(n.Since) < r.IdleWait:
+			waiting = true
+			continue
+		default:
+			continue // not idle after the wait: sync will settle it
+		}
+		if _, ok := byJob[n.Job]; !ok {
+			jobs = append(jobs, n.Job)
+		}
+		byJob[n.Job] = append(byJob[n.Job], n.Name)
+	}
+	slices.Sort(jobs)
+	for _, job := range jobs {
+		p.Join(now, byJob[job], job)
+	}
+	return waiting, history
+}
+
+// decide solves the pool's problem now and commits the plan; a solver
+// error keeps the allocation and is recorded.
+func (r *Reconciler) decide(ctx context.Context, p *pool.Pool, now time.Time) store.Event {
+	pr := p.Problem()
+	start := time.Now()
+	pl, err := r.Solver.Solve(ctx, pr)
+	took := time.Since(start)
+	ev := store.Event{At: now, Kind: store.KindSolve, Source: "reconciler", Ms: float64(took.Microseconds()) / 1000, HasMs: true}
+	n := pr.Size()
+	ev.Count = n
+	if err != nil {
+		pl = alloc.Keep(pr, r.Solver.Name(), alloc.KeptCurrent, "solver error: "+err.Error())
+		ev.Error = err.Error()
+	}
+	if err := p.Commit(pl); err != nil {
+		// The plan was made for this very pool: a failure is a bug.
+		ev.Error = "commit: " + err.Error()
+		r.Log.Printf("commit: %v", err)
+	}
+	detail, _ := json.Marshal(map[string]any{
+		"solver": pl.Solver, "status": pl.Status.String(), "trainers": len(pr.Trainers), "nodes": n, "note": pl.Note,
+	})
+	ev.Detail = detail
+	ev.Value, ev.HasVal = pl.Objective, true
+	return ev
+}
+
+// changeEvents turns the pool's changes into history rows, leaving out
+// those that merely repeat an input event, and collects the final state
+// of Trainers that ended.
+func changeEvents(cs []pool.Change, now time.Time) (out []store.Event, ended []pool.Trainer) {
+	for _, c := range cs {
+		e := store.Event{At: c.At, Source: "reconciler", Trainer: c.Trainer, Job: c.Job, Nodes: c.Nodes}
+		if e.At.IsZero() {
+			e.At = now
+		}
+		switch c.Kind {
+		case pool.Preempted:
+			e.Kind, e.Value, e.HasVal = store.KindPreempt, c.Cost, true
+			e.Detail, _ = json.Marshal(map[string]int{"from": c.From, "to": c.To})
+		case pool.Admitted:
+			e.Kind = store.KindAdmit
+		case pool.Rescaled:
+			e.Kind, e.Value, e.HasVal = store.KindRescale, c.Cost, true
+			e.Nodes = append(slices.Clone(c.Add), c.Release...)
+			e.Detail, _ = json.Marshal(map[string]any{"from": c.From, "to": c.To, "add": c.Add, "release": c.Release})
+		case pool.Ended:
+			e.Kind = store.KindEnd
+			e.Detail, _ = json.Marshal(ExitDetail{Status: c.Status, Note: c.Note})
+			if c.Final != nil {
+				ended = append(ended, *c.Final)
+			}
+		case pool.Stale:
+			e.Kind, e.Context = store.KindStale, c.Note
+		case pool.Undecided:
+			e.Kind, e.Context = store.KindKept, c.Note
+		default:
+			continue // join, leave, release, submit, progress: the input row says it
+		}
+		out = append(out, e)
+	}
+	return out, ended
+}
+
+// apply hands the desired state to the runner and records what it did.
+func (r *Reconciler) apply(ctx context.Context, st pool.State, saved, fresh map[string]store.Launch) {
+	var want []trainer.Want
+	for _, t := range st.Trainers {
+		if t.Status != pool.Running {
+			continue
+		}
+		l, ok := fresh[t.ID]
+		if !ok {
+			l = saved[t.ID]
+		}
+		w := trainer.Want{ID: t.ID, Owner: t.Owner, Launcher: l.Launcher, Spec: l.Spec, Min: t.Min, Max: t.Max}
+		for _, n := range t.Nodes {
+			w.Nodes = append(w.Nodes, n.Name)
+		}
+		want = append(want, w)
+	}
+	acts := r.Runner.Apply(ctx, want)
+	if len(acts) == 0 {
+		return
+	}
+	evs := make([]store.Event, 0, len(acts))
+	for _, a := range acts {
+		e := store.Event{At: r.Now(), Kind: store.KindAction, Source: "trainer", Context: a.Op, Trainer: a.Trainer,
+			Ms: float64(a.Took.Microseconds()) / 1000, HasMs: true}
+		if a.Node != "" {
+			e.Nodes = []string{a.Node}
+		}
+		if a.Err != nil {
+			e.Error = a.Err.Error()
+		}
+		if a.Note != "" {
+			e.Detail, _ = json.Marshal(map[string]string{"note": a.Note})
+		}
+		evs = append(evs, e)
+	}
+	if _, err := r.DB.Append(ctx, evs...); err != nil {
+		r.Log.Printf("record actions: %v", err)
+	}
+}
+
+// ErrLocked is returned when an exclusive operation finds the lock held.
+var ErrLocked = errors.New("locked by another reconciler")
+
+// Watch runs the reconciler every interval until the context ends: the
+// service form, which picks up spooled requests from unprivileged users
+// and events recorded by hooks that could not start a reconciler.
+func Watch(ctx context.Context, r *Reconciler, every time.Duration) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if err := r.Run(ctx); err != nil {
+			r.Log.Printf("reconcile: %v", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Preview is a dry run of a round: the saved state with the events not yet
+// folded, brought to now, and the plan the solver would make. Nothing is
+// saved and nothing is applied. pending counts the events folded here.
+type Preview struct {
+	Pool     *pool.Pool
+	Problem  *alloc.Problem
+	Plan     *alloc.Plan
+	Pending  int
+	SolveDur time.Duration
+}
+
+// Preview computes a dry-run round.
+func (r *Reconciler) Preview(ctx context.Context) (*Preview, error) {
+	r.defaults()
+	snap, err := r.DB.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	evs, err := r.DB.Events(ctx, store.Filter{AfterID: snap.AppliedID, InputsOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	p, err := pool.New(r.Pool, snap.State)
+	if err != nil {
+		return nil, err
+	}
+	for _, ev := range evs {
+		r.fold(p, ev, map[string]store.Launch{})
+	}
+	p.Step(pool.Event{At: r.Now()})
+	pr := p.Problem()
+	start := time.Now()
+	pl, err := r.Solver.Solve(ctx, pr)
+	if err != nil {
+		return nil, err
+	}
+	return &Preview{Pool: p, Problem: pr, Plan: pl, Pending: len(evs), SolveDur: time.Since(start)}, nil
+}
+
+// Sync compares the pool with the scheduler's own view and records what
+// differs: nodes exactly idle there but not in the pool join; nodes in the
+// pool that the scheduler runs jobs on (or no longer lists) leave. It is
+// how a missed hook (a crashed node, a restarted controller) is repaired.
+func Sync(ctx context.Context, db *store.DB, cfg pool.Config, sched Scheduler, now time.Time, user string) (joined, left []string, err error) {
+	states, err := sched.NodeStates(ctx, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sync: %w", err)
+	}
+	r := &Reconciler{DB: db, Pool: cfg, Scheduler: sched, Now: func() time.Time { return now }}
+	r.defaults()
+	snap, err := db.Load(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	evs, err := db.Events(ctx, store.Filter{AfterID: snap.AppliedID, InputsOnly: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := pool.New(cfg, snap.State)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, ev := range evs {
+		r.fold(p, ev, map[string]store.Launch{})
+	}
+	names := make([]string, 0, len(states))
+	for n := range states {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		node, known := p.Node(n)
+		idle := states[n] == "idle"
+		switch {
+		case idle && (!known || node.State != pool.Idle):
+			joined = append(joined, n)
+		case !idle && known && node.State == pool.Idle:
+			left = append(left, n)
+		}
+	}
+	for _, n := range p.State().Nodes {
+		if _, listed := states[n.Name]; !listed && n.State == pool.Idle {
+			left = append(left, n.Name)
+		}
+	}
+	detail, _ := json.Marshal(map[string]int{"scheduler_nodes": len(states), "joined": len(joined), "left": len(left)})
+	out := []store.Event{{At: now, Kind: store.KindSync, Source: "cli", User: user, Detail: detail}}
+	if len(left) > 0 {
+		out = append(out, store.Event{At: now, Kind: store.KindLeave, Source: "sync", User: user, Nodes: left})
+	}
+	if len(joined) > 0 {
+		out = append(out, store.Event{At: now, Kind: store.KindJoin, Source: "sync", User: user, Nodes: joined})
+	}
+	if _, err := db.Append(ctx, out...); err != nil {
+		return nil, nil, err
+	}
+	return joined, left, nil
+}

@@ -1,0 +1,205 @@
+package sidecar
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/bftrainer/bftrainer/store"
+)
+
+// Spool is how unprivileged users reach the database they may not write:
+// they drop a request file in a directory with the sticky bit (mode 1733,
+// as cron and at do), and the privileged reconciler ingests it. The
+// request's author is the file's owner, which the kernel proves; nothing
+// the file says about its author is believed.
+type Spool struct {
+	Dir string
+}
+
+// Request is one spooled request.
+type Request struct {
+	Kind    string          `json:"kind"` // submit, cancel, progress, exit
+	Trainer string          `json:"trainer"`
+	Value   float64         `json:"value,omitempty"`
+	Detail  json.RawMessage `json:"detail,omitempty"`
+	At      time.Time       `json:"at"`
+}
+
+// maxRequest bounds a request file: a submission with a long curve and
+// command is a few kilobytes.
+const maxRequest = 1 << 20
+
+// SpoolMode is the spool directory's mode: anyone may create files, only
+// owners may remove or rename theirs, nobody but root may list it.
+const SpoolMode = os.ModeSticky | 0o733
+
+// Put writes a request atomically (a hidden temporary file renamed into
+// place, so the reconciler never reads half a request) and returns its
+// path.
+func (s *Spool) Put(r Request) (string, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp(s.Dir, ".tmp-*")
+	if err != nil {
+		return "", fmt.Errorf("spool: %w", err)
+	}
+	tmp := f.Name()
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return "", fmt.Errorf("spool: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("spool: %w", err)
+	}
+	name := filepath.Join(s.Dir, fmt.Sprintf("%d-%d-%s.req", time.Now().UnixNano(), os.Getpid(), strings.TrimPrefix(filepath.Base(tmp), ".tmp-")))
+	if err := os.Rename(tmp, name); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("spool: %w", err)
+	}
+	return name, nil
+}
+
+// Ingest turns every complete request file into an event attributed to
+// its owner, then removes the file. Bad files are recorded as errors and
+// removed; temporary files older than an hour are removed.
+func (s *Spool) Ingest(ctx context.Context, db *store.DB, now time.Time) error {
+	ents, err := os.ReadDir(s.Dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("read spool: %w", err)
+	}
+	var names []string
+	for _, e := range ents {
+		n := e.Name()
+		if strings.HasPrefix(n, ".tmp-") {
+			if fi, err := e.Info(); err == nil && now.Sub(fi.ModTime()) > time.Hour {
+				os.Remove(filepath.Join(s.Dir, n))
+			}
+			continue
+		}
+		if strings.HasSuffix(n, ".req") {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names) // names start with the time they were written
+	var evs []store.Event
+	var done []string
+	for _, n := range names {
+		path := filepath.Join(s.Dir, n)
+		ev, err := readRequest(path, now)
+		if err != nil {
+			ev = store.Event{At: now, Kind: store.KindError, Source: "spool", Context: n, Error: err.Error()}
+		}
+		evs = append(evs, ev)
+		done = append(done, path)
+	}
+	if len(evs) == 0 {
+		return nil
+	}
+	if _, err := db.Append(ctx, evs...); err != nil {
+		return err // files stay; the next round retries
+	}
+	for _, p := range done {
+		os.Remove(p)
+	}
+	return nil
+}
+
+// readRequest reads one request without following links and attributes it
+// to the file's owner.
+func readRequest(path string, now time.Time) (store.Event, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return store.Event{}, fmt.Errorf("open request: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return store.Event{}, err
+	}
+	if !fi.Mode().IsRegular() {
+		return store.Event{}, errors.New("request is not a regular file")
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return store.Event{}, errors.New("no owner information")
+	}
+	if st.Nlink != 1 {
+		return store.Event{}, errors.New("request file has other links")
+	}
+	owner, err := userName(st.Uid)
+	if err != nil {
+		return store.Event{}, err
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxRequest+1))
+	if err != nil {
+		return store.Event{}, err
+	}
+	if len(b) > maxRequest {
+		return store.Event{}, fmt.Errorf("request larger than %d bytes", maxRequest)
+	}
+	var r Request
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return store.Event{}, fmt.Errorf("request from %s: %w", owner, err)
+	}
+	switch r.Kind {
+	case store.KindSubmit, store.KindCancel, store.KindProgress, store.KindExit:
+	default:
+		return store.Event{}, fmt.Errorf("request from %s: unknown kind %q", owner, r.Kind)
+	}
+	if err := ValidateTrainerID(r.Trainer); err != nil {
+		return store.Event{}, fmt.Errorf("request from %s: %w", owner, err)
+	}
+	at := r.At
+	if at.IsZero() || at.After(now) {
+		at = now
+	}
+	ev := store.Event{At: at, Kind: r.Kind, Source: "spool", Trainer: r.Trainer, User: owner, Detail: r.Detail}
+	if r.Kind == store.KindProgress {
+		ev.Value, ev.HasVal = r.Value, true
+	}
+	return ev, nil
+}
+
+func userName(uid uint32) (string, error) {
+	u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10))
+	if err != nil {
+		return "", fmt.Errorf("owner uid %d: %w", uid, err)
+	}
+	return u.Username, nil
+}
+
+// ValidateTrainerID checks a Trainer name: it names processes, files and
+// rendezvous ids, and reaches remote shells, so it is kept to a small
+// safe alphabet.
+func ValidateTrainerID(id string) error {
+	if id == "" || len(id) > 64 {
+		return fmt.Errorf("trainer name %q: must be 1 to 64 characters", id)
+	}
+	for i, c := range id {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || (i > 0 && (c == '-' || c == '_' || c == '.'))
+		if !ok {
+			return fmt.Errorf("trainer name %q: only letters, digits and - _ . (not first) are allowed", id)
+		}
+	}
+	return nil
+}
