@@ -66,8 +66,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		return fmt.Errorf("reconcile: %w", err)
 	}
 	if !ok {
-		r.Log.Printf("another reconciler holds %s; it will pick up new events", r.LockPath)
-		return nil
+		return nil // the holder picks up the new events before it stops
 	}
 	rounds := 0
 	for {
@@ -290,8 +289,10 @@ func (r *Reconciler) checkPending(ctx context.Context, p *pool.Pool) (waiting bo
 	states, err := r.Scheduler.NodeStates(ctx, names)
 	now := r.Now()
 	if err != nil {
+		// Do not spin on a scheduler that does not answer: the nodes stay
+		// pending until the next event or sync.
 		history = append(history, store.Event{At: now, Kind: store.KindError, Source: "reconciler", Context: "idle-check", Error: err.Error()})
-		return true, history
+		return false, history
 	}
 	byJob := map[string][]string{}
 	var jobs []string

@@ -137,6 +137,9 @@ func schedulerQuery(cfg Config) (sidecar.Scheduler, bool) {
 	default:
 		sched, cmd = hooks.Slurm, cfg.Scheduler.Sinfo
 	}
+	if cmd == "" {
+		return nil, false
+	}
 	if _, err := lookPath(cmd); err != nil {
 		return nil, false
 	}
