@@ -1,0 +1,44 @@
+# bftrainer — see README.md.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+GO      ?= go
+CONFIG  ?= /etc/bftrainer/bftrainer.toml
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION) -X main.defaultConfig=$(CONFIG)
+
+.PHONY: build test test-short bench demo install clean
+
+build:
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/bftrainer ./cmd/bftrainer
+	$(GO) build -o bin/bftrainer-bench ./cmd/bftrainer-bench
+
+# Every test: real SQLite, real cbc, real sshd, real Slurm, real torchrun
+# where installed (.ci/run installs them; tests that need a missing one
+# say so and skip).
+test:
+	$(GO) vet ./...
+	$(GO) test -race -timeout 60m ./...
+
+# The fast subset, for a quick edit-test loop.
+test-short:
+	$(GO) test -short ./...
+
+# Figures: exact solver vs CBC, hooks, replay, rescale and reclaim, Slurm.
+bench: build
+	./bin/bftrainer-bench all
+
+# The main job on embedded defaults: a generated heavy-tailed idle-node
+# trace, a generated Trainer workload, the exact allocator; prints the
+# summary and writes demo-out/ (timeline.svg, steps.csv, summary.json).
+demo:
+	$(GO) run ./cmd/bftrainer replay --out demo-out
+
+install: build
+	install -d $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)/etc/bftrainer
+	install -m 0755 bin/bftrainer $(DESTDIR)$(PREFIX)/sbin/bftrainer
+	test -e $(DESTDIR)$(CONFIG) || install -m 0644 etc/bftrainer.toml $(DESTDIR)$(CONFIG)
+	install -d -m 0755 $(DESTDIR)/var/lib/bftrainer $(DESTDIR)/var/log/bftrainer
+	install -d -m 1733 $(DESTDIR)/var/spool/bftrainer
+
+clean:
+	rm -rf bin demo-out
