@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -70,22 +71,20 @@ func newDeques(pieces, stride int) deques {
 	return deques{stride: stride, m: make([]int32, pieces*stride), h: make([]float64, pieces*stride), w: make([]window, pieces)}
 }
 
-// stage computes one Trainer's DP stage over part of its capacity range.
+// stage computes one Trainer's DP values over part of its capacity range.
+// Only values: the counts are recovered afterwards, one stage at a time,
+// so the hot loops carry no argmax bookkeeping.
 type stage struct {
 	ch   *choices
 	ext  []float64 // previous stage's dp at m, indexed m-base
 	base int
-	lo   int       // first capacity of the stage; cur and best index c-lo
+	lo   int       // first capacity of the stage; cur indexes c-lo
 	cur  []float64 // dp value per capacity
-	best []int32   // count chosen per capacity
-	tol  float64
 }
 
-// run fills cur and best for capacities c0..c1: for each c, the best count
-// among 0, the current size, and every linear piece (the front of its
-// deque). Ties keep the current size, then prefer fewer nodes.
+// run fills cur for capacities c0..c1.
 func (s *stage) run(d *deques, c0, c1 int) {
-	ch, ext, base, tol := s.ch, s.ext, s.base, s.tol
+	ch, ext, base := s.ch, s.ext, s.base
 	dqM, dqH := d.m, d.h
 	np := len(ch.pieces)
 	for q := range np {
@@ -93,23 +92,20 @@ func (s *stage) run(d *deques, c0, c1 int) {
 	}
 	C := ch.cur
 	for c := c0; c <= c1; c++ {
-		bv, bk := math.Inf(-1), -1
+		bv := math.Inf(-1)
 		if ch.zero && c >= base {
-			bv, bk = ext[c-base]+ch.zeroV, 0
+			bv = ext[c-base] + ch.zeroV
 		}
 		if C > 0 && c-C >= base {
-			if v := ext[c-C-base] + ch.curV; v > bv-tol {
-				bv, bk = v, C // a tie keeps the current size
-			}
+			bv = max(bv, ext[c-C-base]+ch.curV)
 		}
 		for q := range np {
 			pc, w := &ch.pieces[q], &d.w[q]
 			beta := pc.beta
 			for top := c - pc.a; w.next <= top; w.next++ {
 				hv := ext[w.next-base] - beta*float64(w.next)
-				// Pop dominated m; on a tie keep the larger m (fewer nodes).
 				t := w.tail
-				for t > w.head && dqH[t-1] <= hv+tol {
+				for t > w.head && dqH[t-1] <= hv {
 					t--
 				}
 				dqM[t], dqH[t] = int32(w.next), hv
@@ -119,16 +115,10 @@ func (s *stage) run(d *deques, c0, c1 int) {
 				w.head++
 			}
 			if w.tail > w.head {
-				v := pc.alpha + beta*float64(c) + dqH[w.head]
-				k := c - int(dqM[w.head])
-				// Better, or a tie that prefers fewer nodes (never
-				// displacing the current size).
-				if v > bv+tol || (v >= bv-tol && bk != C && k < bk) {
-					bv, bk = v, k
-				}
+				bv = max(bv, pc.alpha+beta*float64(c)+dqH[w.head])
 			}
 		}
-		s.cur[c-s.lo], s.best[c-s.lo] = bv, int32(bk)
+		s.cur[c-s.lo] = bv
 	}
 }
 
@@ -140,6 +130,7 @@ type choices struct {
 	curV   float64
 	pieces []piece // feasible counts other than 0 and C, in increasing order
 	maxK   int     // largest feasible count
+	lo     int     // smallest feasible count above 0 (maxK+1 if none)
 }
 
 func trainerChoices(p *Problem, j, step int) choices {
@@ -147,14 +138,14 @@ func trainerChoices(p *Problem, j, step int) choices {
 	c := len(t.Held)
 	lo, hi := p.bounds(j)
 	lo, hi = max(lo, c-step), min(hi, c+step)
-	ch := choices{cur: -1}
+	ch := choices{cur: -1, lo: 1}
 	if c <= step {
 		ch.zero, ch.zeroV = true, p.Value(j, 0)
 	}
 	if lo > hi {
 		return ch
 	}
-	ch.maxK = hi
+	ch.maxK, ch.lo = hi, lo
 	if c >= lo && c <= hi {
 		ch.cur, ch.curV = c, p.Value(j, c)
 	}
@@ -222,24 +213,21 @@ func OptimalCounts(p *Problem) ([]int, bool) {
 			suffix += chs[j-1].maxK
 		}
 	}
-
-	off := make([]int, J+1) // offset of stage j's choices in pick
-	for j := 1; j <= J; j++ {
-		off[j] = off[j-1] + U[j-1] - L[j-1] + 1
-	}
-	pick := make([]int32, off[J]+U[J]-L[J]+1)
-	width := 1
-	maxPieces := 0
+	width, maxPieces, total := 1, 0, 0
 	for j := 0; j <= J; j++ {
 		width = max(width, U[j]-L[j]+1)
+		total += U[j] - L[j] + 1
 		if j < J {
 			maxPieces = max(maxPieces, len(chs[j].pieces))
 		}
 	}
-	// Buffers reused across stages: dp values of the previous and current
-	// stage, and the previous stage extended (constant above its U).
-	prev := make([]float64, 1, width) // dp_0 over [0, 0]
-	cur := make([]float64, 0, width)
+	// Every stage's values are kept for the walk back: J·width floats.
+	buf := make([]float64, total)
+	dps := make([][]float64, J+1)
+	for j := 0; j <= J; j++ {
+		dps[j], buf = buf[:U[j]-L[j]+1], buf[U[j]-L[j]+1:]
+	}
+	// dp_0 is 0 for every capacity.
 	ext := make([]float64, 0, N+1)
 	// Large stages are split in two halves run on two goroutines (the
 	// halves read the previous stage only); each half has its own deques.
@@ -251,19 +239,16 @@ func OptimalCounts(p *Problem) ([]int, bool) {
 	for i := range ws {
 		ws[i] = newDeques(maxPieces, N+2)
 	}
-	prevL, prevU := 0, 0
 	var wg sync.WaitGroup
 	for j := 1; j <= J; j++ {
-		ch := &chs[j-1]
+		prev, prevL, prevU := dps[j-1], L[j-1], U[j-1]
 		lo, hi := L[j], U[j]
-		cur = cur[:hi-lo+1]
-		best := pick[off[j] : off[j]+hi-lo+1]
 		// ext[m-prevL] = dp_{j-1}(m) for m in [prevL, hi].
 		ext = append(ext[:0], prev...)
 		for m := prevU + 1; m <= hi; m++ {
 			ext = append(ext, prev[len(prev)-1])
 		}
-		st := stage{ch: ch, ext: ext, base: prevL, lo: lo, cur: cur, best: best, tol: tol}
+		st := stage{ch: &chs[j-1], ext: ext, base: prevL, lo: lo, cur: dps[j]}
 		if parts == 1 || hi-lo+1 < parallelWidth {
 			st.run(&ws[0], lo, hi)
 		} else {
@@ -276,18 +261,48 @@ func OptimalCounts(p *Problem) ([]int, bool) {
 			st.run(&ws[0], lo, mid-1)
 			wg.Wait()
 		}
-		prev, cur = cur, prev[:0]
-		prevL, prevU = lo, hi
 	}
-	if math.IsInf(prev[len(prev)-1], -1) {
+	if math.IsInf(dps[J][len(dps[J])-1], -1) {
 		return nil, false
 	}
+	// Walk back: at each stage pick a count that attains the stage's
+	// value (within the tolerance), keeping the current size on a tie,
+	// then preferring fewer nodes.
 	counts := make([]int, J)
 	c := U[J]
 	for j := J; j >= 1; j-- {
-		k := int(pick[off[j]+c-L[j]])
-		counts[j-1] = k
-		c = min(c-k, U[j-1])
+		ch := &chs[j-1]
+		prev, prevL, prevU := dps[j-1], L[j-1], U[j-1]
+		at := func(m int) float64 {
+			if m < prevL {
+				return math.Inf(-1)
+			}
+			return prev[min(m, prevU)-prevL]
+		}
+		target := dps[j][c-L[j]]
+		best, bestV := -1, math.Inf(-1)
+		consider := func(k int, v float64) {
+			switch {
+			case v < target-tol:
+			case best < 0, k == ch.cur && best != ch.cur:
+				best, bestV = k, v
+			case best == ch.cur:
+			case k < best:
+				best, bestV = k, v
+			}
+		}
+		if ch.zero {
+			consider(0, at(c)+ch.zeroV)
+		}
+		for k := ch.lo; k <= min(ch.maxK, c); k++ {
+			consider(k, at(c-k)+p.Value(j-1, k))
+		}
+		if best < 0 {
+			panic(fmt.Sprintf("alloc: exact: no count attains stage %d value %v at capacity %d", j, target, c))
+		}
+		_ = bestV
+		counts[j-1] = best
+		c = min(c-best, prevU)
 	}
 	return counts, true
 }
