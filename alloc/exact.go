@@ -213,21 +213,40 @@ func OptimalCounts(p *Problem) ([]int, bool) {
 			suffix += chs[j-1].maxK
 		}
 	}
-	width, maxPieces, total := 1, 0, 0
-	for j := 0; j <= J; j++ {
-		width = max(width, U[j]-L[j]+1)
-		total += U[j] - L[j] + 1
-		if j < J {
-			maxPieces = max(maxPieces, len(chs[j].pieces))
+	// Capacities that can lie on an optimal path (LP bounds): stage j
+	// keeps values for [F[j], T[j]] only; outside is −Inf, above U[j] the
+	// value at U[j].
+	F, T := slices.Clone(L), slices.Clone(U)
+	if from, to, ok := prune(p, chs, L, U, 1e-9*scale); ok {
+		for j := 1; j <= J; j++ {
+			F[j], T[j] = max(L[j], from[j]), min(U[j], to[j])
 		}
 	}
-	// Every stage's values are kept for the walk back: J·width floats.
+	width, maxPieces, maxLen, total := 1, 0, 0, 0
+	for j := 0; j <= J; j++ {
+		width = max(width, T[j]-F[j]+1)
+		total += max(0, T[j]-F[j]+1)
+		if j < J {
+			maxPieces = max(maxPieces, len(chs[j].pieces))
+			for _, pc := range chs[j].pieces {
+				maxLen = max(maxLen, pc.b-pc.a+1)
+			}
+		}
+	}
+	// Every stage's values are kept for the walk back.
 	buf := make([]float64, total)
 	dps := make([][]float64, J+1)
 	for j := 0; j <= J; j++ {
-		dps[j], buf = buf[:U[j]-L[j]+1], buf[U[j]-L[j]+1:]
+		n := max(0, T[j]-F[j]+1)
+		dps[j], buf = buf[:n], buf[n:]
 	}
-	// dp_0 is 0 for every capacity.
+	at := func(j, m int) float64 {
+		m = min(m, U[j])
+		if m < F[j] || m > T[j] {
+			return math.Inf(-1)
+		}
+		return dps[j][m-F[j]]
+	}
 	ext := make([]float64, 0, N+1)
 	// Large stages are split in two halves run on two goroutines (the
 	// halves read the previous stage only); each half has its own deques.
@@ -237,18 +256,22 @@ func OptimalCounts(p *Problem) ([]int, bool) {
 	}
 	ws := make([]deques, parts)
 	for i := range ws {
-		ws[i] = newDeques(maxPieces, N+2)
+		// A piece pushes at most width + its length values per stage.
+		ws[i] = newDeques(maxPieces, width+maxLen+2)
 	}
 	var wg sync.WaitGroup
 	for j := 1; j <= J; j++ {
-		prev, prevL, prevU := dps[j-1], L[j-1], U[j-1]
-		lo, hi := L[j], U[j]
-		// ext[m-prevL] = dp_{j-1}(m) for m in [prevL, hi].
-		ext = append(ext[:0], prev...)
-		for m := prevU + 1; m <= hi; m++ {
-			ext = append(ext, prev[len(prev)-1])
+		lo, hi := F[j], T[j]
+		if lo > hi {
+			continue
 		}
-		st := stage{ch: &chs[j-1], ext: ext, base: prevL, lo: lo, cur: dps[j]}
+		// ext[m-base] = dp_{j-1}(m) for m in [base, hi].
+		base := F[j-1]
+		ext = ext[:0]
+		for m := base; m <= hi; m++ {
+			ext = append(ext, at(j-1, m))
+		}
+		st := stage{ch: &chs[j-1], ext: ext, base: base, lo: lo, cur: dps[j]}
 		if parts == 1 || hi-lo+1 < parallelWidth {
 			st.run(&ws[0], lo, hi)
 		} else {
@@ -262,7 +285,7 @@ func OptimalCounts(p *Problem) ([]int, bool) {
 			wg.Wait()
 		}
 	}
-	if math.IsInf(dps[J][len(dps[J])-1], -1) {
+	if math.IsInf(at(J, U[J]), -1) {
 		return nil, false
 	}
 	// Walk back: at each stage pick a count that attains the stage's
@@ -272,37 +295,29 @@ func OptimalCounts(p *Problem) ([]int, bool) {
 	c := U[J]
 	for j := J; j >= 1; j-- {
 		ch := &chs[j-1]
-		prev, prevL, prevU := dps[j-1], L[j-1], U[j-1]
-		at := func(m int) float64 {
-			if m < prevL {
-				return math.Inf(-1)
-			}
-			return prev[min(m, prevU)-prevL]
-		}
-		target := dps[j][c-L[j]]
-		best, bestV := -1, math.Inf(-1)
+		target := at(j, c)
+		best := -1
 		consider := func(k int, v float64) {
 			switch {
-			case v < target-tol:
+			case v < target-tol || math.IsInf(v, -1):
 			case best < 0, k == ch.cur && best != ch.cur:
-				best, bestV = k, v
+				best = k
 			case best == ch.cur:
 			case k < best:
-				best, bestV = k, v
+				best = k
 			}
 		}
 		if ch.zero {
-			consider(0, at(c)+ch.zeroV)
+			consider(0, at(j-1, c)+ch.zeroV)
 		}
 		for k := ch.lo; k <= min(ch.maxK, c); k++ {
-			consider(k, at(c-k)+p.Value(j-1, k))
+			consider(k, at(j-1, c-k)+p.Value(j-1, k))
 		}
 		if best < 0 {
 			panic(fmt.Sprintf("alloc: exact: no count attains stage %d value %v at capacity %d", j, target, c))
 		}
-		_ = bestV
 		counts[j-1] = best
-		c = min(c-best, prevU)
+		c = min(c-best, U[j-1])
 	}
 	return counts, true
 }

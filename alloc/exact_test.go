@@ -179,3 +179,25 @@ func TestExplainNamesTheReason(t *testing.T) {
 		}
 	}
 }
+
+// TestExactSummitLikeMatchesNaiveDP checks the LP pruning on the shape it
+// is built for: many Trainers with measured concave-ish curves.
+func TestExactSummitLikeMatchesNaiveDP(t *testing.T) {
+	for seed := uint64(1); seed <= 12; seed++ {
+		for _, sem := range []alloc.Semantics{alloc.Default, alloc.Reference} {
+			p := alloctest.Summit(6+int(seed%5), 150+int(seed)*40, []int{64, 300}[seed%2], seed)
+			p.Semantics = sem
+			want := naiveDP(p)
+			pl, err := alloc.Exact{}.Solve(context.Background(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := alloc.Check(p, pl); err != nil {
+				t.Fatalf("seed %d: %v", seed, err)
+			}
+			if got := pl.Objective; math.Abs(got-want) > 1e-9*math.Max(1, math.Abs(want)) {
+				t.Fatalf("seed %d %v: exact %v, naive DP %v", seed, sem, got, want)
+			}
+		}
+	}
+}

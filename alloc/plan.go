@@ -87,11 +87,40 @@ func nodeCmp(a, b *Node) int {
 }
 
 func sortedNodes(ns []Node) []Node {
-	if slices.IsSortedFunc(ns, func(a, b Node) int { return nodeCmp(&a, &b) }) {
+	sorted := true
+	for i := 1; i < len(ns); i++ {
+		if nodeCmp(&ns[i-1], &ns[i]) > 0 {
+			sorted = false
+			break
+		}
+	}
+	if sorted {
 		return ns
 	}
-	out := slices.Clone(ns)
-	slices.SortFunc(out, func(a, b Node) int { return nodeCmp(&a, &b) })
+	// Sort integer keys, not time.Time values: several times faster on
+	// a Summit-sized pool.
+	type key struct {
+		t     int64
+		order int
+		i     int32
+	}
+	keys := make([]key, len(ns))
+	for i := range ns {
+		keys[i] = key{ns[i].Since.UnixNano(), ns[i].Order, int32(i)}
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		if c := cmp.Compare(a.t, b.t); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.order, b.order); c != 0 {
+			return c
+		}
+		return cmp.Compare(ns[a.i].Name, ns[b.i].Name)
+	})
+	out := make([]Node, len(ns))
+	for i, k := range keys {
+		out[i] = ns[k.i]
+	}
 	return out
 }
 

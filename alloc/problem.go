@@ -162,7 +162,7 @@ func (p *Problem) Validate() error {
 	if p.Semantics != Default && p.Semantics != Reference {
 		return bad("", "semantics", "unknown semantics %d", p.Semantics)
 	}
-	seen := make(map[string]string, len(p.Free))
+	seen := make(map[string]string, p.Size())
 	for _, n := range p.Free {
 		if n.Name == "" {
 			return bad("", "free", "node with an empty name")
