@@ -1,0 +1,354 @@
+package milp_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/alloc/alloctest"
+	"github.com/bftrainer/bftrainer/alloc/milp"
+)
+
+// requireBackend skips the test, with the backend's install hint, when its
+// solver program is absent.
+func requireBackend(tb testing.TB, b milp.Backend) milp.Backend {
+	tb.Helper()
+	if err := b.Available(); err != nil {
+		tb.Skipf("skipping: %v", err)
+	}
+	return b
+}
+
+// nodePlan turns decoded node sets into a Plan for alloc.Check: Add and
+// Release are the differences from the held nodes.
+func nodePlan(p *alloc.Problem, name string, counts []int, sets [][]string) *alloc.Plan {
+	pl := &alloc.Plan{Solver: name, Status: alloc.Optimal, Objective: p.ObjectiveOf(counts)}
+	for j := range p.Trainers {
+		t := &p.Trainers[j]
+		a := alloc.Assignment{ID: t.ID, From: len(t.Held), To: counts[j], Nodes: sets[j], Value: p.Value(j, counts[j])}
+		held := make(map[string]bool, len(t.Held))
+		for _, n := range t.Held {
+			held[n.Name] = true
+		}
+		in := make(map[string]bool, len(sets[j]))
+		for _, n := range sets[j] {
+			in[n] = true
+			if !held[n] {
+				a.Add = append(a.Add, n)
+			}
+		}
+		for _, n := range t.Held {
+			if !in[n.Name] {
+				a.Release = append(a.Release, n.Name)
+			}
+		}
+		pl.Trainers = append(pl.Trainers, a)
+	}
+	return pl
+}
+
+func approx(a, b, rel float64) bool {
+	return math.Abs(a-b) <= rel*math.Max(1, math.Max(math.Abs(a), math.Abs(b)))
+}
+
+// checkAgainstExact solves p's node-level MILP with b and checks the
+// answer at node level (alloc.Check) and against alloc.Exact's objective.
+// It returns the solver's status.
+func checkAgainstExact(t *testing.T, b milp.Backend, p *alloc.Problem) milp.Status {
+	t.Helper()
+	ctx := context.Background()
+	want, err := alloc.Exact{}.Solve(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := milp.Build(p)
+	sol, err := b.Solve(ctx, m, milp.Options{TimeLimit: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want.Status == alloc.Infeasible {
+		if sol.Status != milp.Infeasible {
+			t.Fatalf("exact: infeasible; %s: %v (%s)", b.Name(), sol.Status, sol.Message)
+		}
+		return sol.Status
+	}
+	if sol.Status != milp.Optimal {
+		t.Fatalf("exact: %v with objective %v; %s: %v (%s)", want.Counts(), want.Objective, b.Name(), sol.Status, sol.Message)
+	}
+	counts, sets, err := m.Decode(sol.Values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := alloc.Check(p, nodePlan(p, b.Name(), counts, sets)); err != nil {
+		t.Fatalf("%s's node sets %v: %v", b.Name(), sets, err)
+	}
+	if got := p.ObjectiveOf(counts); !approx(got, want.Objective, 1e-9) {
+		t.Fatalf("%s: counts %v objective %.12g; exact: counts %v objective %.12g", b.Name(), counts, got, want.Counts(), want.Objective)
+	}
+	// The solver's own objective is printed to 8 decimals.
+	if !approx(sol.Objective, want.Objective, 1e-7) {
+		t.Fatalf("%s reports objective %.12g, exact %.12g", b.Name(), sol.Objective, want.Objective)
+	}
+	return sol.Status
+}
+
+// randomProblems returns nDefault problems under Default semantics, then
+// nReference under Reference: 1–5 Trainers, 0–16 nodes, every objective,
+// numbers rounded so the MPS file holds them exactly.
+func randomProblems(seed uint64, nDefault, nReference int) []*alloc.Problem {
+	r := rand.New(rand.NewPCG(seed, 2106))
+	objs := []alloc.Objective{alloc.Throughput, alloc.Speedup, alloc.Metric}
+	var ps []*alloc.Problem
+	for i := range nDefault + nReference {
+		sem := alloc.Default
+		if i >= nDefault {
+			sem = alloc.Reference
+		}
+		ps = append(ps, alloctest.Problem(r, alloctest.Options{
+			Trainers:  1 + r.IntN(5),
+			Nodes:     r.IntN(17),
+			Semantics: sem,
+			Objective: objs[r.IntN(len(objs))],
+			Nice:      true,
+		}))
+	}
+	return ps
+}
+
+// propertyTest runs checkAgainstExact on random problems, two at a time
+// (parallel sub-tests; go test's -parallel defaults to GOMAXPROCS).
+func propertyTest(t *testing.T, b milp.Backend, nDefault, nReference int) {
+	ps := randomProblems(12091, nDefault, nReference)
+	var optimal, infeasible, sameAsDefault atomic.Int64
+	start := time.Now()
+	t.Run("problems", func(t *testing.T) {
+		for i, p := range ps {
+			t.Run(fmt.Sprintf("%s-%03d", p.Semantics, i), func(t *testing.T) {
+				t.Parallel()
+				switch checkAgainstExact(t, b, p) {
+				case milp.Optimal:
+					optimal.Add(1)
+				case milp.Infeasible:
+					infeasible.Add(1)
+				}
+				if p.Semantics == alloc.Reference {
+					q := *p
+					q.Semantics = alloc.Default
+					a, _ := alloc.OptimalCounts(p)
+					c, _ := alloc.OptimalCounts(&q)
+					if approx(p.ObjectiveOf(a), q.ObjectiveOf(c), 1e-12) {
+						sameAsDefault.Add(1)
+					}
+				}
+			})
+		}
+	})
+	t.Logf("%s: %d problems (%d default, %d reference semantics): %d optimal, %d infeasible; %d reference optima equal the default one; %v",
+		b.Name(), len(ps), nDefault, nReference, optimal.Load(), infeasible.Load(), sameAsDefault.Load(), time.Since(start).Round(time.Millisecond))
+}
+
+// TestCBCMatchesExact is the proof that the node-level MILP is the model
+// Exact solves: on 550 random problems CBC's node sets satisfy every
+// constraint and their objective equals Exact's to 1e-9.
+func TestCBCMatchesExact(t *testing.T) {
+	b := requireBackend(t, milp.CBC{})
+	if testing.Short() {
+		propertyTest(t, b, 30, 20)
+		return
+	}
+	propertyTest(t, b, 300, 250)
+}
+
+func TestHiGHSMatchesExact(t *testing.T) {
+	propertyTest(t, requireBackend(t, milp.HiGHS{}), 60, 40)
+}
+
+func TestGurobiMatchesExact(t *testing.T) {
+	propertyTest(t, requireBackend(t, milp.Gurobi{}), 60, 40)
+}
+
+// TestSolverPlans runs the alloc.Solver adapter: its plans pass
+// alloc.Check and match Exact's objective.
+func TestSolverPlans(t *testing.T) {
+	s := milp.Solver{Backend: requireBackend(t, milp.CBC{}), TimeLimit: time.Minute}
+	if got, want := s.Name(), "cbc"; got != want {
+		t.Fatalf("Name() = %q, want %q", got, want)
+	}
+	ctx := context.Background()
+	for i, p := range randomProblems(7, 20, 20) {
+		want, err := alloc.Exact{}.Solve(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pl, err := s.Solve(ctx, p)
+		if err != nil {
+			t.Fatalf("problem %d: %v", i, err)
+		}
+		if pl.Status != want.Status {
+			t.Fatalf("problem %d: status %v (%s), exact %v", i, pl.Status, pl.Note, want.Status)
+		}
+		if err := alloc.Check(p, pl); err != nil {
+			t.Fatalf("problem %d: %v", i, err)
+		}
+		if !approx(pl.Objective, want.Objective, 1e-9) {
+			t.Fatalf("problem %d: objective %v, exact %v", i, pl.Objective, want.Objective)
+		}
+	}
+	// No Trainers: nothing to run.
+	pl, err := s.Solve(ctx, &alloc.Problem{TFwd: 10, Free: []alloc.Node{{Name: "a"}}})
+	if err != nil || pl.Status != alloc.Optimal || len(pl.Trainers) != 0 {
+		t.Fatalf("no trainers: %+v, %v", pl, err)
+	}
+}
+
+// TestInfeasible: under Reference semantics a Trainer holding more nodes
+// than its curve allows, and unable to shrink within the step limit,
+// makes the problem infeasible for CBC as for Exact.
+func TestInfeasible(t *testing.T) {
+	b := requireBackend(t, milp.CBC{})
+	var held []alloc.Node
+	for i := range 4 {
+		held = append(held, alloc.Node{Name: fmt.Sprintf("n%d", i), Order: i})
+	}
+	p := &alloc.Problem{
+		TFwd:      10,
+		Semantics: alloc.Reference,
+		Trainers: []alloc.Trainer{{
+			ID: "t0", Min: 1, Max: 4, RUp: 1, RDown: 1,
+			Curve: alloc.Curve{Nodes: []int{0, 1}, Throughput: []float64{0, 5}}, // MaxNodes 1
+			Held:  held,
+		}},
+	}
+	if got := checkAgainstExact(t, b, p); got != milp.Infeasible {
+		t.Fatalf("status %v, want infeasible", got)
+	}
+	pl, err := milp.Solver{Backend: b}.Solve(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl.Status != alloc.Infeasible || pl.Note == "" {
+		t.Fatalf("plan %v (%q), want infeasible with a note", pl.Status, pl.Note)
+	}
+	if err := alloc.Check(p, pl); err != nil {
+		t.Fatal(err)
+	}
+	// Under Default semantics it may shrink to 1 node.
+	p.Semantics = alloc.Default
+	if got := checkAgainstExact(t, b, p); got != milp.Optimal {
+		t.Fatalf("default semantics: status %v, want optimal", got)
+	}
+}
+
+// TestTimeLimitKeepsCurrent: a problem CBC cannot finish in a second
+// keeps the current allocation, with a note, soon after the limit.
+func TestTimeLimitKeepsCurrent(t *testing.T) {
+	b := requireBackend(t, milp.CBC{})
+	p := alloctest.Summit(10, 2000, 64, 3)
+	tests := []struct {
+		name  string
+		limit time.Duration
+	}{
+		{"1s", time.Second},
+		// Short enough to stop CBC in its preprocessing, where it
+		// reports the problem infeasible.
+		{"300ms", 300 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := milp.Solver{Backend: b, TimeLimit: tt.limit}
+			start := time.Now()
+			pl, err := s.Solve(context.Background(), p)
+			elapsed := time.Since(start)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("10 × 2000 with a %v limit: %v after %v: %s", tt.limit, pl.Status, elapsed.Round(time.Millisecond), pl.Note)
+			if pl.Status != alloc.KeptCurrent {
+				t.Fatalf("status %v (%s), want %v", pl.Status, pl.Note, alloc.KeptCurrent)
+			}
+			if !strings.Contains(pl.Note, "time limit "+tt.limit.String()) {
+				t.Fatalf("note %q does not name the time limit", pl.Note)
+			}
+			if err := alloc.Check(p, pl); err != nil {
+				t.Fatal(err)
+			}
+			// Not a timing assertion: the kill past limit + grace
+			// bounds it.
+			if bound := tt.limit + 2*time.Second + 10*time.Second; elapsed > bound {
+				t.Fatalf("took %v; the solver should have been killed by %v", elapsed, bound)
+			}
+		})
+	}
+}
+
+// TestCancel: cancelling the context stops the solver and is an error.
+func TestCancel(t *testing.T) {
+	b := requireBackend(t, milp.CBC{})
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	_, err := milp.Solver{Backend: b, TimeLimit: time.Minute}.Solve(ctx, alloctest.Summit(10, 2000, 64, 3))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+}
+
+func TestBackendAbsent(t *testing.T) {
+	tests := []struct {
+		name string
+		b    milp.Backend
+		hint string
+	}{
+		{"cbc", milp.CBC{Path: "/nonexistent/cbc"}, "apt install coinor-cbc"},
+		{"highs", milp.HiGHS{Path: "/nonexistent/highs"}, "apt install highs"},
+		{"gurobi", milp.Gurobi{Path: "/nonexistent/gurobi_cl"}, "gurobi_cl"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.b.Available()
+			if !errors.Is(err, milp.ErrBackendAbsent) || !strings.Contains(err.Error(), tt.hint) {
+				t.Fatalf("Available() = %v, want ErrBackendAbsent with %q", err, tt.hint)
+			}
+			_, err = milp.Solver{Backend: tt.b}.Solve(context.Background(), alloctest.Summit(2, 4, 4, 1))
+			if !errors.Is(err, milp.ErrBackendAbsent) {
+				t.Fatalf("Solve: %v, want ErrBackendAbsent", err)
+			}
+		})
+	}
+}
+
+// TestKeepDir: with Options.Dir the model and the solver's answer stay
+// there for inspection.
+func TestKeepDir(t *testing.T) {
+	b := requireBackend(t, milp.CBC{})
+	dir := t.TempDir()
+	p := alloctest.Summit(2, 6, 4, 1)
+	if _, err := (milp.Solver{Backend: b, Dir: dir}).Solve(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"model.mps", "solution.txt"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestBackendByName(t *testing.T) {
+	for _, name := range []string{"cbc", "highs", "gurobi"} {
+		b, err := milp.BackendByName(name)
+		if err != nil || b.Name() != name {
+			t.Fatalf("BackendByName(%q) = %v, %v", name, b, err)
+		}
+	}
+	if _, err := milp.BackendByName("glpk"); err == nil {
+		t.Fatal("BackendByName(glpk) succeeded")
+	}
+}
