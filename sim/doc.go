@@ -10,6 +10,14 @@
 //   - a workload of [Job]s: read from the paper's CSV ([ReadWorkload]), drawn from the
 //     Philly trace ([GeneratePhillyWorkload]), or built in ([DefaultWorkload]).
 //
-// Everything here is deterministic: the same input (and seed) gives the same trace or
-// workload, byte for byte.
+// The replay side drives the pool and alloc packages over a trace and a workload in
+// memory ([Replay]), with bftrainer's semantics or the reference replayer's
+// ([Options.Semantics]), and reports what the pool yields: a [Summary] (makespan, job
+// completion time, efficiency, utilisation, losses, solver time), per-Trainer results,
+// the per-event step log ([StepLogHeader]) and a timeline drawn as SVG
+// ([WriteTimelineSVG]). docs/replay.md defines the metrics and compares them with the
+// reference.
+//
+// Everything here is deterministic: the same input (and seed) gives the same trace,
+// workload or replay (its timings aside).
 package sim

@@ -1,0 +1,85 @@
+// Command bftrainer-bench measures parts of bftrainer on fixed instances,
+// for developers (make bench); it is not installed with bftrainer.
+//
+//	bftrainer-bench <command> [flags]
+//
+// Each command prints one machine-readable line per measurement on
+// stdout (key=value fields); progress and diagnostics go to stderr as
+// "bftrainer-bench: …". One file per command; main only dispatches, and
+// "all" (make bench) runs the commands in allCommands.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: bftrainer-bench <command> [flags]
+
+commands:
+  all      every command below with its default flags (make bench)
+  alloc    time the exact allocator against CBC on the paper's MILP
+  replay   time a whole Summit replay (hps-1000J), exact and CBC
+  hook     time the real binary as a scheduler hook, exec to exit
+
+Run "bftrainer-bench <command> -h" for a command's flags.
+`
+
+// allCommands are the commands "all" runs, in order: add yours.
+var allCommands = []string{"alloc", "replay", "hook"}
+
+// errUsage marks a command-line mistake: exit status 2.
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errUsage):
+		os.Exit(2)
+	default:
+		fmt.Fprintf(os.Stderr, "bftrainer-bench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// run dispatches on the command name.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errUsage
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "alloc":
+		return (&allocCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
+	case "replay":
+		return (&replayCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
+	case "hook":
+		return (&hookCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
+	case "all":
+		if len(rest) > 0 {
+			fmt.Fprintf(stderr, "bftrainer-bench: all takes no flags\n")
+			return errUsage
+		}
+		for _, c := range allCommands {
+			if err := run(ctx, []string{c}, stdout, stderr); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprintf(stderr, "bftrainer-bench: unknown command %q\n%s", cmd, usage)
+		return errUsage
+	}
+}
