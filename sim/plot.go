@@ -145,6 +145,8 @@ func timelinePlot(res *Result, title string) (*plot.Plot, error) {
 		p.Legend.Add("nodes per Trainer (stacked, admission order)", bands[0])
 	}
 	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Legend.XOffs = vg.Points(8)
 	p.Y.Min = 0
 	top := 1
 	for _, v := range tl.Idle {
