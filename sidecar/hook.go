@@ -18,6 +18,14 @@ type Killer interface {
 	KillLocal(ctx context.Context, node string) (int, error)
 }
 
+// Cleaner is a Killer that tells the node's epilog from its prolog: after
+// the scheduler's job ends, what is left is killed too, and the node may
+// take Trainers again (a prolog's kill refuses new starts until then, so
+// that a re-plan made just before the reclaim cannot start one there).
+type Cleaner interface {
+	CleanLocal(ctx context.Context, node string) (int, error)
+}
+
 // Hook handles one scheduler hook call: the instant path. It never solves
 // and never waits for a re-plan.
 type Hook struct {
@@ -52,7 +60,11 @@ func (h *Hook) Handle(ctx context.Context, call hooks.Call) error {
 	case hooks.KillLocal, hooks.CleanupLocal:
 		if h.Killer != nil && call.Local != "" {
 			start := h.Now()
-			n, err := h.Killer.KillLocal(ctx, call.Local)
+			kill := h.Killer.KillLocal
+			if c, ok := h.Killer.(Cleaner); ok && call.Action == hooks.CleanupLocal {
+				kill = c.CleanLocal
+			}
+			n, err := kill(ctx, call.Local)
 			killed = n
 			if err != nil {
 				errs = append(errs, fmt.Errorf("kill on %s: %w", call.Local, err))

@@ -12,6 +12,7 @@
 package sidecar
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,6 +31,14 @@ import (
 // Runner makes Trainer processes match the desired state.
 type Runner interface {
 	Apply(ctx context.Context, want []trainer.Want) []trainer.Action
+}
+
+// Checker is a Runner that also notices Trainers whose processes ended
+// by themselves. Each round asks it first; the exits it reports become
+// exit events, folded in the same round, so the Trainer's nodes go back
+// to the pool and the runner stops what is left of it.
+type Checker interface {
+	Check(ctx context.Context) ([]trainer.Exit, []trainer.Action)
 }
 
 // Scheduler reads the batch scheduler's own view of node states. States
@@ -139,6 +148,9 @@ func (r *Reconciler) defaults() {
 // arrived meanwhile).
 func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 	r.defaults()
+	if c, ok := r.Runner.(Checker); ok && r.Runner != nil {
+		r.check(ctx, c)
+	}
 	if r.Spool != nil {
 		if err := r.Spool.Ingest(ctx, r.DB, r.Now()); err != nil {
 			r.Log.Printf("spool: %v", err)
@@ -231,6 +243,11 @@ func (r *Reconciler) fold(p *pool.Pool, ev store.Event, launches map[string]stor
 		if err := json.Unmarshal(ev.Detail, &req); err != nil {
 			return reject(fmt.Errorf("bad submission: %w", err))
 		}
+		// The CLI checked the launch, but a spooled request need not come
+		// from the CLI: check again before anything is started from it.
+		if err := checkLaunch(ev.Trainer, req.Launch); err != nil {
+			return reject(err)
+		}
 		spec := pool.Spec{ID: ev.Trainer, Owner: ev.User, Min: req.Min, Max: req.Max, Curve: req.Curve,
 			Weight: req.Weight, RUp: req.RUp, RDown: req.RDown, Samples: req.Samples, Submit: ev.At}
 		if err := p.Submit(ev.At, spec); err != nil {
@@ -242,13 +259,18 @@ func (r *Reconciler) fold(p *pool.Pool, ev store.Event, launches map[string]stor
 		if !ok {
 			return reject(fmt.Errorf("cancel %q: %w", ev.Trainer, pool.ErrUnknownTrainer))
 		}
-		if ev.User != t.Owner && !r.isAdmin(ev.User) {
+		if !r.mayAct(ev, t.Owner) {
 			return reject(fmt.Errorf("cancel %q: %s may not cancel %s's trainer", ev.Trainer, ev.User, t.Owner))
 		}
 		if err := p.Cancel(ev.At, ev.Trainer); err != nil {
 			return reject(err)
 		}
 	case store.KindProgress:
+		// A progress report can finish a Trainer (its samples reached):
+		// only its owner's processes (or root) may send one.
+		if t, ok := p.Trainer(ev.Trainer); ok && !r.mayAct(ev, t.Owner) {
+			return reject(fmt.Errorf("progress %q: %s may not report for %s's trainer", ev.Trainer, ev.User, t.Owner))
+		}
 		if err := p.Progress(ev.At, ev.Trainer, ev.Value); err != nil {
 			return reject(err)
 		}
@@ -257,14 +279,61 @@ func (r *Reconciler) fold(p *pool.Pool, ev store.Event, launches map[string]stor
 		if err := json.Unmarshal(ev.Detail, &d); err != nil || d.Status.Active() {
 			return reject(fmt.Errorf("bad exit detail %q", ev.Detail))
 		}
-		if _, ok := p.Trainer(ev.Trainer); !ok {
+		t, ok := p.Trainer(ev.Trainer)
+		if !ok {
 			return nil // already ended
+		}
+		if !r.mayAct(ev, t.Owner) {
+			return reject(fmt.Errorf("exit %q: %s may not end %s's trainer", ev.Trainer, ev.User, t.Owner))
 		}
 		if err := p.End(ev.At, ev.Trainer, d.Status, d.Note); err != nil {
 			return reject(err)
 		}
 	}
 	return nil
+}
+
+// mayAct reports whether the event's author may act on a Trainer owned
+// by owner: the owner, root or an admin. Events the reconciler writes
+// itself (the runner's exits) have no user.
+func (r *Reconciler) mayAct(ev store.Event, owner string) bool {
+	return ev.User == "" || ev.User == owner || r.isAdmin(ev.User)
+}
+
+// checkLaunch checks a submitted Trainer's name, launcher and launch spec.
+func checkLaunch(id string, l store.Launch) error {
+	if err := ValidateTrainerID(id); err != nil {
+		return err
+	}
+	switch l.Launcher {
+	case trainer.Torchrun, trainer.Horovod, trainer.Exec:
+	default:
+		return fmt.Errorf("launcher %q: want torchrun, horovod or exec", l.Launcher)
+	}
+	var spec trainer.Spec
+	dec := json.NewDecoder(bytes.NewReader(l.Spec))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		return fmt.Errorf("launch spec: %w", err)
+	}
+	return trainer.ValidateSpec(spec)
+}
+
+// check asks the runner which Trainers ended by themselves and records
+// their exits (input events, folded next) and what it saw.
+func (r *Reconciler) check(ctx context.Context, c Checker) {
+	exits, acts := c.Check(ctx)
+	evs := r.actionEvents(acts)
+	for _, e := range exits {
+		d, _ := json.Marshal(ExitDetail{Status: pool.Status(e.Status), Note: e.Note})
+		evs = append(evs, store.Event{At: r.Now(), Kind: store.KindExit, Source: "trainer", Trainer: e.Trainer, Detail: d})
+	}
+	if len(evs) == 0 {
+		return
+	}
+	if _, err := r.DB.Append(ctx, evs...); err != nil {
+		r.Log.Printf("record exits: %v", err)
+	}
 }
 
 func (r *Reconciler) isAdmin(user string) bool {
@@ -398,10 +467,17 @@ func (r *Reconciler) apply(ctx context.Context, st pool.State, saved, fresh map[
 		}
 		want = append(want, w)
 	}
-	acts := r.Runner.Apply(ctx, want)
-	if len(acts) == 0 {
+	evs := r.actionEvents(r.Runner.Apply(ctx, want))
+	if len(evs) == 0 {
 		return
 	}
+	if _, err := r.DB.Append(ctx, evs...); err != nil {
+		r.Log.Printf("record actions: %v", err)
+	}
+}
+
+// actionEvents turns the runner's actions into history rows.
+func (r *Reconciler) actionEvents(acts []trainer.Action) []store.Event {
 	evs := make([]store.Event, 0, len(acts))
 	for _, a := range acts {
 		e := store.Event{At: r.Now(), Kind: store.KindAction, Source: "trainer", Context: a.Op, Trainer: a.Trainer,
@@ -417,9 +493,7 @@ func (r *Reconciler) apply(ctx context.Context, st pool.State, saved, fresh map[
 		}
 		evs = append(evs, e)
 	}
-	if _, err := r.DB.Append(ctx, evs...); err != nil {
-		r.Log.Printf("record actions: %v", err)
-	}
+	return evs
 }
 
 // ErrLocked is returned when an exclusive operation finds the lock held.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bftrainer/bftrainer/store"
+	"github.com/bftrainer/bftrainer/trainer"
 )
 
 // Spool is how unprivileged users reach the database they may not write:
@@ -78,6 +79,12 @@ func (s *Spool) Put(r Request) (string, error) {
 // its owner, then removes the file. Bad files are recorded as errors and
 // removed; temporary files older than an hour are removed.
 func (s *Spool) Ingest(ctx context.Context, db *store.DB, now time.Time) error {
+	if err := s.checkDir(); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
 	ents, err := os.ReadDir(s.Dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -118,6 +125,34 @@ func (s *Spool) Ingest(ctx context.Context, db *store.DB, now time.Time) error {
 	}
 	for _, p := range done {
 		os.Remove(p)
+	}
+	return nil
+}
+
+// ErrSpoolUnsafe is returned when the spool directory could let one user
+// pass off a request as another's: it must belong to the reconciler's
+// user, and be writable by others only with the sticky bit (which stops
+// them from renaming or replacing each other's files).
+var ErrSpoolUnsafe = errors.New("spool directory is unsafe")
+
+// checkDir checks the spool directory before anything in it is believed.
+func (s *Spool) checkDir() error {
+	fi, err := os.Lstat(s.Dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory: %w", s.Dir, ErrSpoolUnsafe)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("%s: no owner information: %w", s.Dir, ErrSpoolUnsafe)
+	}
+	if int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("%s is owned by uid %d, not by us: %w", s.Dir, st.Uid, ErrSpoolUnsafe)
+	}
+	if fi.Mode().Perm()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0 {
+		return fmt.Errorf("%s is writable by others without the sticky bit (mode %v): %w", s.Dir, fi.Mode(), ErrSpoolUnsafe)
 	}
 	return nil
 }
@@ -190,16 +225,5 @@ func userName(uid uint32) (string, error) {
 
 // ValidateTrainerID checks a Trainer name: it names processes, files and
 // rendezvous ids, and reaches remote shells, so it is kept to a small
-// safe alphabet.
-func ValidateTrainerID(id string) error {
-	if id == "" || len(id) > 64 {
-		return fmt.Errorf("trainer name %q: must be 1 to 64 characters", id)
-	}
-	for i, c := range id {
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || (i > 0 && (c == '-' || c == '_' || c == '.'))
-		if !ok {
-			return fmt.Errorf("trainer name %q: only letters, digits and - _ . (not first) are allowed", id)
-		}
-	}
-	return nil
-}
+// safe alphabet (trainer.ValidateID).
+func ValidateTrainerID(id string) error { return trainer.ValidateID(id) }

@@ -23,8 +23,25 @@ import (
 	"strings"
 	"time"
 
-	_ "github.com/mattn/go-sqlite3" // registers "sqlite3"
+	"github.com/mattn/go-sqlite3"
 )
+
+// driverName is go-sqlite3 with a connect hook that keeps the -wal and
+// -shm files after the last connection closes (SQLITE_FCNTL_PERSIST_WAL).
+// Ordinary users read the database (trainer list, show, hosts) but may not
+// create files beside it; a read-only WAL reader needs both files to
+// exist, and SQLite deletes them when the last writer closes unless told
+// to persist them. They are created with the database file's mode.
+const driverName = "sqlite3_bftrainer"
+
+func init() {
+	sql.Register(driverName, &sqlite3.SQLiteDriver{ConnectHook: func(c *sqlite3.SQLiteConn) error {
+		// A read-only connection cannot change it, and need not: only the
+		// last writer to close decides.
+		c.SetFileControlInt("main", sqlite3.SQLITE_FCNTL_PERSIST_WAL, 1)
+		return nil
+	}})
+}
 
 //go:embed migrations/*.sql
 var migrationFS embed.FS
@@ -79,11 +96,11 @@ func Open(ctx context.Context, path string, o Options) (*DB, error) {
 		}
 		f.Close()
 	}
-	db, err := sql.Open("sqlite3", dsn(path, o, "immediate"))
+	db, err := sql.Open(driverName, dsn(path, o, "immediate"))
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	rdb, err := sql.Open("sqlite3", dsn(path, o, "deferred"))
+	rdb, err := sql.Open(driverName, dsn(path, o, "deferred"))
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)

@@ -34,12 +34,13 @@ func commands() []*cli.Command {
 		hostsCommand(),
 		replayCommand(),
 		configCommand(),
+		nodeAgentCommand(),
 	}
 }
 
 // openDB opens the configured database for writing.
 func openDB(ctx context.Context, cfg Config) (*store.DB, error) {
-	db, err := store.Open(ctx, cfg.Database, store.Options{})
+	db, err := store.Open(ctx, cfg.Database, store.Options{Mode: cfg.DatabaseMode.FileMode})
 	if err != nil {
 		if errors.Is(err, os.ErrPermission) || errors.Is(err, unix.EACCES) || errors.Is(err, unix.EROFS) {
 			return nil, withHint(err, "only root (or the database's group) may write %s", cfg.Database)
@@ -57,7 +58,7 @@ func openRead(ctx context.Context, cfg Config) (*store.DB, error) {
 			"a hook, `bftrainer node join` or `bftrainer sync` creates it; or set database in %s", configFile(cfg))
 	}
 	if unix.Access(cfg.Database, unix.W_OK) == nil {
-		return store.Open(ctx, cfg.Database, store.Options{})
+		return store.Open(ctx, cfg.Database, store.Options{Mode: cfg.DatabaseMode.FileMode})
 	}
 	return store.Open(ctx, cfg.Database, store.Options{ReadOnly: true})
 }
@@ -104,11 +105,15 @@ func reconciler(cfg Config, db *store.DB, withScheduler bool) (*sidecar.Reconcil
 	if err != nil {
 		return nil, err
 	}
+	runner, err := newRunner(cfg)
+	if err != nil {
+		return nil, err
+	}
 	r := &sidecar.Reconciler{
 		DB:        db,
 		Pool:      poolConfig(cfg),
 		Solver:    solver,
-		Runner:    newRunner(cfg),
+		Runner:    runner,
 		Spool:     &sidecar.Spool{Dir: cfg.Spool},
 		Admins:    cfg.isAdmin,
 		IdleWait:  cfg.Reconciler.IdleWait.Duration,
@@ -211,7 +216,3 @@ func newLogger(w *os.File) *log.Logger {
 
 // lookPath finds a command given by name or absolute path.
 func lookPath(cmd string) (string, error) { return exec.LookPath(cmd) }
-
-// newRunner returns the Trainer runner for the configuration; nil
-// records the plan only.
-func newRunner(cfg Config) sidecar.Runner { return nil }

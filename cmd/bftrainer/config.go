@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"os/user"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,11 +21,12 @@ import (
 // Config is bftrainer's configuration: defaults, then the TOML file (an
 // unknown key is an error), then validation, then flags that were set.
 type Config struct {
-	Database   string   `toml:"database"`
-	Spool      string   `toml:"spool"`
-	Admins     []string `toml:"admins"`
-	AdminGroup string   `toml:"admin_group"`
-	Pool       struct {
+	Database     string   `toml:"database"`
+	DatabaseMode FileMode `toml:"database_mode"`
+	Spool        string   `toml:"spool"`
+	Admins       []string `toml:"admins"`
+	AdminGroup   string   `toml:"admin_group"`
+	Pool         struct {
 		MaxTrainers     int      `toml:"max_trainers"`
 		TFwd            float64  `toml:"tfwd"`
 		Objective       string   `toml:"objective"`
@@ -48,8 +51,56 @@ type Config struct {
 		Bhosts   string `toml:"bhosts"`
 		Pbsnodes string `toml:"pbsnodes"`
 	} `toml:"scheduler"`
+	Trainer TrainerConfig `toml:"trainer"`
 
 	path string // the file read, "" for defaults only
+}
+
+// TrainerConfig is how Trainer processes are started and killed: the
+// [trainer] section.
+type TrainerConfig struct {
+	Transport         string   `toml:"transport"` // none, local, ssh
+	SSH               string   `toml:"ssh"`
+	SSHConfig         string   `toml:"ssh_config"`
+	SSHIdentity       string   `toml:"ssh_identity"`
+	SSHUser           string   `toml:"ssh_user"`
+	ConnectTimeout    Duration `toml:"connect_timeout"`
+	CommandTimeout    Duration `toml:"command_timeout"`
+	RemoteBftrainer   string   `toml:"remote_bftrainer"`
+	RemoteConfig      string   `toml:"remote_config"`
+	Registry          string   `toml:"registry"`
+	LogDir            string   `toml:"log_dir"`
+	StateDir          string   `toml:"state_dir"`
+	Controller        string   `toml:"controller"`
+	StorePorts        string   `toml:"store_ports"`
+	Torchrun          []string `toml:"torchrun"`
+	Python            string   `toml:"python"`
+	MaxRestarts       int      `toml:"max_restarts"`
+	JoinTimeout       Duration `toml:"join_timeout"`
+	Horovodrun        []string `toml:"horovodrun"`
+	BlacklistCooldown []int    `toml:"blacklist_cooldown"`
+	Parallel          int      `toml:"parallel"`
+	KillWait          Duration `toml:"kill_wait"`
+	ReclaimFence      Duration `toml:"reclaim_fence"`
+	AllowRootOwner    bool     `toml:"allow_root_owner"`
+}
+
+// FileMode is a permission written as an octal string ("0644") in TOML.
+type FileMode struct{ os.FileMode }
+
+// UnmarshalText parses an octal mode.
+func (m *FileMode) UnmarshalText(b []byte) error {
+	v, err := strconv.ParseUint(string(b), 8, 32)
+	if err != nil || v > 0o777 {
+		return fmt.Errorf("mode %q: want octal permission bits like \"0644\"", b)
+	}
+	m.FileMode = os.FileMode(v)
+	return nil
+}
+
+// MarshalText writes the mode in octal.
+func (m FileMode) MarshalText() ([]byte, error) {
+	return []byte(fmt.Sprintf("%04o", uint32(m.FileMode))), nil
 }
 
 // Duration is a time.Duration written as "10s" in TOML.
@@ -90,6 +141,26 @@ func defaults() Config {
 	c.Scheduler.Sinfo = "/usr/bin/sinfo"
 	c.Scheduler.Bhosts = "bhosts"
 	c.Scheduler.Pbsnodes = "pbsnodes"
+	c.DatabaseMode = FileMode{0o644}
+	t := &c.Trainer
+	t.Transport = "none"
+	t.SSH = "/usr/bin/ssh"
+	t.SSHUser = "root"
+	t.ConnectTimeout = Duration{10 * time.Second}
+	t.CommandTimeout = Duration{60 * time.Second}
+	t.Registry = "/run/bftrainer/nodes"
+	t.LogDir = "/var/log/bftrainer/trainers"
+	t.StateDir = "/var/lib/bftrainer/runner"
+	t.StorePorts = "29400-29499"
+	t.Torchrun = []string{"/usr/bin/python3", "-m", "torch.distributed.run"}
+	t.Python = "/usr/bin/python3"
+	t.MaxRestarts = 100
+	t.JoinTimeout = Duration{600 * time.Second}
+	t.Horovodrun = []string{"horovodrun"}
+	t.BlacklistCooldown = []int{10, 300}
+	t.Parallel = 16
+	t.KillWait = Duration{5 * time.Second}
+	t.ReclaimFence = Duration{10 * time.Minute}
 	return c
 }
 
@@ -177,7 +248,61 @@ func (c *Config) validate() error {
 	if c.Reconciler.Interval.Duration <= 0 || c.Reconciler.Poll.Duration < 0 || c.Reconciler.IdleWait.Duration < 0 {
 		errs = append(errs, errors.New("reconciler: interval must be > 0, poll and idle_wait ≥ 0"))
 	}
+	if c.DatabaseMode.FileMode&0o200 == 0 || c.DatabaseMode.FileMode&0o022 != 0 {
+		errs = append(errs, fmt.Errorf("database_mode: %04o: the owner must write it, group and others must not", uint32(c.DatabaseMode.FileMode)))
+	}
+	errs = append(errs, c.Trainer.validate()...)
 	return errors.Join(errs...)
+}
+
+func (t *TrainerConfig) validate() []error {
+	var errs []error
+	switch t.Transport {
+	case "none", "local", "ssh":
+	default:
+		errs = append(errs, fmt.Errorf("trainer.transport: %q, want none, local or ssh", t.Transport))
+	}
+	for _, d := range []struct {
+		key string
+		dir string
+	}{{"registry", t.Registry}, {"log_dir", t.LogDir}, {"state_dir", t.StateDir}} {
+		if !filepath.IsAbs(d.dir) {
+			errs = append(errs, fmt.Errorf("trainer.%s: %q, want an absolute path", d.key, d.dir))
+		}
+	}
+	if t.SSHUser == "" || strings.HasPrefix(t.SSHUser, "-") || strings.ContainsAny(t.SSHUser, "@ \t\n'\"") {
+		errs = append(errs, fmt.Errorf("trainer.ssh_user: %q is not a user name", t.SSHUser))
+	}
+	if t.ConnectTimeout.Duration < time.Second || t.CommandTimeout.Duration < time.Second {
+		errs = append(errs, errors.New("trainer: connect_timeout and command_timeout must be at least 1s"))
+	}
+	if _, err := parsePorts(t.StorePorts); err != nil {
+		errs = append(errs, fmt.Errorf("trainer.store_ports: %w", err))
+	}
+	if len(t.Torchrun) == 0 || len(t.Horovodrun) == 0 {
+		errs = append(errs, errors.New("trainer: torchrun and horovodrun must name a command"))
+	}
+	if t.MaxRestarts < 1 || t.Parallel < 1 {
+		errs = append(errs, errors.New("trainer: max_restarts and parallel must be ≥ 1"))
+	}
+	if t.JoinTimeout.Duration < time.Second || t.KillWait.Duration <= 0 || t.ReclaimFence.Duration < 0 {
+		errs = append(errs, errors.New("trainer: join_timeout must be ≥ 1s, kill_wait > 0, reclaim_fence ≥ 0"))
+	}
+	if c := t.BlacklistCooldown; len(c) != 0 && (len(c) != 2 || c[0] < 1 || c[1] < c[0] || c[1] > 3600) {
+		errs = append(errs, errors.New("trainer.blacklist_cooldown: want [] or [MIN, MAX] seconds with 1 ≤ MIN ≤ MAX ≤ 3600 (Horovod's bounds)"))
+	}
+	return errs
+}
+
+// parsePorts reads "LO-HI".
+func parsePorts(s string) ([2]int, error) {
+	lo, hi, ok := strings.Cut(s, "-")
+	a, err1 := strconv.Atoi(strings.TrimSpace(lo))
+	b, err2 := strconv.Atoi(strings.TrimSpace(hi))
+	if !ok || err1 != nil || err2 != nil || a < 1 || b < a || b > 65535 {
+		return [2]int{}, fmt.Errorf("%q: want LO-HI, 1 ≤ LO ≤ HI ≤ 65535", s)
+	}
+	return [2]int{a, b}, nil
 }
 
 // isAdmin reports whether user may act on any Trainer.

@@ -27,6 +27,10 @@ spool = "`+env.WorkDir+`/spool"
 [hooks]
 log = "`+env.WorkDir+`/hooks.log"
 spawn_reconciler = "never"
+[trainer]
+registry = "`+env.WorkDir+`/registry"
+log_dir = "`+env.WorkDir+`/trainer-logs"
+state_dir = "`+env.WorkDir+`/runner"
 `), 0o644)
 		},
 	})

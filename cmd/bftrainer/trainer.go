@@ -331,18 +331,11 @@ func progressCommand() *cli.Command {
 samples processed so far (contrib/trainer/bftrainer_progress.py does it).
 A Trainer that reports its --samples target is finished and its nodes go
 back to the pool.`,
-		Flags: []cli.Flag{&cli.Float64Flag{Name: "samples", Required: true, Usage: "samples processed so far (total, not since the last report)"}},
+		Flags: []cli.Flag{&cli.Float64Flag{Name: "samples", Usage: "samples processed so far (total, not since the last report)"}},
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return usagef("progress: name the Trainer")
-			}
-			id := c.Args().First()
-			if err := sidecar.ValidateTrainerID(id); err != nil {
-				return usageError{err}
-			}
-			n := c.Float64("samples")
-			if n < 0 || n != n {
-				return usagef("--samples must be ≥ 0")
+			id, n, err := progressArgs(c)
+			if err != nil {
+				return err
 			}
 			cfg, err := configFrom(c)
 			if err != nil {
@@ -352,6 +345,43 @@ back to the pool.`,
 				fmt.Sprintf("%s: %.0f samples", id, n))
 		},
 	}
+}
+
+// progressArgs reads "progress TRAINER --samples N" as well as "progress
+// --samples N TRAINER": urfave/cli stops parsing flags at the first
+// argument, and bftrainer_progress.py (and the documentation) put the
+// Trainer first.
+func progressArgs(c *cli.Context) (string, float64, error) {
+	args := c.Args().Slice()
+	n, set := c.Float64("samples"), c.IsSet("samples")
+	if len(args) == 0 {
+		return "", 0, usagef("progress: name the Trainer")
+	}
+	id, rest := args[0], args[1:]
+	for len(rest) > 0 {
+		v, ok := strings.CutPrefix(rest[0], "--samples=")
+		if !ok && (rest[0] == "--samples" || rest[0] == "-samples") && len(rest) > 1 {
+			v, ok, rest = rest[1], true, rest[1:]
+		}
+		if !ok {
+			return "", 0, usagef("progress: unexpected %q (want TRAINER --samples N)", rest[0])
+		}
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return "", 0, usagef("progress: --samples %q: not a number", v)
+		}
+		n, set, rest = x, true, rest[1:]
+	}
+	if err := sidecar.ValidateTrainerID(id); err != nil {
+		return "", 0, usageError{err}
+	}
+	if !set {
+		return "", 0, usagef("progress: give --samples N")
+	}
+	if n < 0 || n != n {
+		return "", 0, usagef("--samples must be ≥ 0")
+	}
+	return id, n, nil
 }
 
 func hostsCommand() *cli.Command {
@@ -364,13 +394,25 @@ func hostsCommand() *cli.Command {
   horovodrun --host-discovery-script "bftrainer hosts my-trainer" ...
 
 It prints one "node:slots" line per node the Trainer holds now (nothing
-when it holds none) and exits 0; an unknown Trainer exits 1.`,
+when it holds none) and exits 0; an unknown Trainer exits 1. It prints
+the host file the runner replaces atomically each round
+(trainer.state_dir/hosts/TRAINER), or, when there is none, the database.`,
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return usagef("hosts: name the Trainer")
 			}
+			id := c.Args().First()
+			if err := sidecar.ValidateTrainerID(id); err != nil {
+				return usageError{err}
+			}
 			cfg, err := configFrom(c)
 			if err != nil {
+				return err
+			}
+			// Horovod calls this every second: the file, when there is
+			// one, spares the database that many readers.
+			if b, err := os.ReadFile(trainer.HostFile(cfg.Trainer.StateDir, id)); err == nil {
+				_, err = c.App.Writer.Write(b)
 				return err
 			}
 			db, err := openRead(c.Context, cfg)
@@ -378,12 +420,12 @@ when it holds none) and exits 0; an unknown Trainer exits 1.`,
 				return err
 			}
 			defer db.Close()
-			tr, ok, err := db.Trainer(c.Context, c.Args().First())
+			tr, ok, err := db.Trainer(c.Context, id)
 			if err != nil {
 				return err
 			}
 			if !ok {
-				return fmt.Errorf("no Trainer named %q", c.Args().First())
+				return fmt.Errorf("no Trainer named %q", id)
 			}
 			var spec trainer.Spec
 			json.Unmarshal(tr.Launch.Spec, &spec)

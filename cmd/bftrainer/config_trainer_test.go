@@ -1,0 +1,57 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// TestEtcIsDefaults: etc/bftrainer.toml documents every key with its
+// default, so loading it gives exactly the built-in defaults.
+func TestEtcIsDefaults(t *testing.T) {
+	got, err := loadConfig(filepath.Join(repoRoot(t), "etc", "bftrainer.toml"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.path = ""
+	if want := defaults(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("etc/bftrainer.toml differs from the defaults:\n got %+v\nwant %+v", got.Trainer, want.Trainer)
+	}
+}
+
+func TestTrainerConfigValidate(t *testing.T) {
+	tests := []struct {
+		name, toml, err string
+	}{
+		{"ssh", "[trainer]\ntransport = \"ssh\"\n", ""},
+		{"unknown transport", "[trainer]\ntransport = \"rsh\"\n", "trainer.transport"},
+		{"relative registry", "[trainer]\nregistry = \"run/nodes\"\n", "trainer.registry"},
+		{"ssh user as option", "[trainer]\nssh_user = \"-oProxyCommand=x\"\n", "trainer.ssh_user"},
+		{"ssh user with host", "[trainer]\nssh_user = \"root@evil\"\n", "trainer.ssh_user"},
+		{"ports reversed", "[trainer]\nstore_ports = \"29500-29400\"\n", "trainer.store_ports"},
+		{"ports garbage", "[trainer]\nstore_ports = \"any\"\n", "trainer.store_ports"},
+		{"cooldown beyond Horovod's bound", "[trainer]\nblacklist_cooldown = [10, 4000]\n", "blacklist_cooldown"},
+		{"no cooldown", "[trainer]\nblacklist_cooldown = []\n", ""},
+		{"empty torchrun", "[trainer]\ntorchrun = []\n", "torchrun"},
+		{"world-writable database", "database_mode = \"0666\"\n", "database_mode"},
+		{"not octal", "database_mode = \"rw-r--r--\"\n", "octal"},
+		{"unknown key", "[trainer]\nregistery = \"/x\"\n", "unknown key trainer.registery"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "c.toml")
+			if err := os.WriteFile(p, []byte(tt.toml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := loadConfig(p, true)
+			switch {
+			case tt.err == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+				t.Fatalf("error %v, want one containing %q", err, tt.err)
+			}
+		})
+	}
+}

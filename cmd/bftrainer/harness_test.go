@@ -1,0 +1,268 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bftrainer/bftrainer/sidecar"
+	"github.com/bftrainer/bftrainer/store"
+	"github.com/bftrainer/bftrainer/trainer"
+	"github.com/bftrainer/bftrainer/trainer/trainertest"
+)
+
+// repoRoot is the repository's top directory (contrib/ lives there).
+func repoRoot(tb testing.TB) string {
+	tb.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		tb.Fatal("no caller information")
+	}
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// needTorch skips unless Debian's torch imports with /usr/bin/python3.
+func needTorch(tb testing.TB) {
+	tb.Helper()
+	if out, err := exec.Command("/usr/bin/python3", "-c", "import torch.distributed").CombinedOutput(); err != nil {
+		tb.Skipf("needs torch for /usr/bin/python3 (apt-get install python3-torch): %v %s", err, out)
+	}
+}
+
+// trainerEnv is a configuration whose runner starts real processes:
+// over a real sshd to loopback "nodes" (ssh) or locally.
+type trainerEnv struct {
+	testEnv
+	bin  string
+	sshd *trainertest.SSHD
+	work string // world-readable scratch space (checkpoints, logs)
+}
+
+// newTrainerEnv writes the configuration, extra appended to its
+// [trainer] section (@SSH_CONFIG@ there is the test sshd's client
+// configuration). The directories are opened to
+// all (0755): throwaway users run the CLI in the security tests, and
+// Trainer processes run as their owners.
+func newTrainerEnv(tb testing.TB, transport string, nodes int, extra string) trainerEnv {
+	tb.Helper()
+	if transport == "ssh" {
+		trainertest.NeedSSHD(tb)
+	}
+	bin := MustBuild(tb)
+	if err := os.Chmod(filepath.Dir(bin), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	var sshd *trainertest.SSHD
+	sshConf := ""
+	if transport == "ssh" {
+		sshd = trainertest.StartSSHD(tb, trainertest.Loopback(nodes))
+		sshConf = fmt.Sprintf("ssh_config = %q\nconnect_timeout = \"3s\"\n", sshd.Config)
+	}
+	dir := tb.TempDir()
+	openUp(tb, dir)
+	e := testEnv{dir: dir, config: filepath.Join(dir, "bftrainer.toml"), db: filepath.Join(dir, "db", "bftrainer.db")}
+	work := filepath.Join(dir, "work")
+	if err := os.MkdirAll(work, 0o777); err != nil {
+		tb.Fatal(err)
+	}
+	os.Chmod(work, os.ModeSticky|0o777)
+	spool := filepath.Join(dir, "spool")
+	if err := os.Mkdir(spool, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	os.Chmod(spool, sidecar.SpoolMode) // as `make install` sets it: sticky, nobody lists it
+	ports := 29400 + rand.IntN(25)*20
+	if sshd != nil {
+		extra = strings.ReplaceAll(extra, "@SSH_CONFIG@", sshd.Config)
+	}
+	conf := fmt.Sprintf(`database = %q
+spool = %q
+[hooks]
+log = %q
+spawn_reconciler = "never"
+[scheduler]
+sinfo = ""
+[trainer]
+transport = %q
+%sremote_bftrainer = %q
+remote_config = %q
+registry = %q
+log_dir = %q
+state_dir = %q
+controller = "127.0.0.1"
+store_ports = "%d-%d"
+command_timeout = "30s"
+%s
+`, e.db, spool, filepath.Join(dir, "hooks.log"), transport, sshConf, bin, e.config,
+		filepath.Join(dir, "registry"), filepath.Join(dir, "logs"), filepath.Join(dir, "runner"), ports, ports+20, extra)
+	if err := os.WriteFile(e.config, []byte(conf), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	te := trainerEnv{testEnv: e, bin: bin, sshd: sshd, work: work}
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			te.dump(tb)
+		}
+	})
+	return te
+}
+
+// dump logs what a failed test needs: the history's actions and errors,
+// the runner's state, the Trainer processes' output.
+func (e trainerEnv) dump(tb testing.TB) {
+	if out, err := e.cmd(e.bin, nil, "history", "--kind", "action,error,kill,exit,end", "--format", "csv").CombinedOutput(); err == nil {
+		tb.Logf("history:\n%s", out)
+	}
+	if b, err := os.ReadFile(filepath.Join(e.dir, "runner", "runner.json")); err == nil {
+		tb.Logf("runner state:\n%s", b)
+	}
+	logs, _ := filepath.Glob(filepath.Join(e.dir, "logs", "*", "*.log"))
+	for _, l := range logs {
+		b, _ := os.ReadFile(l)
+		if len(b) > 3000 {
+			b = b[len(b)-3000:]
+		}
+		tb.Logf("%s:\n%s", l, b)
+	}
+}
+
+// openUp makes dir and its parents up to the temporary root traversable
+// by everyone (t.TempDir makes them 0700).
+func openUp(tb testing.TB, dir string) {
+	tb.Helper()
+	root := os.TempDir()
+	for d := dir; strings.HasPrefix(d, root) && d != root; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// run runs the CLI as root and fails the test on an error.
+func (e trainerEnv) run(tb testing.TB, args ...string) string {
+	tb.Helper()
+	out, err := e.cmd(e.bin, nil, args...).CombinedOutput()
+	if err != nil {
+		tb.Fatalf("bftrainer %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// hook runs the binary the way slurmd runs a Prolog or Epilog: no
+// arguments, the scheduler's environment, and returns how long it took.
+func (e trainerEnv) hook(tb testing.TB, context_, node, job string) time.Duration {
+	tb.Helper()
+	c := e.cmd(e.bin, []string{"SLURM_SCRIPT_CONTEXT=" + context_, "SLURMD_NODENAME=" + node, "SLURM_JOB_ID=" + job,
+		"SLURM_NODELIST=" + node})
+	start := time.Now()
+	out, err := c.CombinedOutput()
+	took := time.Since(start)
+	if err != nil || len(out) > 0 {
+		tb.Fatalf("hook %s on %s: %v %s", context_, node, err, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(e.dir, "hooks.log")); len(b) > 0 {
+		tb.Fatalf("the hook logged errors:\n%s", b)
+	}
+	return took
+}
+
+// openDB opens the test database.
+func (e trainerEnv) openDB(tb testing.TB) *store.DB {
+	tb.Helper()
+	db, err := store.Open(context.Background(), e.db, store.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	return db
+}
+
+// tokenProcs returns the live processes carrying a run token that keep
+// accepts.
+func tokenProcs(tb testing.TB, keep func(trainer.Token, trainer.Proc) bool) []trainer.Proc {
+	tb.Helper()
+	ps, err := trainer.Procs()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var out []trainer.Proc
+	for _, p := range ps {
+		if t, ok := p.Token(); ok && !p.Dead() && keep(t, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// killLeftovers kills whatever a failed test left behind, by token.
+func killLeftovers(tb testing.TB, trainerID string) {
+	tb.Helper()
+	tb.Cleanup(func() {
+		for _, p := range tokenProcs(tb, func(t trainer.Token, _ trainer.Proc) bool { return t.Trainer == trainerID }) {
+			syscallKill(p.PID)
+		}
+	})
+}
+
+// step is one line of train.py's progress log.
+type step struct {
+	at                   time.Time
+	node                 string
+	rank, world, restart int
+	step                 int
+	done                 bool
+}
+
+// readSteps parses train.py's progress log.
+func readSteps(tb testing.TB, path string) []step {
+	tb.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []step
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 2 {
+			continue
+		}
+		sec, err := strconv.ParseFloat(fs[0], 64)
+		if err != nil {
+			continue
+		}
+		s := step{at: time.Unix(0, int64(sec*1e9))}
+		for _, f := range fs[1:] {
+			k, v, ok := strings.Cut(f, "=")
+			if !ok {
+				s.done = s.done || f == "done"
+				continue
+			}
+			n, _ := strconv.Atoi(v)
+			switch k {
+			case "node":
+				s.node = v
+			case "rank":
+				s.rank = n
+			case "world":
+				s.world = n
+			case "restart":
+				s.restart = n
+			case "step":
+				s.step = n
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}

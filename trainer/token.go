@@ -1,0 +1,101 @@
+package trainer
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/bftrainer/bftrainer/hooks"
+)
+
+// RunEnv is the environment variable that marks every process of one
+// launch. The supervisor puts it in the program's environment, so every
+// descendant inherits it, even one that leaves the process group with
+// setsid; the kill path finds such escapees by scanning /proc for it.
+const RunEnv = "BFTRAINER_RUN"
+
+// HostEnv is Horovod's per-worker host name. Elastic Horovod starts its
+// workers from the driver on the controller, over its own ssh, with the
+// driver's environment (so with the driver's run token, whose node is the
+// controller) plus this variable: it is how a node recognises a Horovod
+// worker of ours that runs on it.
+const HostEnv = "HOROVOD_HOSTNAME"
+
+// ControllerNode is the registry key of the processes the runner keeps on
+// the controller (torchrun's rendezvous store, the horovodrun driver). It
+// is a valid node name that no cluster uses, so those processes never
+// share a key with a Trainer node.
+const ControllerNode = "_controller"
+
+// Token names one launch: the Trainer, the node it runs on and a fresh
+// nonce, written "trainer/node/nonce". Neither a Trainer name nor a node
+// name can contain '/'.
+type Token struct {
+	Trainer, Node, Nonce string
+}
+
+func (t Token) String() string { return t.Trainer + "/" + t.Node + "/" + t.Nonce }
+
+// NewToken returns a token with a fresh random nonce.
+func NewToken(trainer, node string) Token {
+	b := make([]byte, 8)
+	rand.Read(b) // never fails on Linux (Go 1.24+)
+	return Token{Trainer: trainer, Node: node, Nonce: hex.EncodeToString(b)}
+}
+
+// ParseToken reads a token written by String.
+func ParseToken(s string) (Token, error) {
+	parts := strings.Split(s, "/")
+	if len(parts) != 3 {
+		return Token{}, fmt.Errorf("run token %q: want trainer/node/nonce", s)
+	}
+	t := Token{Trainer: parts[0], Node: parts[1], Nonce: parts[2]}
+	if err := ValidateID(t.Trainer); err != nil {
+		return Token{}, fmt.Errorf("run token: %w", err)
+	}
+	if err := hooks.ValidateNodeName(t.Node); err != nil {
+		return Token{}, fmt.Errorf("run token: %w", err)
+	}
+	if t.Nonce == "" || len(t.Nonce) > 64 || strings.Trim(t.Nonce, "0123456789abcdef") != "" {
+		return Token{}, fmt.Errorf("run token %q: nonce must be 1 to 64 lowercase hex digits", s)
+	}
+	return t, nil
+}
+
+// ValidateID checks a Trainer name: it names processes, files, registry
+// entries and rendezvous ids, and reaches remote shells, so it is kept to
+// a small safe alphabet that cannot start an option.
+func ValidateID(id string) error {
+	if id == "" || len(id) > 64 {
+		return fmt.Errorf("trainer name %q: must be 1 to 64 characters", id)
+	}
+	for i, c := range id {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || (i > 0 && (c == '-' || c == '_' || c == '.'))
+		if !ok {
+			return fmt.Errorf("trainer name %q: only letters, digits and - _ . (not first) are allowed", id)
+		}
+	}
+	return nil
+}
+
+// ErrUserName is wrapped by errors about a user name that fails
+// validateUser.
+var ErrUserName = errors.New("invalid user name")
+
+// validateUser checks an owner's name before it is looked up: letters,
+// digits, '-', '_', '.', '@' (directory-service names), not starting with
+// '-', at most 256 characters.
+func validateUser(name string) error {
+	if name == "" || len(name) > 256 || name[0] == '-' {
+		return fmt.Errorf("owner %q: %w", name, ErrUserName)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == '@') {
+			return fmt.Errorf("owner %q: %w", name, ErrUserName)
+		}
+	}
+	return nil
+}
