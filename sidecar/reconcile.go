@@ -192,6 +192,11 @@ func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 	}); err != nil {
 		return false, err
 	}
+	// Hooks never checkpoint the write-ahead log; the reconciler does, off
+	// the scheduler's path. A busy checkpoint is only postponed.
+	if err := r.DB.Checkpoint(ctx); err != nil {
+		r.Log.Printf("%v", err)
+	}
 	if r.Runner != nil {
 		r.apply(ctx, st, snap.Launch, launches)
 	}

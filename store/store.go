@@ -52,6 +52,7 @@ const TimeFormat = "2006-01-02T15:04:05.000000Z"
 
 // DB is an open bftrainer database.
 type DB struct {
+	ephemeral bool
 	db   *sql.DB // writes: BEGIN IMMEDIATE
 	rdb  *sql.DB // reads: plain BEGIN, never takes the write lock
 	path string
@@ -67,6 +68,14 @@ type Options struct {
 	// Mode is the permission of a newly created database file and its
 	// directory's files; 0 means 0640.
 	Mode os.FileMode
+	// Ephemeral is for a process that writes a little and exits at once (a
+	// scheduler hook). Its connection never checkpoints: not on commit
+	// (wal_autocheckpoint=0) and not on Close, which leaves the connection
+	// to the process's exit. SQLite's checkpoint when the last connection
+	// closes fsyncs the database, which is most of a hook's time on a
+	// short-lived process; an exit without close is what a crash does, and
+	// WAL is made for it. The reconciler checkpoints instead.
+	Ephemeral bool
 }
 
 // ErrNotWAL is returned when SQLite could not put the database in WAL mode
@@ -116,7 +125,27 @@ func Open(ctx context.Context, path string, o Options) (*DB, error) {
 			return nil, fmt.Errorf("open store %s: %w", path, err)
 		}
 	}
+	if o.Ephemeral {
+		// One connection, so that the pragma holds for every statement.
+		db.SetMaxOpenConns(1)
+		if _, err := db.ExecContext(ctx, "PRAGMA wal_autocheckpoint = 0"); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("open store %s: %w", path, err)
+		}
+		s.ephemeral = true
+	}
 	return s, nil
+}
+
+// Checkpoint copies the write-ahead log into the database and truncates
+// it. Hooks never checkpoint (Options.Ephemeral); the reconciler does,
+// after each round, off the scheduler's path.
+func (s *DB) Checkpoint(ctx context.Context) error {
+	var busy, logged, moved int
+	if err := s.db.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logged, &moved); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	return nil
 }
 
 // dsn builds the connection string. Each pragma is set on every pooled
@@ -164,6 +193,9 @@ func (s *DB) check(ctx context.Context, readOnly bool) error {
 
 // Close closes the database.
 func (s *DB) Close() error {
+	if s.ephemeral {
+		return nil // see Options.Ephemeral
+	}
 	err := s.db.Close()
 	if err2 := s.rdb.Close(); err == nil {
 		err = err2

@@ -27,12 +27,14 @@ commands:
   alloc    time the exact allocator against CBC on the paper's MILP
   replay   time a whole Summit replay (hps-1000J), exact and CBC
   hook     time the real binary as a scheduler hook, exec to exit
+  rescale  seconds a real torchrun Trainer loses per scale-up, scale-down
+           and reclaim, and the reclaim kill path (root, python3-torch)
 
 Run "bftrainer-bench <command> -h" for a command's flags.
 `
 
 // allCommands are the commands "all" runs, in order: add yours.
-var allCommands = []string{"alloc", "replay", "hook"}
+var allCommands = []string{"alloc", "replay", "hook", "rescale"}
 
 // errUsage marks a command-line mistake: exit status 2.
 var errUsage = errors.New("usage")
@@ -64,6 +66,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return (&replayCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "hook":
 		return (&hookCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
+	case "rescale":
+		return benchRescale(rest)
 	case "all":
 		if len(rest) > 0 {
 			fmt.Fprintf(stderr, "bftrainer-bench: all takes no flags\n")

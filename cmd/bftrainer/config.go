@@ -339,4 +339,4 @@ func configFrom(c *cli.Context) (Config, error) {
 	return cfg, nil
 }
 
-var solverNames = []string{"exact", "cbc", "heuristic", "greedy"}
+var solverNames = []string{"exact", "cbc", "highs", "gurobi", "heuristic", "greedy"}

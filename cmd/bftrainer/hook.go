@@ -182,7 +182,7 @@ func hookWork(ctx context.Context, cfg Config, sched string, args []string, star
 // deadline.
 func hookOpener(cfg Config) func(context.Context) (*store.DB, error) {
 	return func(ctx context.Context) (*store.DB, error) {
-		return store.Open(ctx, cfg.Database, store.Options{BusyTimeout: cfg.Hooks.Deadline.Duration / 2, Mode: cfg.DatabaseMode.FileMode})
+		return store.Open(ctx, cfg.Database, store.Options{BusyTimeout: cfg.Hooks.Deadline.Duration / 2, Mode: cfg.DatabaseMode.FileMode, Ephemeral: true})
 	}
 }
 
