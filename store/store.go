@@ -53,9 +53,9 @@ const TimeFormat = "2006-01-02T15:04:05.000000Z"
 // DB is an open bftrainer database.
 type DB struct {
 	ephemeral bool
-	db   *sql.DB // writes: BEGIN IMMEDIATE
-	rdb  *sql.DB // reads: plain BEGIN, never takes the write lock
-	path string
+	db        *sql.DB // writes: BEGIN IMMEDIATE
+	rdb       *sql.DB // reads: plain BEGIN, never takes the write lock
+	path      string
 }
 
 // Options tune Open.
@@ -137,12 +137,13 @@ func Open(ctx context.Context, path string, o Options) (*DB, error) {
 	return s, nil
 }
 
-// Checkpoint copies the write-ahead log into the database and truncates
-// it. Hooks never checkpoint (Options.Ephemeral); the reconciler does,
-// after each round, off the scheduler's path.
+// Checkpoint copies the write-ahead log into the database, as far as
+// readers allow, so that the next writer starts the log over. Hooks never
+// checkpoint (Options.Ephemeral); the reconciler does, after each round,
+// off the scheduler's path. PASSIVE: it never waits for or blocks anyone.
 func (s *DB) Checkpoint(ctx context.Context) error {
 	var busy, logged, moved int
-	if err := s.db.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logged, &moved); err != nil {
+	if err := s.db.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &logged, &moved); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	return nil
