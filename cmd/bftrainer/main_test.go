@@ -2,15 +2,27 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){
+	testscript.Main(cleanup{m}, map[string]func(){
 		"bftrainer": func() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) },
 	})
+}
+
+// cleanup removes the binary MustBuild made once the tests have run.
+type cleanup struct{ m *testing.M }
+
+func (c cleanup) Run() int {
+	code := c.m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	return code
 }
 
 // TestScripts runs the golden tests of the real binary in
