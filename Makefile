@@ -5,11 +5,14 @@ GO      ?= go
 CONFIG  ?= /etc/bftrainer/bftrainer.toml
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION) -X main.defaultConfig=$(CONFIG)
+# urfave_cli_no_docs: leaves out urfave/cli's man-page generator, whose
+# package initialisation every hook call would otherwise pay.
+TAGS    := urfave_cli_no_docs
 
 .PHONY: build test test-short bench demo install clean
 
 build:
-	$(GO) build -ldflags '$(LDFLAGS)' -o bin/bftrainer ./cmd/bftrainer
+	$(GO) build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o bin/bftrainer ./cmd/bftrainer
 	$(GO) build -o bin/bftrainer-bench ./cmd/bftrainer-bench
 
 # Every test: real SQLite, real cbc, real sshd, real Slurm, real torchrun
