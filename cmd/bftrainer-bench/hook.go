@@ -25,7 +25,7 @@ type hookCommand struct {
 func (c *hookCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("hook", flag.ContinueOnError)
 	fs.SetOutput(c.stderr)
-	bin := fs.String("bftrainer", "", "bftrainer binary (default: build ./cmd/bftrainer)")
+	bin := fs.String("bftrainer", "", "bftrainer binary (default: beside bftrainer-bench, else bin/bftrainer, else build ./cmd/bftrainer)")
 	runs := fs.Int("runs", 200, "hook calls per measurement")
 	callers := fs.Int("callers", 50, "concurrent callers for the loaded measurement")
 	sizes := fs.String("nodes", "1,4608", "comma-separated node counts")
@@ -38,6 +38,11 @@ func (c *hookCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	if *bin == "" {
+		if b, err := rescaleBinary(""); err == nil {
+			*bin = b // make build's binary, as installed
+		}
+	}
 	if *bin == "" {
 		*bin = filepath.Join(dir, "bftrainer")
 		fmt.Fprintln(c.stderr, "bftrainer-bench: building ./cmd/bftrainer")
