@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
 
 	"github.com/bftrainer/bftrainer/hooks"
 	"github.com/bftrainer/bftrainer/sidecar"
@@ -45,6 +46,9 @@ within hooks.deadline. Contrib/ has the wrappers for each scheduler.`,
 		SkipFlagParsing: true,
 		Action: func(c *cli.Context) error {
 			args := c.Args().Slice()
+			if len(args) > 0 && (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+				return cli.ShowCommandHelp(c, "hook")
+			}
 			sched := ""
 			if len(args) > 0 {
 				switch args[0] {
@@ -108,7 +112,13 @@ func hookName(sched string, args []string) string {
 // file is opened on the first message: a hook with nothing to say touches
 // nothing.
 func hookLogger(cfg Config, stderr io.Writer) *log.Logger {
-	return log.New(&lazyLog{path: cfg.Hooks.Log, fallback: stderr}, fmt.Sprintf("bftrainer[%d]: ", os.Getpid()), log.LstdFlags|log.LUTC|log.Lmicroseconds)
+	var w io.Writer = &lazyLog{path: cfg.Hooks.Log, fallback: stderr}
+	// Run by hand at a terminal, say it there too (schedulers discard a
+	// hook's stderr).
+	if f, ok := stderr.(*os.File); ok && cfg.Hooks.Log != "" && term.IsTerminal(int(f.Fd())) {
+		w = io.MultiWriter(w, stderr)
+	}
+	return log.New(w, fmt.Sprintf("bftrainer[%d]: ", os.Getpid()), log.LstdFlags|log.LUTC|log.Lmicroseconds)
 }
 
 type lazyLog struct {
