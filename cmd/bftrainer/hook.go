@@ -47,7 +47,7 @@ within hooks.deadline. Contrib/ has the wrappers for each scheduler.`,
 		Action: func(c *cli.Context) error {
 			args := c.Args().Slice()
 			if len(args) > 0 && (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-				return cli.ShowCommandHelp(c, "hook")
+				return cli.ShowCommandHelp(c.Lineage()[1], "hook")
 			}
 			sched := ""
 			if len(args) > 0 {
