@@ -165,15 +165,10 @@ func writeModel(dir string, m *Model) (string, error) {
 	return path, nil
 }
 
-// run runs a solver program. killed reports that it outlived the time
-// limit plus grace and was killed; err is set for a cancelled context or
-// a program that could not run or died of a signal we did not send.
-func run(ctx context.Context, o Options, dir, prog string, args ...string) (out string, killed bool, err error) {
-	out, killed, _, err = runTimed(ctx, o, dir, prog, args...)
-	return out, killed, err
-}
-
-// runTimed is run, also returning how long the program ran.
+// runTimed runs a solver program and returns its output and how long it
+// ran. killed reports that it outlived the time limit plus grace and was
+// killed; err is set for a cancelled context or a program that could not
+// run or died of a signal we did not send.
 func runTimed(ctx context.Context, o Options, dir, prog string, args ...string) (out string, killed bool, ran time.Duration, err error) {
 	hard := ctx
 	if o.TimeLimit > 0 {
@@ -264,4 +259,54 @@ func lines(data []byte) []string {
 		out = append(out, strings.TrimSpace(string(l)))
 	}
 	return out
+}
+
+// command is one solver's command-line run: the parts every backend
+// shares (find the program, write the model, run it under the time limit,
+// kill it past the grace) around the parts that differ.
+type command struct {
+	name, path, prog, hint string
+	// args returns the program's arguments for the model file (writing any
+	// option file into dir) and the solution file it will write.
+	args func(dir, model string, o Options) ([]string, string, error)
+	// read turns the run's output and solution file into a Solution.
+	read func(out, solution string, ran time.Duration, m *Model, o Options) (*Solution, error)
+}
+
+func (c command) solve(ctx context.Context, m *Model, o Options) (*Solution, error) {
+	start := time.Now()
+	prog, err := lookPath(c.name, c.path, c.prog, c.hint)
+	if err != nil {
+		return nil, err
+	}
+	dir, cleanup, err := workDir(o)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.name, err)
+	}
+	defer cleanup()
+	model, err := writeModel(dir, m)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.name, err)
+	}
+	args, sol, err := c.args(dir, model, o)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.name, err)
+	}
+	os.Remove(sol) // a stale file from a kept Dir must not be read back
+	out, killed, ran, err := runTimed(ctx, o, dir, prog, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.name, err)
+	}
+	if killed {
+		s := killedSolution(c.name, o, out)
+		s.Wall = time.Since(start)
+		return s, nil
+	}
+	s, err := c.read(out, sol, ran, m, o)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.name, err)
+	}
+	s.Raw = out
+	s.Wall = time.Since(start)
+	return s, nil
 }

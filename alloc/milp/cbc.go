@@ -54,49 +54,31 @@ func (c CBC) Available() error {
 
 // Solve writes the model, runs cbc on it and reads its -solu file.
 func (c CBC) Solve(ctx context.Context, m *Model, o Options) (*Solution, error) {
-	start := time.Now()
-	prog, err := lookPath("cbc", c.Path, "cbc", cbcHint)
-	if err != nil {
-		return nil, err
-	}
-	dir, cleanup, err := workDir(o)
-	if err != nil {
-		return nil, fmt.Errorf("cbc: %w", err)
-	}
-	defer cleanup()
-	model, err := writeModel(dir, m)
-	if err != nil {
-		return nil, fmt.Errorf("cbc: %w", err)
-	}
-	solu := filepath.Join(dir, "solution.txt")
-	os.Remove(solu) // a stale file from a kept Dir must not be read back
-	args := []string{model, "-timeMode", "elapsed"}
-	if o.TimeLimit > 0 {
-		args = append(args, "-sec", seconds(o.TimeLimit))
-	}
-	args = append(args, "-ratioGap", "0", "-allowableGap", "0", "-increment", "0",
-		"-threads", strconv.Itoa(o.threads()), "-solve", "-solu", solu)
-	out, killed, ran, err := runTimed(ctx, o, dir, prog, args...)
-	if err != nil {
-		return nil, fmt.Errorf("cbc: %w", err)
-	}
-	if killed {
-		s := killedSolution("cbc", o, out)
-		s.Wall = time.Since(start)
-		return s, nil
-	}
-	data, err := os.ReadFile(solu)
-	if err != nil {
-		return nil, fmt.Errorf("cbc: no solution file: %w; output ends: %s", err, lastLines(out, 5))
-	}
-	s, err := parseCBC(data, m)
-	if err != nil {
-		return nil, fmt.Errorf("cbc: %w", err)
-	}
-	distrustInfeasible(s, o.TimeLimit, ran)
-	s.Raw = out
-	s.Wall = time.Since(start)
-	return s, nil
+	return command{
+		name: "cbc", path: c.Path, prog: "cbc", hint: cbcHint,
+		args: func(dir, model string, o Options) ([]string, string, error) {
+			solu := filepath.Join(dir, "solution.txt")
+			args := []string{model, "-timeMode", "elapsed"}
+			if o.TimeLimit > 0 {
+				args = append(args, "-sec", seconds(o.TimeLimit))
+			}
+			args = append(args, "-ratioGap", "0", "-allowableGap", "0", "-increment", "0",
+				"-threads", strconv.Itoa(o.threads()), "-solve", "-solu", solu)
+			return args, solu, nil
+		},
+		read: func(out, solu string, ran time.Duration, m *Model, o Options) (*Solution, error) {
+			data, err := os.ReadFile(solu)
+			if err != nil {
+				return nil, fmt.Errorf("no solution file: %w; output ends: %s", err, lastLines(out, 5))
+			}
+			s, err := parseCBC(data, m)
+			if err != nil {
+				return nil, err
+			}
+			distrustInfeasible(s, o.TimeLimit, ran)
+			return s, nil
+		},
+	}.solve(ctx, m, o)
 }
 
 // distrustInfeasible reads an infeasible status from a run that lasted

@@ -44,49 +44,31 @@ func (g Gurobi) Available() error {
 
 // Solve writes the model, runs gurobi_cl and reads its log and .sol file.
 func (g Gurobi) Solve(ctx context.Context, m *Model, o Options) (*Solution, error) {
-	start := time.Now()
-	prog, err := lookPath("gurobi", g.Path, "gurobi_cl", gurobiHint)
-	if err != nil {
-		return nil, err
-	}
-	dir, cleanup, err := workDir(o)
-	if err != nil {
-		return nil, fmt.Errorf("gurobi: %w", err)
-	}
-	defer cleanup()
-	model, err := writeModel(dir, m)
-	if err != nil {
-		return nil, fmt.Errorf("gurobi: %w", err)
-	}
-	sol := filepath.Join(dir, "solution.sol")
-	os.Remove(sol)
-	args := []string{"ResultFile=" + sol}
-	if o.TimeLimit > 0 {
-		args = append(args, "TimeLimit="+seconds(o.TimeLimit))
-	}
-	args = append(args, "MIPGap=0", "MIPGapAbs=0", "Threads="+strconv.Itoa(o.threads()), model)
-	out, killed, err := run(ctx, o, dir, prog, args...)
-	if err != nil {
-		return nil, fmt.Errorf("gurobi: %w", err)
-	}
-	if killed {
-		s := killedSolution("gurobi", o, out)
-		s.Wall = time.Since(start)
-		return s, nil
-	}
-	s := gurobiStatus(out)
-	s.Raw = out
-	if s.Status == Optimal {
-		data, err := os.ReadFile(sol)
-		if err != nil {
-			return nil, fmt.Errorf("gurobi: optimal but no solution file: %w", err)
-		}
-		if err := parseGurobiSol(data, m, s); err != nil {
-			return nil, fmt.Errorf("gurobi: %w", err)
-		}
-	}
-	s.Wall = time.Since(start)
-	return s, nil
+	return command{
+		name: "gurobi", path: g.Path, prog: "gurobi_cl", hint: gurobiHint,
+		args: func(dir, model string, o Options) ([]string, string, error) {
+			sol := filepath.Join(dir, "solution.sol")
+			args := []string{"ResultFile=" + sol}
+			if o.TimeLimit > 0 {
+				args = append(args, "TimeLimit="+seconds(o.TimeLimit))
+			}
+			args = append(args, "MIPGap=0", "MIPGapAbs=0", "Threads="+strconv.Itoa(o.threads()), model)
+			return args, sol, nil
+		},
+		read: func(out, sol string, _ time.Duration, m *Model, _ Options) (*Solution, error) {
+			s := gurobiStatus(out)
+			if s.Status == Optimal {
+				data, err := os.ReadFile(sol)
+				if err != nil {
+					return nil, fmt.Errorf("optimal but no solution file: %w", err)
+				}
+				if err := parseGurobiSol(data, m, s); err != nil {
+					return nil, err
+				}
+			}
+			return s, nil
+		},
+	}.solve(ctx, m, o)
 }
 
 // gurobiStatus reads the final status from gurobi_cl's log.

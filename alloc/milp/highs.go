@@ -52,51 +52,29 @@ func (h HiGHS) Available() error {
 // Solve writes the model and options, runs highs and reads its solution
 // file.
 func (h HiGHS) Solve(ctx context.Context, m *Model, o Options) (*Solution, error) {
-	start := time.Now()
-	prog, err := lookPath("highs", h.Path, "highs", highsHint)
-	if err != nil {
-		return nil, err
-	}
-	dir, cleanup, err := workDir(o)
-	if err != nil {
-		return nil, fmt.Errorf("highs: %w", err)
-	}
-	defer cleanup()
-	model, err := writeModel(dir, m)
-	if err != nil {
-		return nil, fmt.Errorf("highs: %w", err)
-	}
-	opts := filepath.Join(dir, "highs.opt")
-	text := fmt.Sprintf("mip_rel_gap = 0\nmip_abs_gap = 0\nthreads = %d\nwrite_solution_style = 0\n", o.threads())
-	if err := os.WriteFile(opts, []byte(text), 0o644); err != nil {
-		return nil, fmt.Errorf("highs: write options: %w", err)
-	}
-	sol := filepath.Join(dir, "solution.txt")
-	os.Remove(sol)
-	args := []string{"--model_file", model, "--options_file", opts, "--solution_file", sol}
-	if o.TimeLimit > 0 {
-		args = append(args, "--time_limit", seconds(o.TimeLimit))
-	}
-	out, killed, err := run(ctx, o, dir, prog, args...)
-	if err != nil {
-		return nil, fmt.Errorf("highs: %w", err)
-	}
-	if killed {
-		s := killedSolution("highs", o, out)
-		s.Wall = time.Since(start)
-		return s, nil
-	}
-	data, err := os.ReadFile(sol)
-	if err != nil {
-		return nil, fmt.Errorf("highs: no solution file: %w; output ends: %s", err, lastLines(out, 5))
-	}
-	s, err := parseHiGHS(data, m)
-	if err != nil {
-		return nil, fmt.Errorf("highs: %w", err)
-	}
-	s.Raw = out
-	s.Wall = time.Since(start)
-	return s, nil
+	return command{
+		name: "highs", path: h.Path, prog: "highs", hint: highsHint,
+		args: func(dir, model string, o Options) ([]string, string, error) {
+			opts := filepath.Join(dir, "highs.opt")
+			text := fmt.Sprintf("mip_rel_gap = 0\nmip_abs_gap = 0\nthreads = %d\nwrite_solution_style = 0\n", o.threads())
+			if err := os.WriteFile(opts, []byte(text), 0o644); err != nil {
+				return nil, "", fmt.Errorf("write options: %w", err)
+			}
+			sol := filepath.Join(dir, "solution.txt")
+			args := []string{"--model_file", model, "--options_file", opts, "--solution_file", sol}
+			if o.TimeLimit > 0 {
+				args = append(args, "--time_limit", seconds(o.TimeLimit))
+			}
+			return args, sol, nil
+		},
+		read: func(out, sol string, _ time.Duration, m *Model, _ Options) (*Solution, error) {
+			data, err := os.ReadFile(sol)
+			if err != nil {
+				return nil, fmt.Errorf("no solution file: %w; output ends: %s", err, lastLines(out, 5))
+			}
+			return parseHiGHS(data, m)
+		},
+	}.solve(ctx, m, o)
 }
 
 // parseHiGHS reads a raw-style (write_solution_style = 0) solution file.
