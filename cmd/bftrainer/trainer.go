@@ -235,10 +235,7 @@ func listAction(c *cli.Context) error {
 }
 
 func showAction(c *cli.Context) error {
-	if c.NArg() != 1 {
-		return usagef("trainer show: name one Trainer")
-	}
-	cfg, err := configFrom(c)
+	id, cfg, err := trainerArg(c, "trainer show")
 	if err != nil {
 		return err
 	}
@@ -247,12 +244,12 @@ func showAction(c *cli.Context) error {
 		return err
 	}
 	defer db.Close()
-	tr, ok, err := db.Trainer(c.Context, c.Args().First())
+	tr, ok, err := db.Trainer(c.Context, id)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return withHint(fmt.Errorf("no Trainer named %q", c.Args().First()), "bftrainer trainer list --all")
+		return withHint(fmt.Errorf("no Trainer named %q", id), "bftrainer trainer list --all")
 	}
 	var spec trainer.Spec
 	json.Unmarshal(tr.Launch.Spec, &spec)
@@ -291,14 +288,7 @@ func formatCurve(c alloc.Curve) string {
 }
 
 func cancelAction(c *cli.Context) error {
-	if c.NArg() != 1 {
-		return usagef("trainer cancel: name one Trainer")
-	}
-	id := c.Args().First()
-	if err := sidecar.ValidateTrainerID(id); err != nil {
-		return usageError{err}
-	}
-	cfg, err := configFrom(c)
+	id, cfg, err := trainerArg(c, "trainer cancel")
 	if err != nil {
 		return err
 	}
@@ -398,14 +388,7 @@ when it holds none) and exits 0; an unknown Trainer exits 1. It prints
 the host file the runner replaces atomically each round
 (trainer.state_dir/hosts/TRAINER), or, when there is none, the database.`,
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return usagef("hosts: name the Trainer")
-			}
-			id := c.Args().First()
-			if err := sidecar.ValidateTrainerID(id); err != nil {
-				return usageError{err}
-			}
-			cfg, err := configFrom(c)
+			id, cfg, err := trainerArg(c, "hosts")
 			if err != nil {
 				return err
 			}
@@ -437,4 +420,18 @@ the host file the runner replaces atomically each round
 			return err
 		},
 	}
+}
+
+// trainerArg reads a command's one argument, a Trainer name, and the
+// configuration.
+func trainerArg(c *cli.Context, cmd string) (string, Config, error) {
+	if c.NArg() != 1 {
+		return "", Config{}, usagef("%s: name one Trainer", cmd)
+	}
+	id := c.Args().First()
+	if err := sidecar.ValidateTrainerID(id); err != nil {
+		return "", Config{}, usageError{err}
+	}
+	cfg, err := configFrom(c)
+	return id, cfg, err
 }
