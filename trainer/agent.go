@@ -648,7 +648,17 @@ func (a *NodeAgent) killLocked(ctx context.Context, node, trainer string) (rep K
 }
 
 // List returns the node's entries and what became of them.
-func (a *NodeAgent) List(node string) ([]Status, error) {
+//
+// It takes the node's lock, as the kills do: a reclaim in progress has
+// killed processes whose entries it has not yet removed, and a look in
+// between would report those launches as gone by themselves — a Trainer
+// failure, when it is a reclaim.
+func (a *NodeAgent) List(ctx context.Context, node string) ([]Status, error) {
+	lk, err := a.Registry.lock(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	defer lk.unlock()
 	ents, err := a.Registry.Entries(node)
 	if err != nil {
 		return nil, err
@@ -728,7 +738,7 @@ func (a *NodeAgent) Main(ctx context.Context, args []string, stdin io.Reader, st
 		if len(rest) != 1 {
 			return errors.New("node-agent list: want NODE")
 		}
-		out, err = a.List(rest[0])
+		out, err = a.List(ctx, rest[0])
 	default:
 		return fmt.Errorf("node-agent: unknown command %q", cmd)
 	}

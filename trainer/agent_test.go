@@ -157,7 +157,7 @@ func TestExitRecorded(t *testing.T) {
 			}
 			var st Status
 			waitFor(t, 10*time.Second, "the recorded exit", func() bool {
-				sts, err := a.List("n1")
+				sts, err := a.List(context.Background(), "n1")
 				if err != nil {
 					t.Fatal(err)
 				}
