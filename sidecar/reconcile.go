@@ -387,6 +387,8 @@ func (r *Reconciler) checkPending(ctx context.Context, p *pool.Pool) (waiting bo
 	slices.Sort(jobs)
 	for _, job := range jobs {
 		p.Join(now, byJob[job], job)
+		// Recorded under its own kind: a join row would be folded again.
+		history = append(history, store.Event{At: now, Kind: store.KindIdle, Source: "reconciler", Job: job, Nodes: byJob[job]})
 	}
 	return waiting, history
 }

@@ -210,3 +210,56 @@ func TestSpoolDirChecked(t *testing.T) {
 		})
 	}
 }
+
+// fakeScheduler reports node states, one layer up from sinfo.
+type fakeScheduler map[string]string
+
+func (f fakeScheduler) NodeStates(_ context.Context, nodes []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, n := range nodes {
+		out[n] = f[n]
+	}
+	return out, nil
+}
+
+// TestReleasedNodesJoinWhenIdle: nodes a job released join only once the
+// scheduler reports them exactly idle, and the join is recorded once.
+func TestReleasedNodesJoinWhenIdle(t *testing.T) {
+	ctx := context.Background()
+	db := MustDB(t)
+	now := time.Now()
+	if _, err := db.Append(ctx,
+		store.Event{At: now, Kind: store.KindLeave, Source: "test", Job: "7", Nodes: []string{"n1", "n2"}},
+		store.Event{At: now, Kind: store.KindRelease, Source: "test", Job: "7", Nodes: []string{"n1", "n2"}}); err != nil {
+		t.Fatal(err)
+	}
+	sched := fakeScheduler{"n1": "comp", "n2": "idle"}
+	r := &Reconciler{DB: db, Pool: pool.Config{TFwd: 10}, Scheduler: sched, IdleWait: time.Minute}
+	again, err := r.Round(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again {
+		t.Fatal("a node still completing should ask for another round")
+	}
+	sched["n1"] = "idle"
+	if again, err = r.Round(ctx); err != nil || again {
+		t.Fatalf("second round: again=%v err=%v", again, err)
+	}
+	snap, err := db.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range snap.State.Nodes {
+		if n.State != pool.Idle {
+			t.Fatalf("%s is %s, want idle", n.Name, n.State)
+		}
+	}
+	evs, err := db.Events(ctx, store.Filter{Kinds: []string{store.KindIdle}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 2 || evs[0].Nodes[0] != "n2" || evs[1].Nodes[0] != "n1" || evs[0].Job != "7" {
+		t.Fatalf("idle events %+v, want n2 then n1, for job 7", evs)
+	}
+}

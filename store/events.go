@@ -34,6 +34,7 @@ const (
 	KindKept    = "kept"    // a decision that kept the allocation (solver not optimal)
 	KindAction  = "action"  // a Trainer process started or stopped (detail)
 	KindSync    = "sync"    // a reconciliation with the scheduler's own view
+	KindIdle    = "idle"    // released nodes found exactly idle: they joined
 	KindError   = "error"   // an error swallowed (hooks fail open)
 )
 

@@ -101,7 +101,7 @@ func poolConfig(cfg Config) pool.Config {
 
 // reconciler builds the serialised re-plan from the configuration.
 func reconciler(cfg Config, db *store.DB, withScheduler bool) (*sidecar.Reconciler, error) {
-	solver, err := solverByName(cfg.Pool.Solver, cfg.Pool.SolverTimeLimit.Duration)
+	solver, err := solverByName(cfg.Pool.Solver, cfg.Pool.SolverTimeLimit.Duration, cfg.Pool.SolverPath)
 	if err != nil {
 		return nil, err
 	}

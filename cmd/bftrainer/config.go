@@ -33,6 +33,7 @@ type Config struct {
 		Semantics       string   `toml:"semantics"`
 		Solver          string   `toml:"solver"`
 		SolverTimeLimit Duration `toml:"solver_time_limit"`
+		SolverPath      string   `toml:"solver_path"`
 	} `toml:"pool"`
 	Hooks struct {
 		Deadline        Duration `toml:"deadline"`

@@ -69,11 +69,15 @@ func runHook(args []string, stdout, stderr io.Writer, sched string) int {
 	path, explicit := configPath("")
 	cfg, cfgErr := loadConfig(path, explicit)
 	logger := hookLogger(cfg, stderr)
+	killOnly := false
 	if cfgErr != nil {
-		// Without a trustworthy configuration we do not know the
-		// database; the built-in defaults would guess. Log and leave.
+		// Without a trustworthy configuration we do not know the database
+		// and record nothing. A node's own prolog still kills what runs
+		// there — the built-in registry, and the run tokens in /proc, need
+		// no configuration —: a broken file must not leave a Trainer
+		// beside the scheduler's job.
 		logger.Printf("hook: %v", cfgErr)
-		return 0
+		cfg, killOnly = defaults(), true
 	}
 	deadline := cfg.Hooks.Deadline.Duration
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
@@ -85,7 +89,7 @@ func runHook(args []string, stdout, stderr io.Writer, sched string) int {
 				done <- fmt.Errorf("panic: %v\n%s", r, debug.Stack())
 			}
 		}()
-		done <- hookWork(ctx, cfg, sched, args, started)
+		done <- hookWork(ctx, cfg, sched, args, started, killOnly)
 	}()
 	select {
 	case err := <-done:
@@ -140,7 +144,7 @@ func (l *lazyLog) Write(b []byte) (int, error) {
 	return l.w.Write(b)
 }
 
-func hookWork(ctx context.Context, cfg Config, sched string, args []string, started time.Time) error {
+func hookWork(ctx context.Context, cfg Config, sched string, args []string, started time.Time, killOnly bool) error {
 	env := hooks.Env(os.LookupEnv)
 	if sched == "" {
 		sched = cfg.Hooks.Scheduler
@@ -169,12 +173,29 @@ func hookWork(ctx context.Context, cfg Config, sched string, args []string, star
 	default:
 		err = fmt.Errorf("unknown scheduler %q", sched)
 	}
+	local := call.Action == hooks.KillLocal || call.Action == hooks.CleanupLocal
 	open := hookOpener(cfg)
-	h := &sidecar.Hook{Open: open, Killer: localKiller(cfg), Trigger: reconcilerTrigger(cfg), Started: started}
+	switch {
+	case killOnly && !local:
+		return nil
+	case killOnly:
+		open = nil
+	case local:
+		// A node's own hooks record only where the database lives (the
+		// controller, or a single machine): they must not create an empty
+		// one on every compute node.
+		if _, err := os.Stat(cfg.Database); err != nil {
+			open = nil
+		}
+	}
+	h := &sidecar.Hook{Open: open, Killer: localKiller(cfg), Started: started}
+	if !killOnly {
+		h.Trigger = reconcilerTrigger(cfg)
+	}
 	if err != nil {
 		// A partial call may still name this node: kill locally anyway,
 		// then record what went wrong.
-		if call.Action == hooks.KillLocal || call.Action == hooks.CleanupLocal {
+		if local {
 			h.Handle(ctx, call)
 		}
 		if rerr := sidecar.RecordError(ctx, open, sched, call.Context, started, err); rerr != nil {

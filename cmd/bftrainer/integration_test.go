@@ -333,3 +333,37 @@ func TestReconcilerCrash(t *testing.T) {
 		t.Fatal("no run was interrupted: the test proved nothing")
 	}
 }
+
+// TestBrokenConfigStillKills: a node's prolog with an unreadable
+// configuration records nothing, but still kills what runs there (the
+// run tokens in /proc need no configuration).
+func TestBrokenConfigStillKills(t *testing.T) {
+	if testing.Short() || os.Geteuid() != 0 {
+		t.Skip("needs root: the node prolog kills with the built-in registry")
+	}
+	bin := MustBuild(t)
+	e := newTestEnv(t, "")
+	if err := os.WriteFile(e.config, []byte("database = \n[pool\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const node = "zzbroken1"
+	t.Cleanup(func() { os.RemoveAll("/run/bftrainer/nodes/" + node) })
+	victim := exec.Command("sleep", "300")
+	victim.Env = []string{"BFTRAINER_RUN=tt/" + node + "/0123456789abcdef"}
+	victim.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- victim.Wait() }()
+	out, err := e.cmd(bin, []string{"SLURM_SCRIPT_CONTEXT=prolog_slurmd", "SLURM_JOB_ID=9", "SLURM_NODELIST=" + node, "SLURMD_NODENAME=" + node}).CombinedOutput()
+	if err != nil {
+		t.Fatalf("hook exited %v: %s", err, out)
+	}
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		victim.Process.Kill()
+		t.Fatal("the prolog left the Trainer process running")
+	}
+}

@@ -168,7 +168,7 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 	}
 	solvers := make([]alloc.Solver, len(names))
 	for i, n := range names {
-		if solvers[i], err = solverByName(n, c.Duration("cbc-limit")); err != nil {
+		if solvers[i], err = solverByName(n, c.Duration("cbc-limit"), ""); err != nil {
 			return usageError{err}
 		}
 	}
@@ -258,8 +258,8 @@ func isTerminal(w io.Writer) bool {
 }
 
 // solverByName maps an allocator name to a solver; limit bounds a MILP
-// backend's time per decision.
-func solverByName(name string, limit time.Duration) (alloc.Solver, error) {
+// backend's time per decision, and path names its program ("": on PATH).
+func solverByName(name string, limit time.Duration, path string) (alloc.Solver, error) {
 	switch name {
 	case "exact", "":
 		return alloc.Exact{}, nil
@@ -271,9 +271,14 @@ func solverByName(name string, limit time.Duration) (alloc.Solver, error) {
 		// The paper's node-level MILP on a real solver, found on PATH when
 		// it solves (a missing one is a clear error then, and the
 		// reconciler keeps the allocation).
-		b, err := milp.BackendByName(name)
-		if err != nil {
-			return nil, err
+		var b milp.Backend
+		switch name {
+		case "cbc":
+			b = milp.CBC{Path: path}
+		case "highs":
+			b = milp.HiGHS{Path: path}
+		default:
+			b = milp.Gurobi{Path: path}
 		}
 		return milp.Solver{Backend: b, TimeLimit: limit}, nil
 	}

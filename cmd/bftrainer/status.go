@@ -25,7 +25,7 @@ func preview(c *cli.Context) (*sidecar.Preview, Config, error) {
 		return nil, cfg, err
 	}
 	defer db.Close()
-	solver, err := solverByName(cfg.Pool.Solver, cfg.Pool.SolverTimeLimit.Duration)
+	solver, err := solverByName(cfg.Pool.Solver, cfg.Pool.SolverTimeLimit.Duration, cfg.Pool.SolverPath)
 	if err != nil {
 		return nil, cfg, err
 	}
@@ -95,7 +95,7 @@ func planCommand() *cli.Command {
 				return err
 			}
 			if s := c.String("solver"); s != "" {
-				solver, err := solverByName(s, cfg.Pool.SolverTimeLimit.Duration)
+				solver, err := solverByName(s, cfg.Pool.SolverTimeLimit.Duration, cfg.Pool.SolverPath)
 				if err != nil {
 					return usageError{err}
 				}
