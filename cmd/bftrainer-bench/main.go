@@ -29,12 +29,14 @@ commands:
   hook     time the real binary as a scheduler hook, exec to exit
   rescale  seconds a real torchrun Trainer loses per scale-up, scale-down
            and reclaim, and the reclaim kill path (root, python3-torch)
+  slurm    bftrainer as a real Slurm cluster's hooks: main-job start delay,
+           reclaim, and Slurm's own scavenger partition side by side
 
 Run "bftrainer-bench <command> -h" for a command's flags.
 `
 
 // allCommands are the commands "all" runs, in order: add yours.
-var allCommands = []string{"alloc", "replay", "hook", "rescale"}
+var allCommands = []string{"alloc", "replay", "hook", "rescale", "slurm"}
 
 // errUsage marks a command-line mistake: exit status 2.
 var errUsage = errors.New("usage")
@@ -68,6 +70,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return (&hookCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "rescale":
 		return benchRescale(rest)
+	case "slurm":
+		return (&slurmCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "all":
 		if len(rest) > 0 {
 			fmt.Fprintf(stderr, "bftrainer-bench: all takes no flags\n")

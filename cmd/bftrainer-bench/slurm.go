@@ -1,0 +1,276 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/bftrainer/bftrainer/contrib/slurm/slurmlab"
+)
+
+// slurmCommand measures bftrainer as the hooks of a real Slurm cluster on
+// this machine (contrib/slurm/lab: one munged, one slurmctld, six
+// slurmds), with Trainers owned by a throwaway user:
+//
+//	slurm main_job_start_delay_ms with=<x> without=<y> …
+//	slurm main_job_alloc_to_start_ms with=<x> without=<y> …
+//	slurm main_job_start_delay_ms trainers=torchrun with=<x> …
+//	slurm reclaim_ms p50=<x> p99=<y> …
+//	slurm hook_ms context=<prolog_slurmctld|prolog_slurmd> p50=<x> p99=<y> …
+//	slurm scavenger reclaim_ms=<x> main_job_start_delay_ms=<y> trainer_node_seconds=<z> …
+//	slurm bftrainer reclaim_ms=<x> main_job_start_delay_ms=<y> trainer_node_seconds=<z> …
+//	slurm goals hooks_added_p99_ms=<x> reclaim_speedup=<y> …
+//
+// Hooks on and off are the same cluster in the same run: the hook lines
+// of slurm.conf are switched and `scontrol reconfigure` issued, and a
+// probe job checks that every slurmd has the change. "With" main jobs
+// each reclaim two nodes from one-node exec Trainers (a shell and two
+// sleeps) that run on every node; "without" main jobs find the nodes
+// empty. Start delay is sbatch to the job's first line (Slurm's
+// scheduler passes, once a second here, dominate it); alloc to start is
+// slurmctld's allocation (its log, millisecond timestamps) to the first
+// line, which is what the prologs add to. reclaim_ms is the node-local
+// kill the prolog records in the history (SIGKILL of the Trainer's
+// process groups until confirmed gone). The scavenger comparison is
+// slurmlab.SideBySide: the same torchrun Trainer and main job, once
+// reclaimed by bftrainer, once preempted by Slurm (PreemptMode=REQUEUE,
+// GraceTime=0), whose reclaim is timed in slurmctld's log from the
+// preemption to the main job's allocation.
+type slurmCommand struct {
+	stdout, stderr io.Writer
+}
+
+func (c *slurmCommand) Run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("slurm", flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	repo := fs.String("repo", ".", "the bftrainer module's directory (lab.sh and ./cmd/bftrainer are found there)")
+	runs := fs.Int("runs", 30, "main jobs per start-delay measurement, hooks on and hooks off")
+	torchRuns := fs.Int("torch-runs", 8, "main jobs reclaiming a node from a torchrun Trainer (0: skip)")
+	rounds := fs.Int("rounds", 1, "side-by-side rounds, bftrainer then the scavenger partition (about 2.5 minutes each; 0: skip)")
+	window := fs.Duration("window", 60*time.Second, "side by side: Trainer progress is counted for this long from the main job's sbatch")
+	hold := fs.Duration("hold", 20*time.Second, "side by side: how long the main job runs")
+	keep := fs.Bool("keep", false, "keep the cluster's directory (database, logs) when done")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if err := slurmlab.Need(); err != nil {
+		// make bench runs every command: a machine without Slurm skips
+		// this one and says why.
+		fmt.Fprintf(c.stderr, "bftrainer-bench: slurm: skipped: %v\n", err)
+		return nil
+	}
+	root, err := filepath.Abs(*repo)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(root, "contrib", "slurm", "lab", "lab.sh")); err != nil {
+		return fmt.Errorf("slurm: -repo %s: %w", root, err)
+	}
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(c.stderr, "bftrainer-bench: slurm: "+format+"\n", args...)
+	}
+	logf("building bftrainer and starting a 6-node cluster")
+	cl, err := slurmlab.Up(ctx, slurmlab.ClusterOptions{Repo: root, Nodes: 6, Scavenger: true, Logf: logf})
+	if err != nil {
+		return fmt.Errorf("slurm: %w", err)
+	}
+	defer func() {
+		if *keep {
+			logf("kept %s", cl.Dir)
+		}
+		if derr := cl.Down(context.Background(), *keep); derr != nil {
+			logf("stopping the cluster: %v", derr)
+		}
+	}()
+	if err := c.measure(ctx, cl, logf, *runs, *torchRuns, *rounds, *window, *hold); err != nil {
+		logf("what the cluster says:\n%s", cl.Debug(context.Background()))
+		return fmt.Errorf("slurm: %w", err)
+	}
+	return nil
+}
+
+func (c *slurmCommand) measure(ctx context.Context, cl *slurmlab.Cluster, logf func(string, ...any), runs, torchRuns, rounds int, window, hold time.Duration) error {
+	q := slurmlab.Quantile
+	if err := cl.Reset(ctx); err != nil {
+		return err
+	}
+	// Hooks on, a Trainer on every node: each main job reclaims two.
+	sleepers, err := cl.NewSleepers(ctx, "bench")
+	if err != nil {
+		return err
+	}
+	ready := func() (bool, error) { return sleepers.Ready(ctx) }
+	if err := slurmlab.Poll(ctx, 2*time.Minute, ready); err != nil {
+		return fmt.Errorf("trainers on every node: %w", err)
+	}
+	startID, err := cl.LastEventID(ctx)
+	if err != nil {
+		return err
+	}
+	logf("%d main jobs with the hooks on", runs)
+	with, err := slurmlab.StartDelays(ctx, cl, runs, 2, ready)
+	if err != nil {
+		return err
+	}
+	if sleepers.Lost > 0 {
+		logf("%d of the Trainers ended although a reclaim should only take their node (README, known issues); replaced", sleepers.Lost)
+	}
+	kills, err := cl.KillMs(ctx, startID)
+	if err != nil {
+		return err
+	}
+	hookMs := map[string][]float64{}
+	for _, hc := range []string{"prolog_slurmctld", "prolog_slurmd"} {
+		if hookMs[hc], err = cl.HookMs(ctx, hc, startID); err != nil {
+			return err
+		}
+	}
+	var path [5][]float64
+	for _, smp := range with {
+		p, ok, err := cl.Path(ctx, smp)
+		if err != nil {
+			return err
+		}
+		if ok {
+			for i, d := range []time.Duration{p.ToCtldHook, p.CtldHook, p.ToNodeProlog, p.NodeProlog, p.ToFirstLine} {
+				path[i] = append(path[i], slurmlab.Millis(d)...)
+			}
+		}
+	}
+	// The same with the reconciler as a service (hooks.spawn_reconciler =
+	// "never", as with an unprivileged SlurmUser): no re-plan competes
+	// with the node prologs for the CPU.
+	logf("%d main jobs with the hooks on and the reconciler as a service", runs)
+	s := cl.Settings
+	s.Spawn = "never"
+	if err := cl.Configure(s); err != nil {
+		return err
+	}
+	svc, err := cl.StartService(time.Second)
+	if err != nil {
+		return err
+	}
+	withSvc, err := slurmlab.StartDelays(ctx, cl, runs, 2, ready)
+	if kerr := svc.Kill(); err == nil {
+		err = kerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := cl.Reset(ctx); err != nil {
+		return err
+	}
+	logf("%d main jobs with the hooks off", runs)
+	if err := cl.In.SetHooks(ctx, cl.Lab, false); err != nil {
+		return err
+	}
+	without, err := slurmlab.StartDelays(ctx, cl, runs, 2, nil)
+	if herr := cl.In.SetHooks(ctx, cl.Lab, true); err == nil {
+		err = herr
+	}
+	if err != nil {
+		return err
+	}
+	delays := func(ss []slurmlab.DelaySample, alloc bool) []float64 {
+		var ds []time.Duration
+		for _, s := range ss {
+			if alloc {
+				ds = append(ds, s.AllocToStart())
+			} else {
+				ds = append(ds, s.StartDelay())
+			}
+		}
+		return slurmlab.Millis(ds...)
+	}
+	sw, so := delays(with, false), delays(without, false)
+	aw, ao := delays(with, true), delays(without, true)
+	fmt.Fprintf(c.stdout, "slurm main_job_start_delay_ms with=%.0f without=%.0f with_p99=%.0f without_p99=%.0f runs=%d trainers=exec hooks=scontrol-reconfigure\n",
+		q(sw, 0.5), q(so, 0.5), q(sw, 0.99), q(so, 0.99), runs)
+	fmt.Fprintf(c.stdout, "slurm main_job_alloc_to_start_ms with=%.1f without=%.1f with_p99=%.1f without_p99=%.1f runs=%d trainers=exec\n",
+		q(aw, 0.5), q(ao, 0.5), q(aw, 0.99), q(ao, 0.99), runs)
+	fmt.Fprintf(c.stdout, "slurm reclaim_ms p50=%.1f p99=%.1f n=%d trainers=exec trainers_lost=%d\n", q(kills, 0.5), q(kills, 0.99), len(kills), sleepers.Lost)
+	for _, hc := range []string{"prolog_slurmctld", "prolog_slurmd"} {
+		fmt.Fprintf(c.stdout, "slurm hook_ms context=%s p50=%.1f p99=%.1f n=%d\n", hc, q(hookMs[hc], 0.5), q(hookMs[hc], 0.99), len(hookMs[hc]))
+	}
+	as := delays(withSvc, true)
+	fmt.Fprintf(c.stdout, "slurm main_job_alloc_to_start_ms reconciler=service with=%.1f without=%.1f with_p99=%.1f without_p99=%.1f runs=%d trainers=exec\n",
+		q(as, 0.5), q(ao, 0.5), q(as, 0.99), q(ao, 0.99), runs)
+	// Where the "with" main jobs' allocation-to-start went (medians).
+	fmt.Fprintf(c.stdout, "slurm hook_path_ms alloc_to_prolog_slurmctld=%.1f prolog_slurmctld=%.1f to_node_prolog=%.1f node_prologs=%.1f to_first_line=%.1f n=%d\n",
+		q(path[0], 0.5), q(path[1], 0.5), q(path[2], 0.5), q(path[3], 0.5), q(path[4], 0.5), len(path[0]))
+	addedP99 := q(aw, 0.99) - q(ao, 0.99)
+
+	if torchRuns > 0 {
+		logf("%d main jobs reclaiming a node from a torchrun Trainer", torchRuns)
+		if err := cl.Reset(ctx); err != nil {
+			return err
+		}
+		td, err := slurmlab.TorchStartDelays(ctx, cl, torchRuns)
+		if err != nil {
+			return err
+		}
+		tk, err := cl.KillMs(ctx, td.StartID)
+		if err != nil {
+			return err
+		}
+		ts := td.Samples
+		st, at := delays(ts, false), delays(ts, true)
+		fmt.Fprintf(c.stdout, "slurm main_job_start_delay_ms trainers=torchrun with=%.0f with_p99=%.0f alloc_to_start_ms=%.1f alloc_to_start_p99_ms=%.1f runs=%d\n",
+			q(st, 0.5), q(st, 0.99), q(at, 0.5), q(at, 0.99), len(ts))
+		fmt.Fprintf(c.stdout, "slurm reclaim_ms p50=%.1f p99=%.1f n=%d trainers=torchrun trainers_lost=%d\n", q(tk, 0.5), q(tk, 0.99), len(tk), td.Lost)
+		addedP99 = max(addedP99, q(at, 0.99)-q(ao, 0.99))
+	}
+
+	var speedup float64
+	if rounds > 0 {
+		var bfs, scs []slurmlab.SideResult
+		for r := 0; r < rounds; r++ {
+			logf("side by side, round %d of %d", r+1, rounds)
+			if err := cl.Reset(ctx); err != nil {
+				return err
+			}
+			bf, sc, err := slurmlab.SideBySide(ctx, cl, slurmlab.SideOptions{Hold: hold, Window: window})
+			if err != nil {
+				return err
+			}
+			bfs, scs = append(bfs, bf), append(scs, sc)
+		}
+		med := map[string]float64{}
+		for _, side := range []struct {
+			name string
+			rs   []slurmlab.SideResult
+		}{{"scavenger", scs}, {"bftrainer", bfs}} {
+			var rec, start, ns, samples []float64
+			lost := 0
+			for _, r := range side.rs {
+				if r.Lost {
+					lost++
+				}
+				rec = append(rec, slurmlab.Millis(r.Reclaim)...)
+				start = append(start, slurmlab.Millis(r.StartDelay)...)
+				ns = append(ns, r.NodeSeconds)
+				samples = append(samples, r.Samples)
+			}
+			med[side.name] = q(rec, 0.5)
+			extra := ""
+			if side.name == "bftrainer" {
+				extra = fmt.Sprintf(" trainers_lost=%d", lost)
+			}
+			fmt.Fprintf(c.stdout, "slurm %s reclaim_ms=%.0f main_job_start_delay_ms=%.0f trainer_node_seconds=%.0f trainer_samples=%.0f window_s=%.0f rounds=%d%s\n",
+				side.name, q(rec, 0.5), q(start, 0.5), q(ns, 0.5), q(samples, 0.5), window.Seconds(), rounds, extra)
+		}
+		if med["bftrainer"] > 0 {
+			speedup = med["scavenger"] / med["bftrainer"]
+		}
+	}
+	fmt.Fprintf(c.stdout, "slurm goals hooks_added_p99_ms=%.1f goal_below=50 reclaim_speedup=%.1f goal_at_least=20\n", addedP99, speedup)
+	return nil
+}

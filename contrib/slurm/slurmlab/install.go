@@ -1,0 +1,592 @@
+package slurmlab
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/bftrainer/bftrainer/pool"
+	"github.com/bftrainer/bftrainer/store"
+	"github.com/bftrainer/bftrainer/trainer"
+)
+
+// Install is bftrainer as a site would install it for this lab: the
+// binary (the hook of all four Slurm hook points, its configuration path
+// compiled in because Slurm gives hooks no arguments), its configuration,
+// database, spool, registry and logs, all below Dir.
+type Install struct {
+	Dir      string
+	Bin      string // bftrainer, built with -X main.defaultConfig=Config
+	Config   string
+	DB       string
+	HooksLog string
+	Spool    string
+	Registry string
+	LogDir   string // Trainer output
+	StateDir string // the runner's state
+	Work     string // shared scratch (mode 1777): Trainer programs, checkpoints, progress logs
+	Sinfo    string // sinfo with the lab's SLURM_CONF (the controller hooks get none)
+	Tag      string // prefix of every Trainer name: cleanup finds their processes by it
+
+	labConf string
+	ports   [2]int
+	shm     string // the registry's tmpfs directory, removed by Remove
+}
+
+// Settings are the configuration keys the scenarios change; the rest is
+// fixed by configText.
+type Settings struct {
+	Transport      string   // "local" (default) or "ssh"
+	SSHConfig      string   // ssh transport: its ssh_config
+	Solver         string   // pool.solver; "" means exact
+	Spawn          string   // hooks.spawn_reconciler; "" means auto (the hooks run as root here)
+	AllowRootOwner bool     // Trainers may run as root (the bench; tests use a throwaway user)
+	Torchrun       []string // "" means the keep-alive shim in Work
+	Extra          string   // appended verbatim at the end (inside [trainer])
+	Raw            string   // when set, the whole file (a corrupt configuration)
+}
+
+// NewInstall builds bftrainer from the module at repo into dir/bin and
+// lays out its directories. labConf is the slurm.conf of the lab the
+// hooks will serve (the sinfo wrapper points at it); the configuration
+// itself is written by Configure, which must run before the lab starts
+// (a hook without its configuration would fall back to the system
+// paths).
+func NewInstall(ctx context.Context, repo, dir, labConf string) (_ *Install, err error) {
+	tag := make([]byte, 2)
+	rand.Read(tag)
+	in := &Install{
+		Dir:      dir,
+		Bin:      filepath.Join(dir, "bin", "bftrainer"),
+		Config:   filepath.Join(dir, "etc", "bftrainer.toml"),
+		DB:       filepath.Join(dir, "db", "bftrainer.db"),
+		HooksLog: filepath.Join(dir, "log", "hooks.log"),
+		Spool:    filepath.Join(dir, "spool"),
+		Registry: filepath.Join(dir, "registry"),
+		LogDir:   filepath.Join(dir, "log", "trainers"),
+		StateDir: filepath.Join(dir, "runner"),
+		Work:     filepath.Join(dir, "work"),
+		Sinfo:    filepath.Join(dir, "bin", "sinfo"),
+		Tag:      "s" + hex.EncodeToString(tag),
+		labConf:  labConf,
+	}
+	// The registry lives on tmpfs, as its default /run/bftrainer does on
+	// a site: the node prolog's kill writes a fence and removes entries,
+	// and on a disk each of those waits for an fsync.
+	if shm, err := tmpfsDir(); err == nil {
+		in.shm = shm
+		in.Registry = filepath.Join(shm, "registry")
+		defer func() {
+			if err != nil {
+				in.Remove()
+			}
+		}()
+	}
+	// Below the lab's automatic port ranges (20000-32699) and clear of the
+	// other tests' stores (29400 and up).
+	lo := 19000 + mrand.IntN(45)*20
+	in.ports = [2]int{lo, lo + 19}
+	// Trainer processes run as a throwaway user: they must reach the
+	// binary (progress reports), the configuration and Work.
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{
+		{filepath.Dir(in.Bin), 0o755}, {filepath.Dir(in.Config), 0o755}, {filepath.Dir(in.DB), 0o755},
+		{filepath.Dir(in.HooksLog), 0o755}, {in.Registry, 0o755}, {in.LogDir, 0o755}, {in.StateDir, 0o755},
+		// As `make install` creates them: the spool sticky and
+		// unlistable, Work open to every user like /tmp.
+		{in.Spool, os.ModeSticky | 0o733}, {in.Work, os.ModeSticky | 0o777},
+	} {
+		if err := os.MkdirAll(d.path, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.Chmod(d.path, d.mode); err != nil {
+			return nil, err
+		}
+	}
+	if err := Build(ctx, repo, in.Bin, in.Config); err != nil {
+		return nil, err
+	}
+	// The controller hooks get no SLURM_CONF (notes/slurm.md); a site's
+	// sinfo reads /etc/slurm/slurm.conf, the lab's lives in its directory.
+	wrapper := fmt.Sprintf("#!/bin/sh\nSLURM_CONF=%s exec /usr/bin/sinfo \"$@\"\n", labConf)
+	if err := os.WriteFile(in.Sinfo, []byte(wrapper), 0o755); err != nil {
+		return nil, err
+	}
+	for _, f := range []string{"train.py", "bftrainer_progress.py", "fast_torchrun.py", "store.py"} {
+		b, err := os.ReadFile(filepath.Join(repo, "contrib", "trainer", f))
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(in.Work, f), b, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return in, nil
+}
+
+// tmpfsDir makes a directory on /dev/shm when that is a tmpfs.
+func tmpfsDir() (string, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs("/dev/shm", &st); err != nil {
+		return "", err
+	}
+	const tmpfsMagic = 0x01021994
+	if st.Type != tmpfsMagic {
+		return "", errors.New("/dev/shm is not a tmpfs")
+	}
+	d, err := os.MkdirTemp("/dev/shm", "bfts.")
+	if err != nil {
+		return "", err
+	}
+	return d, os.Chmod(d, 0o755)
+}
+
+// Remove deletes what the install keeps outside its directory (the
+// registry on tmpfs).
+func (in *Install) Remove() error {
+	if in.shm == "" {
+		return nil
+	}
+	return os.RemoveAll(in.shm)
+}
+
+// Build builds bftrainer from the module at repo with its default
+// configuration path set to config: Slurm runs hooks with no arguments
+// and no environment of ours, so the path has to be in the binary (or at
+// the system default).
+func Build(ctx context.Context, repo, out, config string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-ldflags", "-X main.defaultConfig="+config, "-o", out, "./cmd/bftrainer")
+	cmd.Dir = repo
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %w\n%s", err, b)
+	}
+	return os.Chmod(out, 0o755)
+}
+
+// Name is a Trainer name unique to this install.
+func (in *Install) Name(short string) string { return in.Tag + "-" + short }
+
+// Configure writes the configuration.
+func (in *Install) Configure(s Settings) error {
+	tmp := in.Config + ".tmp"
+	if err := os.WriteFile(tmp, []byte(in.configText(s)), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, in.Config)
+}
+
+func (in *Install) configText(s Settings) string {
+	if s.Raw != "" {
+		return s.Raw
+	}
+	if s.Transport == "" {
+		s.Transport = "local"
+	}
+	if s.Solver == "" {
+		s.Solver = "exact"
+	}
+	if s.Spawn == "" {
+		s.Spawn = "auto"
+	}
+	if len(s.Torchrun) == 0 {
+		s.Torchrun = []string{"/usr/bin/python3", filepath.Join(in.Work, "fast_torchrun.py")}
+	}
+	var torchrun []string
+	for _, a := range s.Torchrun {
+		torchrun = append(torchrun, strconv.Quote(a))
+	}
+	ssh := ""
+	if s.SSHConfig != "" {
+		ssh = fmt.Sprintf("ssh_config = %q\nconnect_timeout = \"3s\"\n", s.SSHConfig)
+	}
+	return fmt.Sprintf(`# Written by contrib/slurm/slurmlab for a test cluster.
+database = %q
+spool = %q
+
+[pool]
+solver = %q
+# Idle periods here last minutes: an allocation is worth its rescale cost
+# over 60 s (a regrowth from 3 to 4 nodes pays for itself; at the default
+# 10 s it does not).
+tfwd = 60.0
+
+[hooks]
+deadline = "2s"
+log = %q
+spawn_reconciler = %q
+
+[reconciler]
+idle_wait = "60s"
+poll = "500ms"
+interval = "2s"
+
+[scheduler]
+sinfo = %q
+
+[trainer]
+transport = %q
+%sremote_bftrainer = %q
+remote_config = %q
+registry = %q
+log_dir = %q
+state_dir = %q
+controller = "127.0.0.1"
+store_ports = "%d-%d"
+torchrun = [%s]
+command_timeout = "30s"
+join_timeout = "120s"
+kill_wait = "5s"
+reclaim_fence = "10m"
+allow_root_owner = %t
+%s
+`, in.DB, in.Spool, s.Solver, in.HooksLog, s.Spawn, in.Sinfo, s.Transport, ssh, in.Bin, in.Config,
+		in.Registry, in.LogDir, in.StateDir, in.ports[0], in.ports[1], strings.Join(torchrun, ", "),
+		s.AllowRootOwner, s.Extra)
+}
+
+// env is the environment of a bftrainer command: no BFTRAINER_CONFIG (the
+// compiled-in path is the one under test), the lab's SLURM_CONF.
+func (in *Install) env(extra ...string) []string {
+	return cleanEnv(append([]string{"SLURM_CONF=" + in.labConf}, extra...))
+}
+
+// Run runs the bftrainer CLI as root and returns its standard output; the
+// error carries its standard error.
+func (in *Install) Run(ctx context.Context, args ...string) (string, error) {
+	return in.run(ctx, nil, nil, args...)
+}
+
+// RunEnv is Run with extra environment (e.g. a PATH without a solver).
+func (in *Install) RunEnv(ctx context.Context, env []string, args ...string) (string, error) {
+	return in.run(ctx, nil, env, args...)
+}
+
+// RunAs runs the CLI as u (the kernel's uid, as a login gives).
+func (in *Install) RunAs(ctx context.Context, u *User, args ...string) (string, error) {
+	return in.run(ctx, u, []string{"HOME=/", "USER=" + u.Name, "LOGNAME=" + u.Name}, args...)
+}
+
+func (in *Install) run(ctx context.Context, u *User, env []string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, in.Bin, args...)
+	cmd.Env = in.env(env...)
+	cmd.Dir = "/"
+	if u != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID)}}
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("bftrainer %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return string(out), nil
+}
+
+// GrantGroup does what contrib/slurm/README.md tells a site whose
+// SlurmUser is not root: the database's and the hooks' log's directories
+// owned by root with SlurmUser's group, setgid so that the files created
+// in them get that group, and group-writable.
+func (in *Install) GrantGroup(group string) error {
+	g, err := user.LookupGroup(group)
+	if err != nil {
+		return err
+	}
+	gid, err := strconv.Atoi(g.Gid)
+	if err != nil {
+		return err
+	}
+	for _, d := range []string{filepath.Dir(in.DB), filepath.Dir(in.HooksLog)} {
+		if err := os.Chown(d, 0, gid); err != nil {
+			return err
+		}
+		if err := os.Chmod(d, os.ModeSetgid|0o775); err != nil {
+			return err
+		}
+	}
+	// The hooks' log: created now, so that it is the group's.
+	f, err := os.OpenFile(in.HooksLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o660)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	if err := os.Chown(in.HooksLog, 0, gid); err != nil {
+		return err
+	}
+	return os.Chmod(in.HooksLog, 0o660)
+}
+
+// GrantDatabase makes the database files group-writable once they exist
+// (bftrainer creates them 0644: group write is the admin's decision).
+func (in *Install) GrantDatabase() error {
+	files, err := filepath.Glob(in.DB + "*")
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		fi, err := os.Stat(f)
+		if err != nil {
+			return err
+		}
+		if err := os.Chmod(f, fi.Mode().Perm()|0o020); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// OpenDB opens the database read-only (the scenarios only look).
+func (in *Install) OpenDB(ctx context.Context) (*store.DB, error) {
+	return store.Open(ctx, in.DB, store.Options{ReadOnly: true})
+}
+
+// Events returns history rows.
+func (in *Install) Events(ctx context.Context, f store.Filter) ([]store.Event, error) {
+	db, err := in.OpenDB(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	return db.Events(ctx, f)
+}
+
+// PoolNodes returns the pool's nodes as the last reconciler round saved
+// them.
+func (in *Install) PoolNodes(ctx context.Context) (map[string]pool.Node, error) {
+	db, err := in.OpenDB(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	snap, err := db.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]pool.Node{}
+	for _, n := range snap.State.Nodes {
+		out[n.Name] = n
+	}
+	return out, nil
+}
+
+// Held returns the nodes each Trainer holds now (saved state).
+func (in *Install) Held(ctx context.Context) (map[string][]string, error) {
+	nodes, err := in.PoolNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, n := range nodes {
+		if n.State == pool.Idle && n.Trainer != "" {
+			out[n.Trainer] = append(out[n.Trainer], n.Name)
+		}
+	}
+	for _, v := range out {
+		slices.Sort(v)
+	}
+	return out, nil
+}
+
+// PoolMismatch compares the pool's idle nodes with sinfo's exactly idle
+// ones over the lab's nodes and describes every difference; "" when they
+// agree. Released nodes waiting to be idle count as not idle.
+func (in *Install) PoolMismatch(ctx context.Context, l *Lab) (string, error) {
+	nodes, err := in.PoolNodes(ctx)
+	if err != nil {
+		return "", err
+	}
+	states, err := l.NodeStates(ctx)
+	if err != nil {
+		return "", err
+	}
+	var diff []string
+	for _, n := range l.Nodes {
+		p, known := nodes[n]
+		inPool := known && p.State == pool.Idle
+		if idle := states[n] == "idle"; idle != inPool {
+			ps := "unknown"
+			if known {
+				ps = string(p.State)
+			}
+			diff = append(diff, fmt.Sprintf("%s: sinfo %q, pool %s", n, states[n], ps))
+		}
+	}
+	return strings.Join(diff, "; "), nil
+}
+
+// WaitPoolMatches waits, at most timeout, until PoolMismatch is empty.
+func (in *Install) WaitPoolMatches(ctx context.Context, l *Lab, timeout time.Duration) error {
+	var last string
+	err := Poll(ctx, timeout, func() (bool, error) {
+		d, err := in.PoolMismatch(ctx, l)
+		last = d
+		return d == "", err
+	})
+	if err != nil {
+		return fmt.Errorf("pool and sinfo differ (%s): %w", last, err)
+	}
+	return nil
+}
+
+// Proc is a process of this install.
+type Proc struct {
+	trainer.Proc
+	Exe string
+}
+
+// TrainerProcs returns the live processes carrying a run token of one of
+// this install's Trainers whose node is in nodes (all nodes when empty).
+func (in *Install) TrainerProcs(nodes ...string) ([]Proc, error) {
+	ps, err := trainer.Procs()
+	if err != nil {
+		return nil, err
+	}
+	var out []Proc
+	for _, p := range ps {
+		t, ok := p.Token()
+		if !ok || p.Dead() || !strings.HasPrefix(t.Trainer, in.Tag+"-") {
+			continue
+		}
+		if len(nodes) == 0 || slices.Contains(nodes, t.Node) {
+			out = append(out, Proc{Proc: p})
+		}
+	}
+	return out, nil
+}
+
+// Procs returns every live process of this install: its binary
+// (reconcilers, node agents, supervisors), its Trainers' processes (by run
+// token) and those of the given users.
+func (in *Install) Procs(users ...*User) ([]Proc, error) {
+	ps, err := trainer.Procs()
+	if err != nil {
+		return nil, err
+	}
+	me := os.Getpid()
+	var out []Proc
+	for _, p := range ps {
+		if p.Dead() || p.PID == me || p.PID == 1 {
+			continue
+		}
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", p.PID))
+		t, ok := p.Token()
+		mine := exe == in.Bin || (ok && strings.HasPrefix(t.Trainer, in.Tag+"-"))
+		for _, u := range users {
+			mine = mine || (u != nil && procUID(p.PID) == u.UID)
+		}
+		if mine {
+			out = append(out, Proc{Proc: p, Exe: exe})
+		}
+	}
+	return out, nil
+}
+
+// procUID returns a process's real uid, or -1.
+func procUID(pid int) int {
+	st, err := trainer.ProcStatus(pid)
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(st["Uid"])
+	if len(f) == 0 {
+		return -1
+	}
+	uid, err := strconv.Atoi(f[0])
+	if err != nil {
+		return -1
+	}
+	return uid
+}
+
+// Kill SIGKILLs every process of this install (see Procs), by PID,
+// until none is left or timeout passes; it returns what survived.
+func (in *Install) Kill(timeout time.Duration, users ...*User) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ps, err := in.Procs(users...)
+		if err != nil {
+			return err
+		}
+		if len(ps) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			var left []string
+			for _, p := range ps {
+				left = append(left, fmt.Sprintf("%d(%s)", p.PID, p.Comm))
+			}
+			return fmt.Errorf("processes survived SIGKILL: %s", strings.Join(left, " "))
+		}
+		for _, p := range ps {
+			syscall.Kill(p.PID, syscall.SIGKILL)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// SetHooks switches the lab's hooks to this binary (on) or off and
+// checks with a job on every node that the slurmds have the change: with
+// the hooks on, the job's node prologs are in the history; off, they are
+// not.
+func (in *Install) SetHooks(ctx context.Context, l *Lab, on bool) error {
+	path := ""
+	if on {
+		path = in.Bin
+	}
+	if err := l.SetHooks(ctx, path); err != nil {
+		return err
+	}
+	var last string
+	err := Poll(ctx, 60*time.Second, func() (bool, error) {
+		out, err := l.Output(ctx, "srun", "-N", strconv.Itoa(len(l.Nodes)), "-J", "hooks-probe", "/usr/bin/printenv", "SLURM_JOB_ID")
+		if err != nil {
+			return false, err
+		}
+		f := strings.Fields(out)
+		if len(f) == 0 {
+			return false, fmt.Errorf("srun printed no job id")
+		}
+		id := f[0]
+		evs, err := in.Events(ctx, store.Filter{Kinds: []string{store.KindHook}, Job: id})
+		if err != nil && on {
+			return false, err
+		}
+		n := 0
+		for _, e := range evs {
+			if e.Context == "prolog_slurmd" {
+				n++
+			}
+		}
+		last = fmt.Sprintf("job %s: %d node prologs recorded", id, n)
+		if on {
+			return n == len(l.Nodes), nil
+		}
+		return n == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("hooks %s: %s: %w", map[bool]string{true: "on", false: "off"}[on], last, err)
+	}
+	return nil
+}

@@ -1,0 +1,208 @@
+package slurmlab
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Step is one line of contrib/trainer/train.py's progress log: one per
+// rank per training step.
+type Step struct {
+	At                   time.Time
+	Node                 string // NODE_TAG: the node the rank runs on
+	Rank, World, Restart int
+	Step                 int
+	Samples              float64 // samples done by the whole job, restored from the checkpoint
+	Done                 bool
+}
+
+// ReadSteps parses a progress log; a missing file has no steps yet.
+func ReadSteps(path string) ([]Step, error) {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []Step
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 2 {
+			continue
+		}
+		at, err := parseUnix(fs[0])
+		if err != nil {
+			continue // a line cut short by a kill
+		}
+		s := Step{At: at}
+		for _, f := range fs[1:] {
+			k, v, ok := strings.Cut(f, "=")
+			if !ok {
+				s.Done = s.Done || f == "done"
+				continue
+			}
+			n, _ := strconv.Atoi(v)
+			switch k {
+			case "node":
+				s.Node = v
+			case "rank":
+				s.Rank = n
+			case "world":
+				s.World = n
+			case "restart":
+				s.Restart = n
+			case "step":
+				s.Step = n
+			case "samples":
+				s.Samples, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+		if s.World < 1 {
+			continue // cut short (train.py writes each line with one write(2), but a disk may fill)
+		}
+		out = append(out, s)
+	}
+	return out, sc.Err()
+}
+
+// Round is one training step as all its ranks logged it.
+type Round struct {
+	At    time.Time // the first rank's line
+	Step  int
+	World int
+	Nodes []string // sorted
+}
+
+// Rounds groups the steps logged at or after since into complete rounds:
+// every rank of the world logged the step. Redone steps (after a restart
+// from the checkpoint) form rounds of their own when their world differs.
+func Rounds(steps []Step, since time.Time) []Round {
+	type key struct{ step, world int }
+	byKey := map[key]*Round{}
+	var order []key
+	for _, s := range steps {
+		if s.At.Before(since) || s.Done || s.World < 1 {
+			continue
+		}
+		k := key{s.Step, s.World}
+		r := byKey[k]
+		if r == nil {
+			r = &Round{At: s.At, Step: s.Step, World: s.World}
+			byKey[k] = r
+			order = append(order, k)
+		}
+		if !slices.Contains(r.Nodes, s.Node) {
+			r.Nodes = append(r.Nodes, s.Node)
+		}
+	}
+	var out []Round
+	for _, k := range order {
+		r := byKey[k]
+		if len(r.Nodes) == r.World {
+			slices.Sort(r.Nodes)
+			out = append(out, *r)
+		}
+	}
+	return out
+}
+
+// WaitRounds waits, at most timeout, until k complete rounds after since
+// satisfy ok, and returns the first of them.
+func WaitRounds(ctx context.Context, log string, since time.Time, k int, timeout time.Duration, ok func(Round) bool) (Round, error) {
+	var first Round
+	var last []Round
+	err := Poll(ctx, timeout, func() (bool, error) {
+		steps, err := ReadSteps(log)
+		if err != nil {
+			return false, err
+		}
+		rs := Rounds(steps, since)
+		last = rs
+		n := 0
+		for _, r := range rs {
+			if ok(r) {
+				if n == 0 {
+					first = r
+				}
+				n++
+			}
+		}
+		return n >= k, nil
+	})
+	if err != nil {
+		if len(last) > 6 {
+			last = last[len(last)-6:]
+		}
+		return first, fmt.Errorf("%s: no %d matching training rounds since %s (last rounds %+v): %w", log, k, since.Format("15:04:05.000"), last, err)
+	}
+	return first, nil
+}
+
+// OnNodes matches rounds run on exactly these nodes.
+func OnNodes(nodes ...string) func(Round) bool {
+	want := slices.Sorted(slices.Values(nodes))
+	return func(r Round) bool { return slices.Equal(r.Nodes, want) }
+}
+
+// maxStepGap bounds the time between two consecutive steps that counts as
+// training: a longer gap is a rescale (workers restarting, torch
+// imports, the rendezvous) and trains nothing.
+const maxStepGap = 2 * time.Second
+
+// NodeSeconds returns the node-seconds spent training in [from, to):
+// for each pair of consecutive rank-0 lines (one step apart, same world,
+// at most maxStepGap apart), world × the time between them, clipped to
+// the window.
+func NodeSeconds(steps []Step, from, to time.Time) float64 {
+	var r0 []Step
+	for _, s := range steps {
+		if s.Rank == 0 && !s.Done && s.World > 0 {
+			r0 = append(r0, s)
+		}
+	}
+	slices.SortFunc(r0, func(a, b Step) int { return a.At.Compare(b.At) })
+	total := 0.0
+	for i := 1; i < len(r0); i++ {
+		a, b := r0[i-1], r0[i]
+		if b.Step != a.Step+1 || b.World != a.World || b.At.Sub(a.At) > maxStepGap {
+			continue
+		}
+		lo, hi := a.At, b.At
+		if lo.Before(from) {
+			lo = from
+		}
+		if hi.After(to) {
+			hi = to
+		}
+		if hi.After(lo) {
+			total += float64(a.World) * hi.Sub(lo).Seconds()
+		}
+	}
+	return total
+}
+
+// SamplesGained returns the job's net progress in [from, to): the
+// samples done at its last step before to, minus those at its last step
+// before from (a restart from the checkpoint takes the count back, and
+// that loss counts).
+func SamplesGained(steps []Step, from, to time.Time) float64 {
+	var before, by Step
+	for _, s := range steps {
+		if s.At.Before(from) && !s.At.Before(before.At) {
+			before = s
+		}
+		if s.At.Before(to) && !s.At.Before(by.At) {
+			by = s
+		}
+	}
+	return max(0, by.Samples-before.Samples)
+}
