@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/bftrainer/bftrainer/hooks"
 )
 
@@ -602,6 +604,19 @@ func (a *NodeAgent) killLocked(ctx context.Context, node, trainer string) (rep K
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
+	// Wait for the killed groups' members to die before looking again:
+	// a process freeing a few hundred megabytes takes milliseconds, and
+	// each look at /proc reads every process's environment.
+	var killed []int
+	for _, g := range rep.Groups {
+		killed = append(killed, g.PIDs...)
+	}
+	waitExit(killed, deadline)
+	if len(killed) > 0 {
+		if procs, err = Procs(); err != nil {
+			return rep, err
+		}
+	}
 	signalled := map[int]bool{}
 	pause := time.Millisecond
 	for {
@@ -749,4 +764,33 @@ func (a *NodeAgent) Main(ctx context.Context, args []string, stdin io.Reader, st
 		}
 	}
 	return err
+}
+
+// waitExit waits until the processes have exited (zombies count: they run
+// nothing) or the deadline passes, without polling /proc: a pidfd becomes
+// readable when its process exits.
+func waitExit(pids []int, deadline time.Time) {
+	var fds []unix.PollFd
+	for _, pid := range pids {
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue // already gone, or pidfds unsupported: the scan decides
+		}
+		defer unix.Close(fd)
+		fds = append(fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
+	}
+	for len(fds) > 0 {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return
+		}
+		n, err := unix.Poll(fds, int(left.Milliseconds())+1)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return
+		}
+		if n <= 0 {
+			continue
+		}
+		fds = slices.DeleteFunc(fds, func(f unix.PollFd) bool { return f.Revents != 0 })
+	}
 }
