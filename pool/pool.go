@@ -14,7 +14,6 @@ import (
 var (
 	ErrUnknownTrainer = errors.New("unknown trainer")
 	ErrDuplicate      = errors.New("trainer already exists")
-	ErrNotActive      = errors.New("trainer is not active")
 	ErrStalePlan      = errors.New("plan does not match the running trainers")
 )
 

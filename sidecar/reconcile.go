@@ -15,7 +15,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -502,9 +501,6 @@ func (r *Reconciler) actionEvents(acts []trainer.Action) []store.Event {
 	}
 	return evs
 }
-
-// ErrLocked is returned when an exclusive operation finds the lock held.
-var ErrLocked = errors.New("locked by another reconciler")
 
 // Watch runs the reconciler every interval until the context ends: the
 // service form, which picks up spooled requests from unprivileged users

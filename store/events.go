@@ -41,16 +41,6 @@ const (
 // inputKinds are folded into the pool state.
 var inputKinds = []string{KindJoin, KindLeave, KindRelease, KindSubmit, KindCancel, KindProgress, KindExit}
 
-// IsInput reports whether events of this kind change the pool state.
-func IsInput(kind string) bool {
-	for _, k := range inputKinds {
-		if k == kind {
-			return true
-		}
-	}
-	return false
-}
-
 // Event is one row of the history.
 type Event struct {
 	ID      int64

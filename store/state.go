@@ -502,35 +502,3 @@ func fillNodes(ctx context.Context, tx *sql.Tx, ts []Trainer) error {
 	}
 	return nil
 }
-
-// NodesOf returns the Trainers running on the given nodes, by node: the
-// reclaim fast path's lookup.
-func (s *DB) NodesOf(ctx context.Context, nodes []string) (map[string]string, error) {
-	out := map[string]string{}
-	if len(nodes) == 0 {
-		return out, nil
-	}
-	list, err := json.Marshal(nodes)
-	if err != nil {
-		return nil, err
-	}
-	err = s.readTx(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, "SELECT node, trainer FROM allocations WHERE node IN (SELECT value FROM json_each(?))", string(list))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var n, t string
-			if err := rows.Scan(&n, &t); err != nil {
-				return err
-			}
-			out[n] = t
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read allocations: %w", err)
-	}
-	return out, nil
-}

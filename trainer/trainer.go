@@ -9,7 +9,6 @@
 package trainer
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,48 +36,6 @@ type Action struct {
 	Took    time.Duration
 	Err     error
 	Note    string
-}
-
-// Intent is a Runner that starts nothing: it reports the actions that
-// would make processes match the desired state, given what it was told
-// last. It is the runner when no launcher is configured, and the one-layer-up
-// fake in tests of the reconciler.
-type Intent struct {
-	running map[string]map[string]bool
-}
-
-// Apply reports the starts and stops that would bring the previous state
-// to want.
-func (in *Intent) Apply(_ context.Context, want []Want) []Action {
-	if in.running == nil {
-		in.running = map[string]map[string]bool{}
-	}
-	var out []Action
-	next := map[string]map[string]bool{}
-	for _, w := range want {
-		have := in.running[w.ID]
-		next[w.ID] = map[string]bool{}
-		for _, n := range w.Nodes {
-			next[w.ID][n] = true
-			if !have[n] {
-				out = append(out, Action{Trainer: w.ID, Node: n, Op: "start", Note: "intent"})
-			}
-		}
-		for n := range have {
-			if !next[w.ID][n] {
-				out = append(out, Action{Trainer: w.ID, Node: n, Op: "stop", Note: "intent"})
-			}
-		}
-	}
-	for id, have := range in.running {
-		if _, ok := next[id]; !ok {
-			for n := range have {
-				out = append(out, Action{Trainer: id, Node: n, Op: "stop", Note: "intent"})
-			}
-		}
-	}
-	in.running = next
-	return out
 }
 
 // Launchers.
