@@ -1,17 +1,17 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/bftrainer/bftrainer/trainer/trainertest"
 )
 
 // benchRescale measures what a rescale of a real torchrun Trainer costs,
@@ -43,8 +43,8 @@ func benchRescale(args []string) error {
 	if os.Geteuid() != 0 {
 		return errors.New("rescale: needs root (the runner starts Trainer processes as their owner)")
 	}
-	if err := exec.Command("/usr/bin/python3", "-c", "import torch.distributed").Run(); err != nil {
-		return fmt.Errorf("rescale: needs torch for /usr/bin/python3 (apt-get install python3-torch): %w", err)
+	if err := trainertest.HaveTorch(); err != nil {
+		return fmt.Errorf("rescale: %w", err)
 	}
 	b, err := rescaleBinary(*bin)
 	if err != nil {
@@ -116,20 +116,15 @@ func (r rescaleRun) resumed(t0 time.Time, world int) (time.Time, error) {
 	for time.Now().Before(deadline) {
 		var first time.Time
 		steps := map[int]int{}
-		f, err := os.Open(r.log)
-		if err == nil {
-			sc := bufio.NewScanner(f)
-			for sc.Scan() {
-				at, w, step, ok := rescaleLine(sc.Text())
-				if !ok || at.Before(t0) || w != world {
-					continue
-				}
-				if first.IsZero() {
-					first = at
-				}
-				steps[step]++
+		all, _ := trainertest.ReadSteps(r.log) // not there yet, or a line cut short: look again
+		for _, s := range all {
+			if s.Done || s.At.Before(t0) || s.World != world {
+				continue
 			}
-			f.Close()
+			if first.IsZero() {
+				first = s.At
+			}
+			steps[s.Step]++
 		}
 		full := 0
 		for _, n := range steps {
@@ -143,28 +138,6 @@ func (r rescaleRun) resumed(t0 time.Time, world int) (time.Time, error) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return time.Time{}, fmt.Errorf("no steps at world %d within 90 s (see %s)", world, r.log)
-}
-
-// rescaleLine reads "<time> node= pid= rank= world= restart= step= …".
-func rescaleLine(line string) (at time.Time, world, step int, ok bool) {
-	fs := strings.Fields(line)
-	if len(fs) < 3 || strings.HasSuffix(line, "done") {
-		return at, 0, 0, false
-	}
-	sec, err := strconv.ParseFloat(fs[0], 64)
-	if err != nil {
-		return at, 0, 0, false
-	}
-	world, step = -1, -1
-	for _, f := range fs[1:] {
-		if v, ok := strings.CutPrefix(f, "world="); ok {
-			world, _ = strconv.Atoi(v)
-		}
-		if v, ok := strings.CutPrefix(f, "step="); ok {
-			step, _ = strconv.Atoi(v)
-		}
-	}
-	return time.Unix(0, int64(sec*1e9)), world, step, world > 0 && step >= 0
 }
 
 // rescaleOnce runs the scenario: 1 node, up to 2, up to 3, down to 2,

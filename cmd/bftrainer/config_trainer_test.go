@@ -6,12 +6,14 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/bftrainer/bftrainer/trainer/trainertest"
 )
 
 // TestEtcIsDefaults: etc/bftrainer.toml documents every key with its
 // default, so loading it gives exactly the built-in defaults.
 func TestEtcIsDefaults(t *testing.T) {
-	got, err := loadConfig(filepath.Join(repoRoot(t), "etc", "bftrainer.toml"), true)
+	got, err := loadConfig(filepath.Join(trainertest.RepoRoot(t), "etc", "bftrainer.toml"), true)
 	if err != nil {
 		t.Fatal(err)
 	}

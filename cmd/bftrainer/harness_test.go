@@ -1,15 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,24 +15,6 @@ import (
 	"github.com/bftrainer/bftrainer/trainer"
 	"github.com/bftrainer/bftrainer/trainer/trainertest"
 )
-
-// repoRoot is the repository's top directory (contrib/ lives there).
-func repoRoot(tb testing.TB) string {
-	tb.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		tb.Fatal("no caller information")
-	}
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
-
-// needTorch skips unless Debian's torch imports with /usr/bin/python3.
-func needTorch(tb testing.TB) {
-	tb.Helper()
-	if out, err := exec.Command("/usr/bin/python3", "-c", "import torch.distributed").CombinedOutput(); err != nil {
-		tb.Skipf("needs torch for /usr/bin/python3 (apt-get install python3-torch): %v %s", err, out)
-	}
-}
 
 // trainerEnv is a configuration whose runner starts real processes:
 // over a real sshd to loopback "nodes" (ssh) or locally.
@@ -213,56 +191,12 @@ func killLeftovers(tb testing.TB, trainerID string) {
 	})
 }
 
-// step is one line of train.py's progress log.
-type step struct {
-	at                   time.Time
-	node                 string
-	rank, world, restart int
-	step                 int
-	done                 bool
-}
-
 // readSteps parses train.py's progress log.
-func readSteps(tb testing.TB, path string) []step {
+func readSteps(tb testing.TB, path string) []trainertest.Step {
 	tb.Helper()
-	f, err := os.Open(path)
+	steps, err := trainertest.ReadSteps(path)
 	if err != nil {
-		return nil
+		tb.Fatal(err)
 	}
-	defer f.Close()
-	var out []step
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) < 2 {
-			continue
-		}
-		sec, err := strconv.ParseFloat(fs[0], 64)
-		if err != nil {
-			continue
-		}
-		s := step{at: time.Unix(0, int64(sec*1e9))}
-		for _, f := range fs[1:] {
-			k, v, ok := strings.Cut(f, "=")
-			if !ok {
-				s.done = s.done || f == "done"
-				continue
-			}
-			n, _ := strconv.Atoi(v)
-			switch k {
-			case "node":
-				s.node = v
-			case "rank":
-				s.rank = n
-			case "world":
-				s.world = n
-			case "restart":
-				s.restart = n
-			case "step":
-				s.step = n
-			}
-		}
-		out = append(out, s)
-	}
-	return out
+	return steps
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bftrainer/bftrainer/store"
 	"github.com/bftrainer/bftrainer/trainer"
+	"github.com/bftrainer/bftrainer/trainer/trainertest"
 )
 
 // workerLines reads the fake workers' log: "host pid run-token" per start.
@@ -46,7 +47,7 @@ func TestHorovodTrainer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a Horovod stand-in over ssh")
 	}
-	root := repoRoot(t)
+	root := trainertest.RepoRoot(t)
 	e := newTrainerEnv(t, "ssh", 3, fmt.Sprintf("horovodrun = [\"/usr/bin/python3\", %q, \"--ssh-config\", \"@SSH_CONFIG@\"]\nallow_root_owner = true\n",
 		filepath.Join(root, "contrib/horovod/horovodrun-standin")))
 	killLeftovers(t, "hv")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bftrainer/bftrainer/store"
 	"github.com/bftrainer/bftrainer/trainer"
+	"github.com/bftrainer/bftrainer/trainer/trainertest"
 )
 
 // ckptEvery is train.py's default checkpoint interval, in steps.
@@ -41,16 +42,16 @@ func waitPhase(tb testing.TB, log string, ph *phase, k int, timeout time.Duratio
 		var first time.Time
 		steps := map[int]map[string]bool{}
 		for _, s := range readSteps(tb, log) {
-			if s.at.Before(ph.action) || s.done || s.world != len(want) {
+			if s.At.Before(ph.action) || s.Done || s.World != len(want) {
 				continue
 			}
 			if first.IsZero() {
-				first = s.at
+				first = s.At
 			}
-			if steps[s.step] == nil {
-				steps[s.step] = map[string]bool{}
+			if steps[s.Step] == nil {
+				steps[s.Step] = map[string]bool{}
 			}
-			steps[s.step][s.node] = true
+			steps[s.Step][s.Node] = true
 		}
 		full := 0
 		for _, nodes := range steps {
@@ -92,8 +93,8 @@ func TestTorchrunTrainer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a real elastic torchrun job (about a minute)")
 	}
-	needTorch(t)
-	root := repoRoot(t)
+	trainertest.NeedTorch(t)
+	root := trainertest.RepoRoot(t)
 	// The keep-alive shim (contrib/trainer/fast_torchrun.py): stock 1.13
 	// takes 12-19 s to notice a dead node; every agent uses it.
 	e := newTrainerEnv(t, "ssh", 4, fmt.Sprintf("torchrun = [\"/usr/bin/python3\", %q]\nallow_root_owner = true\n",
@@ -172,8 +173,8 @@ func TestTorchrunTrainer(t *testing.T) {
 	for _, ph := range phases {
 		at := 0
 		for _, s := range steps {
-			if !s.at.After(ph.resumed) {
-				at = s.step
+			if !s.At.After(ph.resumed) {
+				at = s.Step
 			}
 		}
 		t.Logf("%-12s world %d on %v: resumed %.1f s after the action, at step %d", ph.name, len(ph.nodes), ph.nodes, ph.resumed.Sub(ph.action).Seconds(), at)
@@ -184,14 +185,14 @@ func TestTorchrunTrainer(t *testing.T) {
 // checkSteps: the step counter never goes back further than the last
 // checkpoint, and between two actions every step runs at the planned size
 // on the planned nodes.
-func checkSteps(tb testing.TB, steps []step, phases []*phase) {
+func checkSteps(tb testing.TB, steps []trainertest.Step, phases []*phase) {
 	tb.Helper()
 	maxStep := 0
 	for _, s := range steps {
-		if s.step < maxStep-(ckptEvery-1) {
-			tb.Errorf("step went back from %d to %d (node %s, world %d): more than the last checkpoint", maxStep, s.step, s.node, s.world)
+		if s.Step < maxStep-(ckptEvery-1) {
+			tb.Errorf("step went back from %d to %d (node %s, world %d): more than the last checkpoint", maxStep, s.Step, s.Node, s.World)
 		}
-		maxStep = max(maxStep, s.step)
+		maxStep = max(maxStep, s.Step)
 	}
 	for i, ph := range phases {
 		end := time.Now()
@@ -199,15 +200,15 @@ func checkSteps(tb testing.TB, steps []step, phases []*phase) {
 			end = phases[i+1].action
 		}
 		for _, s := range steps {
-			if s.done || s.at.Before(ph.resumed) || !s.at.Before(end) {
+			if s.Done || s.At.Before(ph.resumed) || !s.At.Before(end) {
 				continue
 			}
-			if s.world != len(ph.nodes) || !slices.Contains(ph.nodes, s.node) {
-				tb.Errorf("%s: a step at world %d on %s, the plan is %v", ph.name, s.world, s.node, ph.nodes)
+			if s.World != len(ph.nodes) || !slices.Contains(ph.nodes, s.Node) {
+				tb.Errorf("%s: a step at world %d on %s, the plan is %v", ph.name, s.World, s.Node, ph.nodes)
 			}
 		}
 	}
-	if last := steps[len(steps)-1]; !last.done || last.step != totalSteps {
+	if last := steps[len(steps)-1]; !last.Done || last.Step != totalSteps {
 		tb.Errorf("the last line is %+v, want done at step %d", last, totalSteps)
 	}
 }

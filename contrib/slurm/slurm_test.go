@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -19,24 +18,6 @@ import (
 	"github.com/bftrainer/bftrainer/store"
 	"github.com/bftrainer/bftrainer/trainer/trainertest"
 )
-
-// repoRoot is the module's directory (contrib/ and cmd/ live there).
-func repoRoot(tb testing.TB) string {
-	tb.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		tb.Fatal("no caller information")
-	}
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
-
-// needTorch skips unless Debian's torch imports with /usr/bin/python3.
-func needTorch(tb testing.TB) {
-	tb.Helper()
-	if out, err := exec.Command("/usr/bin/python3", "-c", "import torch.distributed").CombinedOutput(); err != nil {
-		tb.Skipf("needs torch for /usr/bin/python3 (apt-get install python3-torch): %v %s", err, out)
-	}
-}
 
 // up starts the cluster every scenario shares: 6 nodes (slab1..slab6),
 // bftrainer as all four hooks, Slurm's own scavenger partition beside
@@ -52,7 +33,7 @@ func up(t *testing.T) *slurmlab.Cluster {
 		t.Skip(err)
 	}
 	ctx := context.Background()
-	c, err := slurmlab.Up(ctx, slurmlab.ClusterOptions{Repo: repoRoot(t), Nodes: 6, Scavenger: true, Logf: t.Logf})
+	c, err := slurmlab.Up(ctx, slurmlab.ClusterOptions{Repo: trainertest.RepoRoot(t), Nodes: 6, Scavenger: true, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +116,7 @@ func TestSlurm(t *testing.T) {
 	// 1. Harvest: `bftrainer sync` finds the idle nodes, a torchrun
 	// Trainer grows onto them.
 	harvested := t.Run("1-harvest", func(t *testing.T) {
-		needTorch(t)
+		trainertest.NeedTorch(t)
 		debugOnFailure(t, c)
 		// A main job holds the last two nodes, so that exactly four are
 		// idle to find.
@@ -747,7 +728,7 @@ func missedEvents(t *testing.T, c *slurmlab.Cluster) {
 }
 
 func sideBySide(t *testing.T, c *slurmlab.Cluster) {
-	needTorch(t)
+	trainertest.NeedTorch(t)
 	debugOnFailure(t, c)
 	ctx := context.Background()
 	reset(t, c)
@@ -820,7 +801,7 @@ func TestSlurmUserNotRoot(t *testing.T) {
 		t.Skip("needs the slurm user (Debian's slurm-wlm packages create it)")
 	}
 	ctx := context.Background()
-	c, err := slurmlab.Up(ctx, slurmlab.ClusterOptions{Repo: repoRoot(t), Nodes: 3, SlurmUser: "slurm", Logf: t.Logf})
+	c, err := slurmlab.Up(ctx, slurmlab.ClusterOptions{Repo: trainertest.RepoRoot(t), Nodes: 3, SlurmUser: "slurm", Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bftrainer/bftrainer/hooks"
+	"github.com/bftrainer/bftrainer/trainer/trainertest"
 )
 
 // mainScript is a main job. Its first line is the moment it started; then
@@ -174,7 +175,7 @@ func (j *Job) Report() (JobReport, error) {
 		}
 		switch fs[0] {
 		case "first", "checked", "end":
-			t, err := parseUnix(fs[1])
+			t, err := trainertest.ParseUnix(fs[1])
 			if err != nil {
 				return r, fmt.Errorf("%s: %q: %w", j.Out, sc.Text(), err)
 			}
@@ -201,23 +202,6 @@ func (j *Job) Report() (JobReport, error) {
 		}
 	}
 	return r, sc.Err()
-}
-
-// parseUnix reads date +%s.%N.
-func parseUnix(s string) (time.Time, error) {
-	sec, frac, _ := strings.Cut(s, ".")
-	a, err := strconv.ParseInt(sec, 10, 64)
-	if err != nil {
-		return time.Time{}, err
-	}
-	var ns int64
-	if frac != "" {
-		frac = (frac + "000000000")[:9]
-		if ns, err = strconv.ParseInt(frac, 10, 64); err != nil {
-			return time.Time{}, err
-		}
-	}
-	return time.Unix(a, ns), nil
 }
 
 // WaitChecked waits, at most timeout, until the job has checked its

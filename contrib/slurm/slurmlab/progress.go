@@ -1,78 +1,19 @@
 package slurmlab
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/bftrainer/bftrainer/trainer/trainertest"
 )
 
-// Step is one line of contrib/trainer/train.py's progress log: one per
-// rank per training step.
-type Step struct {
-	At                   time.Time
-	Node                 string // NODE_TAG: the node the rank runs on
-	Rank, World, Restart int
-	Step                 int
-	Samples              float64 // samples done by the whole job, restored from the checkpoint
-	Done                 bool
-}
+// Step is one line of train.py's progress log.
+type Step = trainertest.Step
 
 // ReadSteps parses a progress log; a missing file has no steps yet.
-func ReadSteps(path string) ([]Step, error) {
-	f, err := os.Open(path)
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []Step
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) < 2 {
-			continue
-		}
-		at, err := parseUnix(fs[0])
-		if err != nil {
-			continue // a line cut short by a kill
-		}
-		s := Step{At: at}
-		for _, f := range fs[1:] {
-			k, v, ok := strings.Cut(f, "=")
-			if !ok {
-				s.Done = s.Done || f == "done"
-				continue
-			}
-			n, _ := strconv.Atoi(v)
-			switch k {
-			case "node":
-				s.Node = v
-			case "rank":
-				s.Rank = n
-			case "world":
-				s.World = n
-			case "restart":
-				s.Restart = n
-			case "step":
-				s.Step = n
-			case "samples":
-				s.Samples, _ = strconv.ParseFloat(v, 64)
-			}
-		}
-		if s.World < 1 {
-			continue // cut short (train.py writes each line with one write(2), but a disk may fill)
-		}
-		out = append(out, s)
-	}
-	return out, sc.Err()
-}
+func ReadSteps(path string) ([]Step, error) { return trainertest.ReadSteps(path) }
 
 // Round is one training step as all its ranks logged it.
 type Round struct {
