@@ -58,7 +58,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runHook(args, stdout, stderr, "")
 	}
 	app := newApp(stdout, stderr)
-	err := app.Run(args)
+	err := app.Run(flagsFirst(app, args))
 	if err == nil {
 		return 0
 	}

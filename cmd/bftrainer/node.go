@@ -40,9 +40,6 @@ func expandArgs(args []string) ([]string, error) {
 	var out []string
 	seen := map[string]bool{}
 	for _, a := range args {
-		if len(a) > 1 && a[0] == '-' {
-			return nil, usagef("%q: flags go before the node names (bftrainer node leave --job 42 n[1-2])", a)
-		}
 		names, err := hooks.ExpandHostlist(a)
 		if err != nil {
 			return nil, usageError{err}

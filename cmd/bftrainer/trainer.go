@@ -321,57 +321,20 @@ func progressCommand() *cli.Command {
 samples processed so far (contrib/trainer/bftrainer_progress.py does it).
 A Trainer that reports its --samples target is finished and its nodes go
 back to the pool.`,
-		Flags: []cli.Flag{&cli.Float64Flag{Name: "samples", Usage: "samples processed so far (total, not since the last report)"}},
+		Flags: []cli.Flag{&cli.Float64Flag{Name: "samples", Required: true, Usage: "samples processed so far (total, not since the last report)"}},
 		Action: func(c *cli.Context) error {
-			id, n, err := progressArgs(c)
+			id, cfg, err := trainerArg(c, "progress")
 			if err != nil {
 				return err
 			}
-			cfg, err := configFrom(c)
-			if err != nil {
-				return err
+			n := c.Float64("samples")
+			if n < 0 || n != n {
+				return usagef("--samples must be ≥ 0")
 			}
 			return request(c, cfg, store.Event{At: time.Now(), Kind: store.KindProgress, Source: "trainer", Trainer: id, Value: n, HasVal: true},
 				fmt.Sprintf("%s: %.0f samples", id, n))
 		},
 	}
-}
-
-// progressArgs reads "progress TRAINER --samples N" as well as "progress
-// --samples N TRAINER": urfave/cli stops parsing flags at the first
-// argument, and bftrainer_progress.py (and the documentation) put the
-// Trainer first.
-func progressArgs(c *cli.Context) (string, float64, error) {
-	args := c.Args().Slice()
-	n, set := c.Float64("samples"), c.IsSet("samples")
-	if len(args) == 0 {
-		return "", 0, usagef("progress: name the Trainer")
-	}
-	id, rest := args[0], args[1:]
-	for len(rest) > 0 {
-		v, ok := strings.CutPrefix(rest[0], "--samples=")
-		if !ok && (rest[0] == "--samples" || rest[0] == "-samples") && len(rest) > 1 {
-			v, ok, rest = rest[1], true, rest[1:]
-		}
-		if !ok {
-			return "", 0, usagef("progress: unexpected %q (want TRAINER --samples N)", rest[0])
-		}
-		x, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			return "", 0, usagef("progress: --samples %q: not a number", v)
-		}
-		n, set, rest = x, true, rest[1:]
-	}
-	if err := sidecar.ValidateTrainerID(id); err != nil {
-		return "", 0, usageError{err}
-	}
-	if !set {
-		return "", 0, usagef("progress: give --samples N")
-	}
-	if n < 0 || n != n {
-		return "", 0, usagef("--samples must be ≥ 0")
-	}
-	return id, n, nil
 }
 
 func hostsCommand() *cli.Command {
