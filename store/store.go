@@ -39,7 +39,13 @@ func init() {
 		// A read-only connection cannot change it, and need not: only the
 		// last writer to close decides.
 		c.SetFileControlInt("main", sqlite3.SQLITE_FCNTL_PERSIST_WAL, 1)
-		return nil
+		// A kept -wal file must still be emptied: truncate it when the log
+		// restarts after a checkpoint and when the last connection closes.
+		// Without this its checkpointed frames stay valid, and every hook,
+		// the first connection of its process, re-reads them all (WAL
+		// recovery), longer with every event.
+		_, err := c.Exec("PRAGMA journal_size_limit = 0", nil)
+		return err
 	}})
 }
 
