@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/bftrainer/bftrainer/store"
 )
 
 // hookCommand times the real binary as a scheduler runs it: exec with the
@@ -156,8 +158,10 @@ func (c *hookCommand) Run(ctx context.Context, args []string) error {
 
 // quantileMs returns the nearest-rank quantile in milliseconds.
 func quantileMs(ds []time.Duration, q float64) float64 {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(q*float64(len(s))+0.999999999) - 1
-	return float64(s[min(max(i, 0), len(s)-1)].Microseconds()) / 1000
+	ms := make([]float64, len(ds))
+	for i, d := range ds {
+		ms[i] = float64(d.Microseconds()) / 1000
+	}
+	slices.Sort(ms)
+	return store.Quantile(ms, q)
 }

@@ -480,13 +480,9 @@ func freeTCPPort() (int, error) {
 
 // Quantile returns the nearest-rank quantile q of xs (0 for none).
 func Quantile(xs []float64, q float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
 	s := slices.Clone(xs)
 	slices.Sort(s)
-	i := int(q*float64(len(s))+0.999999999) - 1
-	return s[min(max(i, 0), len(s)-1)]
+	return store.Quantile(s, q)
 }
 
 // Millis converts durations to milliseconds.
