@@ -15,14 +15,12 @@ import (
 type Killer interface {
 	// KillLocal kills what runs on this machine as the given node and
 	// returns how many process groups it killed, once they are gone.
+	// It runs in the node's prolog, and refuses new starts until the
+	// epilog, so that a re-plan made just before the reclaim cannot start
+	// a Trainer there.
 	KillLocal(ctx context.Context, node string) (int, error)
-}
-
-// Cleaner is a Killer that tells the node's epilog from its prolog: after
-// the scheduler's job ends, what is left is killed too, and the node may
-// take Trainers again (a prolog's kill refuses new starts until then, so
-// that a re-plan made just before the reclaim cannot start one there).
-type Cleaner interface {
+	// CleanLocal runs in the node's epilog: what is left is killed too,
+	// and the node may take Trainers again.
 	CleanLocal(ctx context.Context, node string) (int, error)
 }
 
@@ -61,8 +59,8 @@ func (h *Hook) Handle(ctx context.Context, call hooks.Call) error {
 		if h.Killer != nil && call.Local != "" {
 			start := h.Now()
 			kill := h.Killer.KillLocal
-			if c, ok := h.Killer.(Cleaner); ok && call.Action == hooks.CleanupLocal {
-				kill = c.CleanLocal
+			if call.Action == hooks.CleanupLocal {
+				kill = h.Killer.CleanLocal
 			}
 			n, err := kill(ctx, call.Local)
 			killed = n
