@@ -155,28 +155,12 @@ func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 			r.Log.Printf("spool: %v", err)
 		}
 	}
-	snap, err := r.DB.Load(ctx)
+	f, err := r.fold(ctx)
 	if err != nil {
 		return false, err
 	}
-	evs, err := r.DB.Events(ctx, store.Filter{AfterID: snap.AppliedID, InputsOnly: true})
-	if err != nil {
-		return false, err
-	}
-	p, err := pool.New(r.Pool, snap.State)
-	if err != nil {
-		return false, err
-	}
-	prevNow, prevTotal := snap.State.Now, snap.State.Totals
-	applied := snap.AppliedID
-	launches := map[string]store.Launch{}
-	var history []store.Event
-	for _, ev := range evs {
-		if e := r.fold(p, ev, launches); e != nil {
-			history = append(history, *e)
-		}
-		applied = ev.ID
-	}
+	snap, p, launches, history := f.snap, f.pool, f.launches, f.history
+	prevNow, prevTotal, applied := snap.State.Now, snap.State.Totals, f.applied
 	waiting, joins := r.checkPending(ctx, p)
 	history = append(history, joins...)
 	now := r.Now()
@@ -221,9 +205,43 @@ type ExitDetail struct {
 	Note   string      `json:"note,omitempty"`
 }
 
-// fold applies one input event to the pool; it returns a history event
+// folded is the saved pool with the input events recorded since folded
+// in: the pool as the next round will see it.
+type folded struct {
+	snap     *store.Snapshot
+	pool     *pool.Pool
+	events   int                     // input events folded
+	applied  int64                   // id of the last one
+	launches map[string]store.Launch // of Trainers submitted by them
+	history  []store.Event           // rejections
+}
+
+func (r *Reconciler) fold(ctx context.Context) (*folded, error) {
+	snap, err := r.DB.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	evs, err := r.DB.Events(ctx, store.Filter{AfterID: snap.AppliedID, InputsOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	p, err := pool.New(r.Pool, snap.State)
+	if err != nil {
+		return nil, err
+	}
+	f := &folded{snap: snap, pool: p, events: len(evs), applied: snap.AppliedID, launches: map[string]store.Launch{}}
+	for _, ev := range evs {
+		if e := r.foldEvent(p, ev, f.launches); e != nil {
+			f.history = append(f.history, *e)
+		}
+		f.applied = ev.ID
+	}
+	return f, nil
+}
+
+// foldEvent applies one input event to the pool; it returns a history event
 // when the input is rejected (bad submission, unauthorised cancel).
-func (r *Reconciler) fold(p *pool.Pool, ev store.Event, launches map[string]store.Launch) *store.Event {
+func (r *Reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string]store.Launch) *store.Event {
 	reject := func(err error) *store.Event {
 		r.Log.Printf("event %d (%s): %v", ev.ID, ev.Kind, err)
 		return &store.Event{At: ev.At, Kind: store.KindError, Source: "reconciler", Context: ev.Kind,
@@ -534,21 +552,11 @@ type Preview struct {
 // Preview computes a dry-run round.
 func (r *Reconciler) Preview(ctx context.Context) (*Preview, error) {
 	r.defaults()
-	snap, err := r.DB.Load(ctx)
+	f, err := r.fold(ctx)
 	if err != nil {
 		return nil, err
 	}
-	evs, err := r.DB.Events(ctx, store.Filter{AfterID: snap.AppliedID, InputsOnly: true})
-	if err != nil {
-		return nil, err
-	}
-	p, err := pool.New(r.Pool, snap.State)
-	if err != nil {
-		return nil, err
-	}
-	for _, ev := range evs {
-		r.fold(p, ev, map[string]store.Launch{})
-	}
+	p := f.pool
 	p.Step(pool.Event{At: r.Now()})
 	pr := p.Problem()
 	start := time.Now()
@@ -556,7 +564,7 @@ func (r *Reconciler) Preview(ctx context.Context) (*Preview, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Preview{Pool: p, Problem: pr, Plan: pl, Pending: len(evs), SolveDur: time.Since(start)}, nil
+	return &Preview{Pool: p, Problem: pr, Plan: pl, Pending: f.events, SolveDur: time.Since(start)}, nil
 }
 
 // Sync compares the pool with the scheduler's own view and records what
@@ -570,21 +578,11 @@ func Sync(ctx context.Context, db *store.DB, cfg pool.Config, sched Scheduler, n
 	}
 	r := &Reconciler{DB: db, Pool: cfg, Scheduler: sched, Now: func() time.Time { return now }}
 	r.defaults()
-	snap, err := db.Load(ctx)
+	f, err := r.fold(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	evs, err := db.Events(ctx, store.Filter{AfterID: snap.AppliedID, InputsOnly: true})
-	if err != nil {
-		return nil, nil, err
-	}
-	p, err := pool.New(cfg, snap.State)
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, ev := range evs {
-		r.fold(p, ev, map[string]store.Launch{})
-	}
+	p := f.pool
 	names := make([]string, 0, len(states))
 	for n := range states {
 		names = append(names, n)
