@@ -417,7 +417,7 @@ func (r *Reconciler) decide(ctx context.Context, p *pool.Pool, now time.Time) st
 	start := time.Now()
 	pl, err := r.Solver.Solve(ctx, pr)
 	took := time.Since(start)
-	ev := store.Event{At: now, Kind: store.KindSolve, Source: "reconciler", Ms: float64(took.Microseconds()) / 1000, HasMs: true}
+	ev := store.Event{At: now, Kind: store.KindSolve, Source: "reconciler", Ms: ms(took), HasMs: true}
 	n := pr.Size()
 	ev.Count = n
 	if err != nil {
@@ -505,7 +505,7 @@ func (r *Reconciler) actionEvents(acts []trainer.Action) []store.Event {
 	evs := make([]store.Event, 0, len(acts))
 	for _, a := range acts {
 		e := store.Event{At: r.Now(), Kind: store.KindAction, Source: "trainer", Context: a.Op, Trainer: a.Trainer,
-			Ms: float64(a.Took.Microseconds()) / 1000, HasMs: true}
+			Ms: ms(a.Took), HasMs: true}
 		if a.Node != "" {
 			e.Nodes = []string{a.Node}
 		}
