@@ -1,6 +1,9 @@
 package alloc
 
-import "context"
+import (
+	"context"
+	"slices"
+)
 
 // EqualShare is the reference's baseline allocator (re_allocate_ndf):
 //
@@ -123,27 +126,14 @@ func (Greedy) Solve(_ context.Context, p *Problem) (*Plan, error) {
 // candidates returns the feasible sizes above k0 where the marginal rate
 // can change: piece ends, the current size and its neighbour, ascending.
 func candidates(ch *choices, k0 int) []int {
-	var out []int
-	add := func(k int) {
-		if k > k0 && (len(out) == 0 || out[len(out)-1] < k) {
-			out = append(out, k)
-		}
-	}
-	ks := []int{}
-	if ch.cur > 0 {
+	var ks []int
+	if ch.cur > k0 {
 		ks = append(ks, ch.cur)
 	}
 	for _, pc := range ch.pieces {
 		ks = append(ks, pc.a, pc.b)
 	}
-	// insertion sort: a handful of values
-	for i := 1; i < len(ks); i++ {
-		for k := i; k > 0 && ks[k] < ks[k-1]; k-- {
-			ks[k], ks[k-1] = ks[k-1], ks[k]
-		}
-	}
-	for _, k := range ks {
-		add(k)
-	}
-	return out
+	ks = slices.DeleteFunc(ks, func(k int) bool { return k <= k0 })
+	slices.Sort(ks)
+	return slices.Compact(ks)
 }
