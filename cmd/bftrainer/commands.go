@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
+	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
@@ -73,14 +74,7 @@ func configFile(cfg Config) string {
 // canWrite reports whether this process may write the database.
 func canWrite(cfg Config) bool {
 	if _, err := os.Stat(cfg.Database); err != nil {
-		dir := cfg.Database
-		for i := len(dir) - 1; i >= 0; i-- {
-			if dir[i] == '/' {
-				dir = dir[:i]
-				break
-			}
-		}
-		return unix.Access(dir, unix.W_OK) == nil || os.Geteuid() == 0
+		return unix.Access(filepath.Dir(cfg.Database), unix.W_OK) == nil || os.Geteuid() == 0
 	}
 	return unix.Access(cfg.Database, unix.W_OK) == nil
 }
