@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -58,7 +57,7 @@ const unlimited = time.Hour
 
 // Run parses the flags and measures every instance.
 func (c *allocCommand) Run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("bftrainer-bench alloc", flag.ContinueOnError)
+	fs := flag.NewFlagSet("alloc", flag.ContinueOnError)
 	fs.SetOutput(c.stderr)
 	runs := fs.Int("runs", 0, "runs per solver and instance (default 5 for exact, 3 for CBC)")
 	limit := fs.Duration("cbc-limit", 60*time.Second, "CBC's time limit on the 100-Trainer instance (the 10-Trainer ones run to optimality)")
@@ -67,15 +66,8 @@ func (c *allocCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.stderr, "usage: bftrainer-bench alloc [-runs N] [-cbc-limit 60s] [-quick]\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(c.stderr, "bftrainer-bench: alloc: unexpected argument %q\n", fs.Arg(0))
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	exactRuns, cbcRuns := 5, 3
 	switch {

@@ -32,7 +32,7 @@ func (c *hookCommand) Run(ctx context.Context, args []string) error {
 	callers := fs.Int("callers", 50, "concurrent callers for the loaded measurement")
 	sizes := fs.String("nodes", "1,4608", "comma-separated node counts")
 	spawn := fs.Bool("spawn", false, "let hooks start the reconciler, as on a root controller")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	dir, err := os.MkdirTemp("", "bftrainer-bench-hook")

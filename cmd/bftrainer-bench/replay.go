@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -43,7 +42,7 @@ func cbcSolver(limit time.Duration) (alloc.Solver, error) {
 
 // Run parses the flags, loads the data and times each allocator.
 func (c *replayCommand) Run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("bftrainer-bench replay", flag.ContinueOnError)
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	fs.SetOutput(c.stderr)
 	data := fs.String("data", "../shared/data", "the shared data `directory` (summit/, workloads/)")
 	prefix := fs.Int("cbc-prefix", 200, "events CBC replays before extrapolating (0: skip CBC)")
@@ -52,15 +51,8 @@ func (c *replayCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.stderr, "usage: bftrainer-bench replay [-data DIR] [-cbc-prefix 200] [-cbc-limit 10s]\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(c.stderr, "bftrainer-bench: replay: unexpected argument %q\n", fs.Arg(0))
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	start := time.Now()
 	tr, err := sim.OpenTrace(filepath.Join(*data, "summit/summit-trace-events.csv.gz"), filepath.Join(*data, "summit/summit-trace-nodes.csv"))

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -55,11 +54,8 @@ func (c *slurmCommand) Run(ctx context.Context, args []string) error {
 	window := fs.Duration("window", 60*time.Second, "side by side: Trainer progress is counted for this long from the main job's sbatch")
 	hold := fs.Duration("hold", 20*time.Second, "side by side: how long the main job runs")
 	keep := fs.Bool("keep", false, "keep the cluster's directory (database, logs) when done")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if err := slurmlab.Need(); err != nil {
 		// make bench runs every command: a machine without Slurm skips
