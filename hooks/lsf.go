@@ -3,6 +3,8 @@ package hooks
 import (
 	"fmt"
 	"strings"
+
+	"github.com/bftrainer/bftrainer/names"
 )
 
 // lsfAction maps the hook names the LSF wrapper script passes to what they
@@ -72,7 +74,7 @@ func ParseLSF(env Env, readFile func(string) ([]byte, error), context, hostname 
 	}
 	c.JobID = id
 	if user, key := env.get("LSB_SUB_USER", "USER"); user != "" {
-		if err := validateUser(user); err != nil {
+		if err := names.ValidateUser(user); err != nil {
 			return c, fmt.Errorf("lsf %s: %s: %w", context, key, err)
 		}
 		c.User = user
@@ -84,7 +86,7 @@ func ParseLSF(env Env, readFile func(string) ([]byte, error), context, hostname 
 	if len(hosts) == 0 && !local {
 		return c, fmt.Errorf("lsf %s: none of LSB_MCPU_HOSTS, LSB_HOSTS, LSB_DJOB_HOSTFILE is set", context)
 	}
-	nodes, err := uniqueNames(hosts)
+	nodes, err := names.Unique(hosts)
 	if err != nil {
 		return c, fmt.Errorf("lsf %s: %s: %w", context, key, err)
 	}
@@ -104,7 +106,7 @@ func lsfJobID(env Env) (string, error) {
 		}
 		id += "[" + idx + "]"
 	}
-	if err := ValidateJobID(id); err != nil {
+	if err := names.ValidateJob(id); err != nil {
 		return "", err
 	}
 	return id, nil
@@ -165,7 +167,7 @@ func setLocal(c *Call, hostname string, required bool) error {
 		}
 		return nil
 	}
-	if err := ValidateNodeName(hostname); err != nil {
+	if err := names.ValidateNode(hostname); err != nil {
 		return fmt.Errorf("local host: %w", err)
 	}
 	c.Local = hostname

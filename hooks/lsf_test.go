@@ -5,6 +5,8 @@ import (
 	"io/fs"
 	"strings"
 	"testing"
+
+	"github.com/bftrainer/bftrainer/names"
 )
 
 // files is a readFile over an in-memory set of files.
@@ -84,17 +86,17 @@ func TestParseLSFErrors(t *testing.T) {
 	}{
 		{"unknown context", lsfJob(), "eexec", "hostA", `unknown hook "eexec"`, nil, "lsf||ignore||||"},
 		{"no job id", with(lsfJob(), "LSB_JOBID", "-"), "pre_exec", "hostA", "LSB_JOBID is not set", nil, "lsf|pre_exec|reclaim||||hostA"},
-		{"bad job id", with(lsfJob(), "LSB_JOBID", "42 43"), "pre_exec", "hostA", `job id "42 43"`, ErrJobID, "lsf|pre_exec|reclaim||||hostA"},
+		{"bad job id", with(lsfJob(), "LSB_JOBID", "42 43"), "pre_exec", "hostA", `job id "42 43"`, names.ErrJob, "lsf|pre_exec|reclaim||||hostA"},
 		{"bad array index", with(lsfJob(), "LSB_JOBINDEX", "1]"), "pre_exec", "hostA", `LSB_JOBINDEX "1]" is not a number`, nil, "lsf|pre_exec|reclaim||||hostA"},
 		{"job-level without hosts", noHosts, "pre_exec", "hostA", "none of LSB_MCPU_HOSTS", nil, "lsf|pre_exec|reclaim|4242|alice||hostA"},
 		{"odd LSB_MCPU_HOSTS", with(lsfJob(), "LSB_MCPU_HOSTS", "hostA 2 hostB"), "pre_exec", "hostA", "LSB_MCPU_HOSTS: \"hostA 2 hostB\" is not host/count pairs", nil, "lsf|pre_exec|reclaim|4242|alice||hostA"},
 		{"count not a number", with(lsfJob(), "LSB_MCPU_HOSTS", "hostA two"), "pre_exec", "hostA", `slot count "two" of host "hostA"`, nil, "lsf|pre_exec|reclaim|4242|alice||hostA"},
-		{"bad host name", with(lsfJob(), "LSB_MCPU_HOSTS", "host`id` 1"), "pre_exec", "hostA", "LSB_MCPU_HOSTS: node name \"host`id`\"", ErrNodeName, "lsf|pre_exec|reclaim|4242|alice||hostA"},
+		{"bad host name", with(lsfJob(), "LSB_MCPU_HOSTS", "host`id` 1"), "pre_exec", "hostA", "LSB_MCPU_HOSTS: node name \"host`id`\"", names.ErrNode, "lsf|pre_exec|reclaim|4242|alice||hostA"},
 		{"missing host file", with(noHosts, "LSB_DJOB_HOSTFILE", "/nope"), "pre_exec", "hostA", "LSB_DJOB_HOSTFILE: read host file", fs.ErrNotExist, "lsf|pre_exec|reclaim|4242|alice||hostA"},
-		{"bad name in host file", with(noHosts, "LSB_DJOB_HOSTFILE", "/bad"), "pre_exec", "hostA", `node name "host;B"`, ErrNodeName, "lsf|pre_exec|reclaim|4242|alice||hostA"},
+		{"bad name in host file", with(noHosts, "LSB_DJOB_HOSTFILE", "/bad"), "pre_exec", "hostA", `node name "host;B"`, names.ErrNode, "lsf|pre_exec|reclaim|4242|alice||hostA"},
 		{"host hook without hostname", lsfJob(), "host_pre_exec", "", "local host name is unknown", nil, "lsf|host_pre_exec|kill-local||||"},
-		{"bad hostname", lsfJob(), "host_pre_exec", "a b", `local host: node name "a b"`, ErrNodeName, "lsf|host_pre_exec|kill-local||||"},
-		{"bad user", with(lsfJob(), "LSB_SUB_USER", "-bob"), "pre_exec", "hostA", `LSB_SUB_USER: user "-bob"`, ErrUser, "lsf|pre_exec|reclaim|4242|||hostA"},
+		{"bad hostname", lsfJob(), "host_pre_exec", "a b", `local host: node name "a b"`, names.ErrNode, "lsf|host_pre_exec|kill-local||||"},
+		{"bad user", with(lsfJob(), "LSB_SUB_USER", "-bob"), "pre_exec", "hostA", `LSB_SUB_USER: user "-bob"`, names.ErrUser, "lsf|pre_exec|reclaim|4242|||hostA"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,6 +7,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/bftrainer/bftrainer/names"
 )
 
 // pbsAction maps the name a PBS hook runs under to what it means for us.
@@ -109,7 +111,7 @@ func ParsePBS(env Env, args []string, readFile func(string) ([]byte, error), hos
 		id, _ = env.get("PBS_JOBID")
 	}
 	if action == Ignore {
-		if ValidateJobID(id) == nil {
+		if names.ValidateJob(id) == nil {
 			c.JobID = id
 		}
 		return c, nil
@@ -121,12 +123,12 @@ func ParsePBS(env Env, args []string, readFile func(string) ([]byte, error), hos
 	if id == "" {
 		return c, fmt.Errorf("pbs %s: no job id (argument 1 or PBS_JOBID)", ctx)
 	}
-	if err := ValidateJobID(id); err != nil {
+	if err := names.ValidateJob(id); err != nil {
 		return c, fmt.Errorf("pbs %s: %w", ctx, err)
 	}
 	c.JobID = id
 	if user := arg(2); user != "" {
-		if err := validateUser(user); err != nil {
+		if err := names.ValidateUser(user); err != nil {
 			return c, fmt.Errorf("pbs %s: argument 2: %w", ctx, err)
 		}
 		c.User = user
@@ -135,7 +137,7 @@ func ParsePBS(env Env, args []string, readFile func(string) ([]byte, error), hos
 	if err != nil {
 		return c, fmt.Errorf("pbs %s: %s: %w", ctx, source, err)
 	}
-	nodes, err := uniqueNames(hosts)
+	nodes, err := names.Unique(hosts)
 	if err != nil {
 		return c, fmt.Errorf("pbs %s: %s: %w", ctx, source, err)
 	}

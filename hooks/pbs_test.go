@@ -5,6 +5,8 @@ import (
 	"io/fs"
 	"strings"
 	"testing"
+
+	"github.com/bftrainer/bftrainer/names"
 )
 
 // pbsFiles holds node files as PBS writes them: one line per slot.
@@ -96,14 +98,14 @@ func TestParsePBSErrors(t *testing.T) {
 		{"no arguments", home, nil, "cn01", "no arguments", nil, "pbs||ignore||||"},
 		{"unknown script", home, args(openpbsPrologue(), "/x/pelog"), "cn01", `unknown hook "pelog"`, nil, "pbs||ignore||||"},
 		{"no job id", nil, []string{"prologue"}, "cn01", "no job id", nil, "pbs|prologue|reclaim||||cn01"},
-		{"bad job id", home, []string{"prologue", "7/../../x", "alice"}, "cn01", `job id "7/../../x"`, ErrJobID, "pbs|prologue|reclaim||||cn01"},
+		{"bad job id", home, []string{"prologue", "7/../../x", "alice"}, "cn01", `job id "7/../../x"`, names.ErrJob, "pbs|prologue|reclaim||||cn01"},
 		{"prologue without node list", nil, openpbsPrologue(), "cn01", "no node list", nil, "pbs|prologue|reclaim|77.pbs01|alice||cn01"},
 		{"epilogue without node list", map[string]string{"PBS_HOME": "/elsewhere"}, openpbsEpilogue(), "cn01", "no node list", nil, "pbs|epilogue|release|77.pbs01|alice||cn01"},
 		{"missing PBS_NODEFILE", map[string]string{"PBS_NODEFILE": "/nope"}, openpbsPrologue(), "cn01", "PBS_NODEFILE: read host file", fs.ErrNotExist, "pbs|prologue|reclaim|77.pbs01|alice||cn01"},
-		{"bad name in node file", map[string]string{"PBS_NODEFILE": "/bad"}, openpbsPrologue(), "cn01", `PBS_NODEFILE: node name "cn 02"`, ErrNodeName, "pbs|prologue|reclaim|77.pbs01|alice||cn01"},
-		{"empty host in argument", nil, append(torquePrologue()[:9], "t1,,t2"), "t1", `argument 9: node name is empty`, ErrNodeName, "pbs|prologue|reclaim|88.torque01|bob||t1"},
+		{"bad name in node file", map[string]string{"PBS_NODEFILE": "/bad"}, openpbsPrologue(), "cn01", `PBS_NODEFILE: node name "cn 02"`, names.ErrNode, "pbs|prologue|reclaim|77.pbs01|alice||cn01"},
+		{"empty host in argument", nil, append(torquePrologue()[:9], "t1,,t2"), "t1", `argument 9: node name is empty`, names.ErrNode, "pbs|prologue|reclaim|88.torque01|bob||t1"},
 		{"sister without hostname", nil, args(torquePrologue(), "prologue.parallel"), "", "local host name is unknown", nil, "pbs|prologue.parallel|kill-local||||"},
-		{"bad user", home, []string{"prologue", "77.pbs01", "al ice"}, "cn01", `argument 2: user "al ice"`, ErrUser, "pbs|prologue|reclaim|77.pbs01|||cn01"},
+		{"bad user", home, []string{"prologue", "77.pbs01", "al ice"}, "cn01", `argument 2: user "al ice"`, names.ErrUser, "pbs|prologue|reclaim|77.pbs01|||cn01"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

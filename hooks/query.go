@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+
+	"github.com/bftrainer/bftrainer/names"
 )
 
 // NodeStates runs the scheduler's own node listing and returns each node's
@@ -31,7 +33,7 @@ func (q NodeStates) States(ctx context.Context, nodes []string) (map[string]stri
 		}
 		args = []string{"-h", "-N", "-o", "%N %t"}
 		if len(nodes) > 0 {
-			args = append(args, "-n", CompressHostlist(nodes))
+			args = append(args, "-n", names.CompressHostlist(nodes))
 		}
 	case LSF:
 		if cmd == "" {
@@ -95,7 +97,7 @@ func ParseSinfo(out []byte) (map[string]string, error) {
 		if len(f) != 2 {
 			return nil, fmt.Errorf("sinfo line %d: want \"NODE STATE\", got %q", line, sc.Text())
 		}
-		if err := ValidateNodeName(f[0]); err != nil {
+		if err := names.ValidateNode(f[0]); err != nil {
 			return nil, fmt.Errorf("sinfo line %d: %w", line, err)
 		}
 		if prev, ok := states[f[0]]; ok && prev != "idle" {
@@ -127,7 +129,7 @@ func ParseBhosts(out []byte) (map[string]string, error) {
 		if len(f) < 5 {
 			return nil, fmt.Errorf("bhosts line %d: too few fields: %q", line, sc.Text())
 		}
-		if err := ValidateNodeName(f[0]); err != nil {
+		if err := names.ValidateNode(f[0]); err != nil {
 			return nil, fmt.Errorf("bhosts line %d: %w", line, err)
 		}
 		njobs, err := strconv.Atoi(f[4])
@@ -171,7 +173,7 @@ func ParsePbsnodes(out []byte) (map[string]string, error) {
 		if t[0] != ' ' && t[0] != '\t' {
 			flush()
 			name = strings.TrimSpace(t)
-			if err := ValidateNodeName(name); err != nil {
+			if err := names.ValidateNode(name); err != nil {
 				return nil, fmt.Errorf("pbsnodes line %d: %w", line, err)
 			}
 			continue

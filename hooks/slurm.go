@@ -2,6 +2,8 @@ package hooks
 
 import (
 	"fmt"
+
+	"github.com/bftrainer/bftrainer/names"
 )
 
 // slurmAction maps every SLURM_SCRIPT_CONTEXT Slurm documents (22.05) to
@@ -59,7 +61,7 @@ func ParseSlurm(env Env) (Call, error) {
 	c.Context, c.Action = ctx, action
 	id, _ := env.get("SLURM_JOB_ID", "SLURM_JOBID")
 	if action == Ignore {
-		if ValidateJobID(id) == nil {
+		if names.ValidateJob(id) == nil {
 			c.JobID = id
 		}
 		return c, nil
@@ -70,7 +72,7 @@ func ParseSlurm(env Env) (Call, error) {
 		if name == "" {
 			return c, fmt.Errorf("slurm %s: SLURMD_NODENAME is not set", ctx)
 		}
-		if err := ValidateNodeName(name); err != nil {
+		if err := names.ValidateNode(name); err != nil {
 			return c, fmt.Errorf("slurm %s: SLURMD_NODENAME: %w", ctx, err)
 		}
 		c.Local = name
@@ -78,12 +80,12 @@ func ParseSlurm(env Env) (Call, error) {
 	if id == "" {
 		return c, fmt.Errorf("slurm %s: SLURM_JOB_ID is not set", ctx)
 	}
-	if err := ValidateJobID(id); err != nil {
+	if err := names.ValidateJob(id); err != nil {
 		return c, fmt.Errorf("slurm %s: %w", ctx, err)
 	}
 	c.JobID = id
 	if user, _ := env.get("SLURM_JOB_USER"); user != "" {
-		if err := validateUser(user); err != nil {
+		if err := names.ValidateUser(user); err != nil {
 			return c, fmt.Errorf("slurm %s: SLURM_JOB_USER: %w", ctx, err)
 		}
 		c.User = user
@@ -96,11 +98,11 @@ func ParseSlurm(env Env) (Call, error) {
 		c.Nodes = nodesOr(nil, c.Local)
 		return c, nil
 	}
-	hosts, err := ExpandHostlist(expr)
+	hosts, err := names.ExpandHostlist(expr)
 	if err != nil {
 		return c, fmt.Errorf("slurm %s: %s: %w", ctx, key, err)
 	}
-	nodes, err := uniqueNames(hosts)
+	nodes, err := names.Unique(hosts)
 	if err != nil {
 		return c, fmt.Errorf("slurm %s: %s: %w", ctx, key, err)
 	}

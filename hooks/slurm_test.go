@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/bftrainer/bftrainer/names"
 )
 
 // The environments the lab's Slurm 22.05 gave its hooks for job 1
@@ -118,11 +120,11 @@ func TestParseSlurmErrors(t *testing.T) {
 		{"ctld without node list", with(ctld, "SLURM_JOB_NODELIST", "-"), "neither SLURM_JOB_NODELIST nor SLURM_NODELIST", nil, "slurm|prolog_slurmctld|reclaim|1|root||"},
 		{"bad hostlist", with(ctld, "SLURM_JOB_NODELIST", "n[5-3]"), `SLURM_JOB_NODELIST: hostlist "n[5-3]": descending range`, nil, "slurm|prolog_slurmctld|reclaim|1|root||"},
 		{"no job id", with(ctld, "SLURM_JOB_ID", "-", "SLURM_JOBID", "-"), "SLURM_JOB_ID is not set", nil, "slurm|prolog_slurmctld|reclaim||||"},
-		{"bad job id", with(ctld, "SLURM_JOB_ID", "1;rm"), `job id "1;rm": character ';' at offset 1`, ErrJobID, "slurm|prolog_slurmctld|reclaim||||"},
-		{"bad user", with(ctld, "SLURM_JOB_USER", "x y"), `SLURM_JOB_USER: user "x y"`, ErrUser, "slurm|prolog_slurmctld|reclaim|1|||"},
+		{"bad job id", with(ctld, "SLURM_JOB_ID", "1;rm"), `job id "1;rm": character ';' at offset 1`, names.ErrJob, "slurm|prolog_slurmctld|reclaim||||"},
+		{"bad user", with(ctld, "SLURM_JOB_USER", "x y"), `SLURM_JOB_USER: user "x y"`, names.ErrUser, "slurm|prolog_slurmctld|reclaim|1|||"},
 		{"slurmd without node name", with(prolog, "SLURMD_NODENAME", "-"), "SLURMD_NODENAME is not set", nil, "slurm|prolog_slurmd|kill-local||||"},
-		{"bad node name", with(prolog, "SLURMD_NODENAME", "-n1"), `SLURMD_NODENAME: node name "-n1": starts with '-'`, ErrNodeName, "slurm|prolog_slurmd|kill-local||||"},
-		{"bad job id keeps local", with(prolog, "SLURM_JOB_ID", "$(x)"), `job id "$(x)"`, ErrJobID, "slurm|prolog_slurmd|kill-local||||n1"},
+		{"bad node name", with(prolog, "SLURMD_NODENAME", "-n1"), `SLURMD_NODENAME: node name "-n1": starts with '-'`, names.ErrNode, "slurm|prolog_slurmd|kill-local||||"},
+		{"bad job id keeps local", with(prolog, "SLURM_JOB_ID", "$(x)"), `job id "$(x)"`, names.ErrJob, "slurm|prolog_slurmd|kill-local||||n1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/names"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
 	"github.com/bftrainer/bftrainer/trainer"
@@ -324,7 +325,7 @@ func (r *Reconciler) mayAct(ev store.Event, owner string) bool {
 
 // checkLaunch checks a submitted Trainer's name, launcher and launch spec.
 func checkLaunch(id string, l store.Launch) error {
-	if err := ValidateTrainerID(id); err != nil {
+	if err := names.ValidateTrainer(id); err != nil {
 		return err
 	}
 	switch l.Launcher {

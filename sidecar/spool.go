@@ -15,8 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bftrainer/bftrainer/names"
 	"github.com/bftrainer/bftrainer/store"
-	"github.com/bftrainer/bftrainer/trainer"
 )
 
 // Spool is how unprivileged users reach the database they may not write:
@@ -201,7 +201,7 @@ func readRequest(path string, now time.Time) (store.Event, error) {
 	default:
 		return store.Event{}, fmt.Errorf("request from %s: unknown kind %q", owner, r.Kind)
 	}
-	if err := ValidateTrainerID(r.Trainer); err != nil {
+	if err := names.ValidateTrainer(r.Trainer); err != nil {
 		return store.Event{}, fmt.Errorf("request from %s: %w", owner, err)
 	}
 	at := r.At
@@ -222,8 +222,3 @@ func userName(uid uint32) (string, error) {
 	}
 	return u.Username, nil
 }
-
-// ValidateTrainerID checks a Trainer name: it names processes, files and
-// rendezvous ids, and reaches remote shells, so it is kept to a small
-// safe alphabet (trainer.ValidateID).
-func ValidateTrainerID(id string) error { return trainer.ValidateID(id) }

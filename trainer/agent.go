@@ -17,9 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bftrainer/bftrainer/names"
 	"golang.org/x/sys/unix"
-
-	"github.com/bftrainer/bftrainer/hooks"
 )
 
 // Launch is what a node agent is asked to start, read as JSON on its
@@ -37,13 +36,13 @@ type Launch struct {
 
 // Validate checks a launch before anything is looked up or started.
 func (l Launch) Validate() error {
-	if err := ValidateID(l.Trainer); err != nil {
+	if err := names.ValidateTrainer(l.Trainer); err != nil {
 		return err
 	}
-	if err := hooks.ValidateNodeName(l.Node); err != nil {
+	if err := names.ValidateNode(l.Node); err != nil {
 		return err
 	}
-	if err := validateUser(l.Owner); err != nil {
+	if err := names.ValidateUser(l.Owner); err != nil {
 		return err
 	}
 	t, err := ParseToken(l.Token)
@@ -60,7 +59,7 @@ func (l Launch) Validate() error {
 		return fmt.Errorf("launch: workdir %q is not absolute", l.Workdir)
 	}
 	for _, n := range l.Nodes {
-		if err := hooks.ValidateNodeName(n); err != nil {
+		if err := names.ValidateNode(n); err != nil {
 			return err
 		}
 	}
@@ -484,7 +483,7 @@ func executable(p string) error {
 // group, then every process still carrying its run token there; it
 // returns once they are gone (or the wait is over) and removes the entry.
 func (a *NodeAgent) Stop(ctx context.Context, node, trainer string) (KillReport, error) {
-	if err := ValidateID(trainer); err != nil {
+	if err := names.ValidateTrainer(trainer); err != nil {
 		return KillReport{}, err
 	}
 	lk, err := a.Registry.lock(ctx, node)

@@ -12,9 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bftrainer/bftrainer/names"
 	"golang.org/x/sys/unix"
-
-	"github.com/bftrainer/bftrainer/hooks"
 )
 
 // Registry is the record, on one machine, of the process groups we
@@ -83,7 +82,7 @@ func ensureRoot(dir string) error {
 
 // nodeDir returns the node's directory, created (mode 0700) if needed.
 func (r Registry) nodeDir(node string) (string, error) {
-	if err := hooks.ValidateNodeName(node); err != nil {
+	if err := names.ValidateNode(node); err != nil {
 		return "", err
 	}
 	if err := ensureRoot(r.Dir); err != nil {
@@ -143,7 +142,7 @@ func (r Registry) entryPath(node, trainer string) string {
 // Entries returns the node's entries, by Trainer name. A node never used
 // has none.
 func (r Registry) Entries(node string) ([]Entry, error) {
-	if err := hooks.ValidateNodeName(node); err != nil {
+	if err := names.ValidateNode(node); err != nil {
 		return nil, err
 	}
 	ents, err := os.ReadDir(filepath.Join(r.Dir, node))
@@ -173,7 +172,7 @@ func (r Registry) Entries(node string) ([]Entry, error) {
 
 // Entry returns one Trainer's entry on a node.
 func (r Registry) Entry(node, trainer string) (Entry, bool, error) {
-	if err := ValidateID(trainer); err != nil {
+	if err := names.ValidateTrainer(trainer); err != nil {
 		return Entry{}, false, err
 	}
 	b, err := os.ReadFile(r.entryPath(node, trainer))

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/bftrainer/bftrainer/names"
 )
 
 // Runner makes real processes match the desired state (it is the
@@ -284,7 +286,7 @@ func (r *Runner) stop(ctx context.Context, t Transport, trainer, node, op string
 	if node == ControllerNode {
 		act.Node = ""
 	}
-	if err := ValidateID(trainer); err != nil {
+	if err := names.ValidateTrainer(trainer); err != nil {
 		act.Err = err
 		return nodeResult{act: act}
 	}

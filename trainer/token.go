@@ -3,11 +3,10 @@ package trainer
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 
-	"github.com/bftrainer/bftrainer/hooks"
+	"github.com/bftrainer/bftrainer/names"
 )
 
 // RunEnv is the environment variable that marks every process of one
@@ -52,50 +51,14 @@ func ParseToken(s string) (Token, error) {
 		return Token{}, fmt.Errorf("run token %q: want trainer/node/nonce", s)
 	}
 	t := Token{Trainer: parts[0], Node: parts[1], Nonce: parts[2]}
-	if err := ValidateID(t.Trainer); err != nil {
+	if err := names.ValidateTrainer(t.Trainer); err != nil {
 		return Token{}, fmt.Errorf("run token: %w", err)
 	}
-	if err := hooks.ValidateNodeName(t.Node); err != nil {
+	if err := names.ValidateNode(t.Node); err != nil {
 		return Token{}, fmt.Errorf("run token: %w", err)
 	}
 	if t.Nonce == "" || len(t.Nonce) > 64 || strings.Trim(t.Nonce, "0123456789abcdef") != "" {
 		return Token{}, fmt.Errorf("run token %q: nonce must be 1 to 64 lowercase hex digits", s)
 	}
 	return t, nil
-}
-
-// ValidateID checks a Trainer name: it names processes, files, registry
-// entries and rendezvous ids, and reaches remote shells, so it is kept to
-// a small safe alphabet that cannot start an option.
-func ValidateID(id string) error {
-	if id == "" || len(id) > 64 {
-		return fmt.Errorf("trainer name %q: must be 1 to 64 characters", id)
-	}
-	for i, c := range id {
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || (i > 0 && (c == '-' || c == '_' || c == '.'))
-		if !ok {
-			return fmt.Errorf("trainer name %q: only letters, digits and - _ . (not first) are allowed", id)
-		}
-	}
-	return nil
-}
-
-// ErrUserName is wrapped by errors about a user name that fails
-// validateUser.
-var ErrUserName = errors.New("invalid user name")
-
-// validateUser checks an owner's name before it is looked up: letters,
-// digits, '-', '_', '.', '@' (directory-service names), not starting with
-// '-', at most 256 characters.
-func validateUser(name string) error {
-	if name == "" || len(name) > 256 || name[0] == '-' {
-		return fmt.Errorf("owner %q: %w", name, ErrUserName)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == '@') {
-			return fmt.Errorf("owner %q: %w", name, ErrUserName)
-		}
-	}
-	return nil
 }

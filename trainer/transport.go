@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bftrainer/bftrainer/hooks"
+	"github.com/bftrainer/bftrainer/names"
 )
 
 // Transport runs "bftrainer node-agent ARGS…" as root on a node, with
@@ -58,7 +58,7 @@ type Local struct {
 
 // Agent runs the node agent as a child process, never through a shell.
 func (l Local) Agent(ctx context.Context, node string, args []string, stdin []byte) ([]byte, error) {
-	if err := hooks.ValidateNodeName(node); err != nil {
+	if err := names.ValidateNode(node); err != nil {
 		return nil, err
 	}
 	if len(l.Argv) == 0 {
@@ -70,7 +70,7 @@ func (l Local) Agent(ctx context.Context, node string, args []string, stdin []by
 
 // SSH runs the node agent over the system OpenSSH client, as User (root)
 // on the node, non-interactively. Node names reach ssh only after
-// hooks.ValidateNodeName (letters, digits, - _ ., never a leading '-');
+// names.ValidateNode (letters, digits, - _ ., never a leading '-');
 // the remote command is one string of individually quoted words; the
 // launch itself travels on standard input.
 type SSH struct {
@@ -85,7 +85,7 @@ type SSH struct {
 // Command builds the ssh command that runs remote (argv on the node) on
 // node. It is exported for tests and tools; Agent uses it.
 func (s SSH) Command(ctx context.Context, node string, remote []string) (*exec.Cmd, error) {
-	if err := hooks.ValidateNodeName(node); err != nil {
+	if err := names.ValidateNode(node); err != nil {
 		return nil, err
 	}
 	if len(remote) == 0 {
@@ -95,7 +95,7 @@ func (s SSH) Command(ctx context.Context, node string, remote []string) (*exec.C
 	if user == "" {
 		user = "root"
 	}
-	if err := validateUser(user); err != nil {
+	if err := names.ValidateUser(user); err != nil {
 		return nil, err
 	}
 	timeout := s.ConnectTimeout

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bftrainer/bftrainer/hooks"
+	"github.com/bftrainer/bftrainer/names"
 )
 
 func TestParseToken(t *testing.T) {
@@ -135,10 +135,10 @@ func TestSSHCommand(t *testing.T) {
 			"/usr/bin/ssh -F /etc/bft/ssh_config -o BatchMode=yes -o ConnectTimeout=5 -T -i /root/.ssh/id root@n01 -- /usr/sbin/bftrainer node-agent stop n01 't 1'", nil},
 		{"hostile words stay words", "n01", []string{"echo", "$(touch CANARY)", "a;b"},
 			"/usr/bin/ssh -F /etc/bft/ssh_config -o BatchMode=yes -o ConnectTimeout=5 -T -i /root/.ssh/id root@n01 -- echo '$(touch CANARY)' 'a;b'", nil},
-		{"node as an option", "-oProxyCommand=touch CANARY", []string{"true"}, "", hooks.ErrNodeName},
-		{"node with semicolon", "n1;touch CANARY", []string{"true"}, "", hooks.ErrNodeName},
-		{"node with user", "root@n1", []string{"true"}, "", hooks.ErrNodeName},
-		{"node with space", "n1 n2", []string{"true"}, "", hooks.ErrNodeName},
+		{"node as an option", "-oProxyCommand=touch CANARY", []string{"true"}, "", names.ErrNode},
+		{"node with semicolon", "n1;touch CANARY", []string{"true"}, "", names.ErrNode},
+		{"node with user", "root@n1", []string{"true"}, "", names.ErrNode},
+		{"node with space", "n1 n2", []string{"true"}, "", names.ErrNode},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

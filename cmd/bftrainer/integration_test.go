@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bftrainer/bftrainer/hooks"
+	"github.com/bftrainer/bftrainer/names"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
 )
@@ -268,7 +269,7 @@ func TestReconcilerCrash(t *testing.T) {
 			if r.IntN(2) == 0 {
 				kind = store.KindJoin
 			}
-			names, _ := hooks.ExpandHostlist(fmt.Sprintf("c[%04d-%04d]", first, first+r.IntN(10)))
+			names, _ := names.ExpandHostlist(fmt.Sprintf("c[%04d-%04d]", first, first+r.IntN(10)))
 			evs = append(evs, store.Event{At: time.Now(), Kind: kind, Source: "test", Job: fmt.Sprint(trial*1000 + k), Nodes: names})
 		}
 		return evs

@@ -6,7 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/bftrainer/bftrainer/hooks"
+	"github.com/bftrainer/bftrainer/names"
 	"github.com/bftrainer/bftrainer/sidecar"
 	"github.com/bftrainer/bftrainer/store"
 )
@@ -40,7 +40,7 @@ func expandArgs(args []string) ([]string, error) {
 	var out []string
 	seen := map[string]bool{}
 	for _, a := range args {
-		names, err := hooks.ExpandHostlist(a)
+		names, err := names.ExpandHostlist(a)
 		if err != nil {
 			return nil, usageError{err}
 		}
@@ -64,7 +64,7 @@ func nodeAction(c *cli.Context, kind string) error {
 	}
 	job := c.String("job")
 	if job != "" {
-		if err := hooks.ValidateJobID(job); err != nil {
+		if err := names.ValidateJob(job); err != nil {
 			return usageError{err}
 		}
 	}
@@ -133,7 +133,7 @@ are not a reliable event stream (a crashed node runs no epilog).`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(c.App.Writer, "joined %d %s\nleft %d %s\n", len(joined), hooks.CompressHostlist(joined), len(left), hooks.CompressHostlist(left))
+			fmt.Fprintf(c.App.Writer, "joined %d %s\nleft %d %s\n", len(joined), names.CompressHostlist(joined), len(left), names.CompressHostlist(left))
 			if c.Bool("no-reconcile") {
 				return nil
 			}

@@ -9,7 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/bftrainer/bftrainer/alloc"
-	"github.com/bftrainer/bftrainer/hooks"
+	"github.com/bftrainer/bftrainer/names"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/sidecar"
 	"github.com/bftrainer/bftrainer/store"
@@ -62,16 +62,16 @@ func statusCommand() *cli.Command {
 			}
 			w := c.App.Writer
 			fmt.Fprintf(w, "database:   %s\n", cfg.Database)
-			fmt.Fprintf(w, "idle:       %d (%d held by Trainers, %d free) %s\n", len(idle), held, len(idle)-held, hooks.CompressHostlist(idle))
-			fmt.Fprintf(w, "completing: %d %s\n", len(pending), hooks.CompressHostlist(pending))
+			fmt.Fprintf(w, "idle:       %d (%d held by Trainers, %d free) %s\n", len(idle), held, len(idle)-held, names.CompressHostlist(idle))
+			fmt.Fprintf(w, "completing: %d %s\n", len(pending), names.CompressHostlist(pending))
 			fmt.Fprintf(w, "busy:       %d\n", len(busy))
 			fmt.Fprintf(w, "trainers:   %d running, %d queued (max %d)\n", len(p.Running()), len(p.Queued()), cfg.Pool.MaxTrainers)
 			for _, t := range p.Running() {
-				names := make([]string, len(t.Nodes))
+				held := make([]string, len(t.Nodes))
 				for i, n := range t.Nodes {
-					names[i] = n.Name
+					held[i] = n.Name
 				}
-				fmt.Fprintf(w, "  %-20s %-10s %3d nodes %s\n", t.ID, t.Owner, len(t.Nodes), hooks.CompressHostlist(names))
+				fmt.Fprintf(w, "  %-20s %-10s %3d nodes %s\n", t.ID, t.Owner, len(t.Nodes), names.CompressHostlist(held))
 			}
 			if pv.Pending > 0 {
 				fmt.Fprintf(w, "note:       %d recorded event(s) not yet folded by a reconciler (shown as if they were)\n", pv.Pending)
@@ -133,7 +133,7 @@ func planCommand() *cli.Command {
 				pv.Plan.Solver, pv.Plan.Status, pv.Plan.Objective, pv.Problem.TFwd, pv.Problem.Size(), float64(pv.SolveDur.Microseconds())/1000)
 			t := table{header: []string{"TRAINER", "NOW", "PLAN", "ADD", "RELEASE", "WHY"}}
 			for i, a := range pv.Plan.Trainers {
-				t.add(a.ID, a.From, a.To, dash(hooks.CompressHostlist(a.Add)), dash(hooks.CompressHostlist(a.Release)), why[i])
+				t.add(a.ID, a.From, a.To, dash(names.CompressHostlist(a.Add)), dash(names.CompressHostlist(a.Release)), why[i])
 			}
 			return t.write(c.App.Writer, "table")
 		},
@@ -229,7 +229,7 @@ describes every table and view.`,
 				if e.HasMs {
 					ms = fmt.Sprintf("%.3f", e.Ms)
 				}
-				nodes := hooks.CompressHostlist(e.Nodes)
+				nodes := names.CompressHostlist(e.Nodes)
 				if nodes == "" && e.Count > 0 {
 					nodes = fmt.Sprintf("(%d)", e.Count)
 				}

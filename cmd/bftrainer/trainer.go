@@ -12,7 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/bftrainer/bftrainer/alloc"
-	"github.com/bftrainer/bftrainer/hooks"
+	"github.com/bftrainer/bftrainer/names"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/sidecar"
 	"github.com/bftrainer/bftrainer/store"
@@ -118,7 +118,7 @@ func submitAction(c *cli.Context) error {
 	if name == "" {
 		name = fmt.Sprintf("%s-%s", currentUser(), strconv.FormatInt(time.Now().UnixMilli(), 36))
 	}
-	if err := sidecar.ValidateTrainerID(name); err != nil {
+	if err := names.ValidateTrainer(name); err != nil {
 		return usageError{err}
 	}
 	launcher := c.String("launcher")
@@ -260,7 +260,7 @@ func showAction(c *cli.Context) error {
 	w := c.App.Writer
 	fmt.Fprintf(w, "name:          %s\nowner:         %s\nstatus:        %s\nlauncher:      %s\n", tr.ID, tr.Owner, tr.Status, tr.Launch.Launcher)
 	fmt.Fprintf(w, "command:       %s\nworkdir:       %s\n", strings.Join(spec.Argv, " "), spec.Workdir)
-	fmt.Fprintf(w, "nodes:         %d %s (bounds %d..%d)\n", len(nodes), hooks.CompressHostlist(nodes), tr.Min, tr.Max)
+	fmt.Fprintf(w, "nodes:         %d %s (bounds %d..%d)\n", len(nodes), names.CompressHostlist(nodes), tr.Min, tr.Max)
 	fmt.Fprintf(w, "curve:         %s\n", formatCurve(tr.Curve))
 	fmt.Fprintf(w, "rescale cost:  up %gs, down %gs\n", tr.RUp, tr.RDown)
 	fmt.Fprintf(w, "progress:      %.0f of %.0f samples, %.4g samples/s now\n", tr.Done, tr.Samples, tr.Rate)
@@ -392,7 +392,7 @@ func trainerArg(c *cli.Context, cmd string) (string, Config, error) {
 		return "", Config{}, usagef("%s: name one Trainer", cmd)
 	}
 	id := c.Args().First()
-	if err := sidecar.ValidateTrainerID(id); err != nil {
+	if err := names.ValidateTrainer(id); err != nil {
 		return "", Config{}, usageError{err}
 	}
 	cfg, err := configFrom(c)

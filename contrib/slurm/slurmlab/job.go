@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/bftrainer/bftrainer/hooks"
+	"github.com/bftrainer/bftrainer/names"
 	"github.com/bftrainer/bftrainer/trainer/trainertest"
 )
 
@@ -249,7 +249,7 @@ func (info JobInfo) Nodes() ([]string, error) {
 	if info["NodeList"] == "" || info["NodeList"] == "(null)" {
 		return nil, nil
 	}
-	return hooks.ExpandHostlist(info["NodeList"])
+	return names.ExpandHostlist(info["NodeList"])
 }
 
 // Normal reports what was not normal about an ended main job: it must have

@@ -1,4 +1,9 @@
-package hooks
+// Package names owns the identifiers that cross trust boundaries: node
+// names and Slurm hostlists, job ids, user names and Trainer names. Every
+// one of them reaches a command line, a path or SQL, so each has one
+// validator here, used by the scheduler hooks and the Trainer side alike.
+// It imports nothing of ours.
+package names
 
 import (
 	"errors"
@@ -6,16 +11,20 @@ import (
 	"unicode/utf8"
 )
 
-// ErrNodeName is wrapped by every error about a node name that fails
-// ValidateNodeName.
-var ErrNodeName = errors.New("invalid node name")
+// ErrNode is wrapped by every error about a node name that fails
+// ValidateNode.
+var ErrNode = errors.New("invalid node name")
 
-// ErrJobID is wrapped by every error about a job ID that fails ValidateJobID.
-var ErrJobID = errors.New("invalid job id")
+// ErrJob is wrapped by every error about a job ID that fails ValidateJob.
+var ErrJob = errors.New("invalid job id")
 
-// ErrUser is wrapped by every error about a user name that fails the user
-// name check.
+// ErrUser is wrapped by every error about a user name that fails
+// ValidateUser.
 var ErrUser = errors.New("invalid user name")
+
+// ErrTrainer is wrapped by every error about a Trainer name that fails
+// ValidateTrainer.
+var ErrTrainer = errors.New("invalid trainer name")
 
 // maxNameLen is the longest node name accepted: a DNS name's limit.
 const maxNameLen = 253
@@ -48,25 +57,42 @@ func userByte(c byte) bool {
 	return nameByte(c) || c == '@'
 }
 
-// ValidateNodeName checks that name is safe to use as a node name: 1 to 253
+// ValidateNode checks that name is safe to use as a node name: 1 to 253
 // characters from letters, digits, '-', '_' and '.', not starting with '-'
 // (it would read as an option to ssh and friends).
-func ValidateNodeName(name string) error {
-	return validateToken("node name", name, maxNameLen, nameByte, ErrNodeName)
+func ValidateNode(name string) error {
+	return validateToken("node name", name, maxNameLen, nameByte, ErrNode)
 }
 
-// ValidateJobID checks that id is safe to use as a job ID: 1 to 255
+// ValidateJob checks that id is safe to use as a job ID: 1 to 255
 // characters from letters, digits, '.', '_', '-', '[' and ']', not starting
 // with '-'. That covers Slurm ("123", "123_4"), LSF ("123[4]") and PBS
 // ("123.server", "123[4].server").
-func ValidateJobID(id string) error {
-	return validateToken("job id", id, maxJobIDLen, jobIDByte, ErrJobID)
+func ValidateJob(id string) error {
+	return validateToken("job id", id, maxJobIDLen, jobIDByte, ErrJob)
 }
 
-// validateUser checks a user name: 1 to 256 characters from letters, digits,
+// ValidateUser checks a user name before it is looked up or recorded: 1 to 256 characters from letters, digits,
 // '-', '_', '.' and '@', not starting with '-'.
-func validateUser(user string) error {
+func ValidateUser(user string) error {
 	return validateToken("user", user, maxUserLen, userByte, ErrUser)
+}
+
+// ValidateTrainer checks a Trainer name: it names processes, files,
+// registry entries and rendezvous ids, and reaches remote shells, so it is
+// kept to a small safe alphabet that cannot start an option: 1 to 64
+// letters, digits, '-', '_' and '.', the first a letter or a digit.
+func ValidateTrainer(id string) error {
+	if id == "" || len(id) > 64 {
+		return fmt.Errorf("trainer name %q: must be 1 to 64 characters: %w", id, ErrTrainer)
+	}
+	for i, c := range id {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || (i > 0 && (c == '-' || c == '_' || c == '.'))
+		if !ok {
+			return fmt.Errorf("trainer name %q: only letters, digits and - _ . (not first) are allowed: %w", id, ErrTrainer)
+		}
+	}
+	return nil
 }
 
 func validateToken(what, s string, maxLen int, ok func(byte) bool, sentinel error) error {
@@ -87,16 +113,16 @@ func validateToken(what, s string, maxLen int, ok func(byte) bool, sentinel erro
 	return nil
 }
 
-// uniqueNames returns names without repeats, first occurrence first, each
-// checked with ValidateNodeName.
-func uniqueNames(names []string) ([]string, error) {
+// Unique returns names without repeats, first occurrence first, each
+// checked with ValidateNode.
+func Unique(names []string) ([]string, error) {
 	seen := make(map[string]struct{}, len(names))
 	out := make([]string, 0, len(names))
 	for _, n := range names {
 		if _, dup := seen[n]; dup {
 			continue
 		}
-		if err := ValidateNodeName(n); err != nil {
+		if err := ValidateNode(n); err != nil {
 			return nil, err
 		}
 		seen[n] = struct{}{}

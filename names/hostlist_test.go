@@ -1,4 +1,4 @@
-package hooks
+package names
 
 import (
 	"errors"
@@ -139,7 +139,7 @@ func TestExpandHostlistNamesAreValid(t *testing.T) {
 			t.Fatalf("ExpandHostlist(%q): %v", expr, err)
 		}
 		for _, h := range hosts {
-			if err := ValidateNodeName(h); err != nil {
+			if err := ValidateNode(h); err != nil {
 				t.Fatalf("ExpandHostlist(%q) gave %q: %v", expr, h, err)
 			}
 		}

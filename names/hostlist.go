@@ -1,4 +1,4 @@
-package hooks
+package names
 
 import (
 	"cmp"
@@ -86,7 +86,7 @@ type element struct {
 // ("n[1-]", which Slurm reads as n1), unbalanced brackets (which Slurm turns
 // into host names containing '[' or ']'), steps ("n[1-9:2]"; Slurm has none),
 // descending ranges, text after the last group ("n[1-2].ib", which Slurm
-// rejects too), names that are not valid node names (see ValidateNodeName),
+// rejects too), names that are not valid node names (see ValidateNode),
 // and expansions of more than MaxHostlistHosts hosts. Errors are
 // *HostlistError.
 func ExpandHostlist(expr string) ([]string, error) {
@@ -468,7 +468,7 @@ func SortHostnames(names []string) []string {
 // their trailing number, consecutive numbers of one width joined into a range
 // ("n[01-03,07],login1"). Only the trailing digits are bracketed, because
 // Slurm rejects text after a group ("n[1-2].ib"). The names must be valid node
-// names (ValidateNodeName); others are written as they are and will not
+// names (ValidateNode); others are written as they are and will not
 // round-trip. The empty list gives "".
 func CompressHostlist(names []string) string {
 	keys := sortedKeys(names)
