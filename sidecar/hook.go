@@ -14,14 +14,22 @@ import (
 // Killer kills every Trainer process of ours on a node.
 type Killer interface {
 	// KillLocal kills what runs on this machine as the given node and
-	// returns how many process groups it killed, once they are gone.
-	// It runs in the node's prolog, and refuses new starts until the
-	// epilog, so that a re-plan made just before the reclaim cannot start
-	// a Trainer there.
-	KillLocal(ctx context.Context, node string) (int, error)
+	// reports it once they are gone. It runs in the node's prolog, and
+	// refuses new starts until the epilog, so that a re-plan made just
+	// before the reclaim cannot start a Trainer there. An error means
+	// something of ours may remain.
+	KillLocal(ctx context.Context, node string) (KillResult, error)
 	// CleanLocal runs in the node's epilog: what is left is killed too,
 	// and the node may take Trainers again.
-	CleanLocal(ctx context.Context, node string) (int, error)
+	CleanLocal(ctx context.Context, node string) (KillResult, error)
+}
+
+// KillResult is what a node's kill did, for the hook's log and the
+// history.
+type KillResult struct {
+	Killed      int             // processes killed
+	Containment string          // how they were found: "cgroup", or "degraded (reason)"
+	Report      json.RawMessage // the node agent's whole report, kept in the history
 }
 
 // Hook handles one scheduler hook call: the instant path. It never solves
@@ -62,15 +70,15 @@ func (h *Hook) Handle(ctx context.Context, call hooks.Call) error {
 			if call.Action == hooks.CleanupLocal {
 				kill = h.Killer.CleanLocal
 			}
-			n, err := kill(ctx, call.Local)
-			killed = n
+			res, err := kill(ctx, call.Local)
+			killed = res.Killed
 			if err != nil {
 				errs = append(errs, fmt.Errorf("kill on %s: %w", call.Local, err))
 			}
-			if n > 0 || err != nil {
+			if res.Killed > 0 || err != nil {
 				ev := store.Event{At: h.Now(), Kind: store.KindKill, Source: call.Scheduler, Context: call.Context,
-					Job: call.JobID, Nodes: []string{call.Local}, Value: float64(n), HasVal: true,
-					Ms: ms(h.Now().Sub(start)), HasMs: true}
+					Job: call.JobID, Nodes: []string{call.Local}, Value: float64(res.Killed), HasVal: true,
+					Ms: ms(h.Now().Sub(start)), HasMs: true, Detail: res.Report}
 				if err != nil {
 					ev.Error = err.Error()
 				}

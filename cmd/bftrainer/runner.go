@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"time"
@@ -118,14 +119,19 @@ func localKiller(cfg Config) sidecar.Killer { return registryKiller{nodeAgent(cf
 
 type registryKiller struct{ a *trainer.NodeAgent }
 
-func (k registryKiller) KillLocal(ctx context.Context, node string) (int, error) {
+func (k registryKiller) KillLocal(ctx context.Context, node string) (sidecar.KillResult, error) {
 	rep, err := k.a.KillAll(ctx, node, k.a.FenceMax > 0)
-	return rep.Count(), err
+	return killResult(rep), err
 }
 
-func (k registryKiller) CleanLocal(ctx context.Context, node string) (int, error) {
+func (k registryKiller) CleanLocal(ctx context.Context, node string) (sidecar.KillResult, error) {
 	rep, err := k.a.Clean(ctx, node)
-	return rep.Count(), err
+	return killResult(rep), err
+}
+
+func killResult(rep trainer.KillReport) sidecar.KillResult {
+	b, _ := json.Marshal(rep)
+	return sidecar.KillResult{Killed: rep.Count(), Containment: "degraded (process groups and run tokens)", Report: b}
 }
 
 func nodeAgentCommand() *cli.Command {
