@@ -61,8 +61,8 @@ func explainOne(p *Problem, j int, t *Trainer, a *Assignment, pl *Plan, N, spare
 	if need <= spare {
 		if a.To == a.From && a.To > 0 && t.RUp > 0 {
 			return fmt.Sprintf("%s: %d more node(s) would gain %.4g over T_fwd=%gs, less than the rescale cost %.4g (R_up %gs × rate %.4g)",
-				move, need, p.TFwd*(t.value(p.objective(), next)-t.value(p.objective(), a.To))*t.weight(), p.TFwd,
-				t.weight()*t.RUp*t.Rate(p.objective(), a.From), t.RUp, t.Rate(p.objective(), a.From))
+				move, need, p.TFwd*(t.value(p.Goal(), next)-t.value(p.Goal(), a.To))*t.Priority(), p.TFwd,
+				t.Priority()*t.RUp*t.Rate(p.Goal(), a.From), t.RUp, t.Rate(p.Goal(), a.From))
 		}
 		return fmt.Sprintf("%s: %d more node(s) would change its objective by %.4g (≤ 0)", move, need, gain)
 	}

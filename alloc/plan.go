@@ -74,8 +74,12 @@ type Solver interface {
 	Solve(ctx context.Context, p *Problem) (*Plan, error)
 }
 
-// nodeLess orders nodes by how long they have been idle: earliest Since
-// first, then Order, then Name. This is the reference's column order.
+// CompareNodes orders nodes by how long they have been idle: earliest
+// Since first, then Order, then Name. This is the reference's column
+// order, and the order of the pool's free nodes.
+func CompareNodes(a, b Node) int { return nodeCmp(&a, &b) }
+
+// nodeCmp is CompareNodes without copying the nodes.
 func nodeCmp(a, b *Node) int {
 	if c := a.Since.Compare(b.Since); c != 0 {
 		return c
@@ -150,22 +154,22 @@ func Place(p *Problem, counts []int) []Assignment {
 			if p.Semantics == Reference {
 				keep = held[drop:]
 				released = append(released, held[:drop]...)
-				a.Release = names(held[:drop])
+				a.Release = Names(held[:drop])
 			} else {
 				keep = held[:counts[j]]
 				gone := slices.Clone(held[counts[j]:])
 				slices.Reverse(gone) // youngest first
 				released = append(released, gone...)
-				a.Release = names(gone)
+				a.Release = Names(gone)
 			}
 		}
-		a.Nodes = names(keep)
+		a.Nodes = Names(keep)
 		a.Value = p.Value(j, counts[j])
 	}
 	pool := sortedNodes(p.Free)
 	if len(released) > 0 {
 		pool = append(slices.Clone(pool), released...)
-		slices.SortFunc(pool, func(a, b Node) int { return nodeCmp(&a, &b) })
+		slices.SortFunc(pool, CompareNodes)
 	}
 	next := 0
 	for j := range p.Trainers {
@@ -173,14 +177,15 @@ func Place(p *Problem, counts []int) []Assignment {
 		if grow := a.To - a.From; grow > 0 {
 			take := pool[next : next+grow]
 			next += grow
-			a.Add = names(take)
+			a.Add = Names(take)
 			a.Nodes = append(a.Nodes, a.Add...)
 		}
 	}
 	return out
 }
 
-func names(ns []Node) []string {
+// Names returns the nodes' names, in order (nil for none).
+func Names(ns []Node) []string {
 	if len(ns) == 0 {
 		return nil
 	}

@@ -286,37 +286,55 @@ func Interp(xs []int, ys []float64, x int) float64 {
 	return y0 + (y1-y0)*float64(x-x0)/float64(x1-x0)
 }
 
-// Throughput returns the Trainer's samples per second on n nodes: 0 below
-// Min, as in the reference.
-func (t *Trainer) Throughput(n int) float64 {
-	if n < t.Min || n <= 0 {
+// SamplesPerSecond is the curve's throughput on n nodes for a Trainer that
+// needs at least min of them: 0 below min (and at 0 nodes), since below its
+// minimum a Trainer does not run. This is the reference's accounting, and
+// the one place the cutoff is written: the allocator's current rate, the
+// pool's progress and the replay's initial map all read it here.
+func (c Curve) SamplesPerSecond(n, min int) float64 {
+	if !runs(n, min) {
 		return 0
 	}
-	return Interp(t.Curve.Nodes, t.Curve.Throughput, n)
+	return Interp(c.Nodes, c.Throughput, n)
+}
+
+// runs reports whether a Trainer with minimum min runs on n nodes.
+func runs(n, min int) bool { return n > 0 && n >= min }
+
+// Column returns the curve values the objective o reads, and the divisor
+// that turns them into o's metric: the metric at n nodes is
+// Interp(c.Nodes, ys, n) / scale. Throughput reads Throughput (scale 1),
+// Speedup reads Throughput over the throughput at one node, Metric reads
+// Metric (scale 1); "" is Throughput. Every solver, exact or MILP, reads
+// the objective through it.
+func (o Objective) Column(c *Curve) (ys []float64, scale float64) {
+	switch o {
+	case Speedup:
+		return c.Throughput, Interp(c.Nodes, c.Throughput, 1)
+	case Metric:
+		return c.Metric, 1
+	}
+	return c.Throughput, 1
 }
 
 // value returns the objective metric on n nodes (no Min check).
 func (t *Trainer) value(obj Objective, n int) float64 {
-	c := &t.Curve
-	switch obj {
-	case Speedup:
-		return Interp(c.Nodes, c.Throughput, n) / Interp(c.Nodes, c.Throughput, 1)
-	case Metric:
-		return Interp(c.Nodes, c.Metric, n)
-	}
-	return Interp(c.Nodes, c.Throughput, n)
+	ys, scale := obj.Column(&t.Curve)
+	return Interp(t.Curve.Nodes, ys, n) / scale
 }
 
 // Rate returns the Trainer's objective rate on n nodes: the metric at n,
 // 0 below Min. It prices rescaling in the objective.
 func (t *Trainer) Rate(obj Objective, n int) float64 {
-	if n < t.Min || n <= 0 {
+	if !runs(n, t.Min) {
 		return 0
 	}
 	return t.value(obj, n)
 }
 
-func (t *Trainer) weight() float64 {
+// Priority is the weight on the Trainer's objective term: Weight, with 0
+// read as 1.
+func (t *Trainer) Priority() float64 {
 	if t.Weight == 0 {
 		return 1
 	}
@@ -356,18 +374,20 @@ func (p *Problem) StepLimit() int {
 func (p *Problem) Value(j, k int) float64 {
 	t := &p.Trainers[j]
 	c := len(t.Held)
-	v := p.TFwd * t.value(p.objective(), k)
-	r := t.Rate(p.objective(), c)
+	v := p.TFwd * t.value(p.Goal(), k)
+	r := t.Rate(p.Goal(), c)
 	switch {
 	case k > c:
 		v -= t.RUp * r
 	case k < c:
 		v -= t.RDown * r
 	}
-	return t.weight() * v
+	return t.Priority() * v
 }
 
-func (p *Problem) objective() Objective {
+// Goal is the objective the Problem maximises: Objective, with "" read as
+// Throughput.
+func (p *Problem) Goal() Objective {
 	if p.Objective == "" {
 		return Throughput
 	}

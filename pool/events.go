@@ -293,7 +293,7 @@ func (p *Pool) Commit(pl *alloc.Plan) error {
 	if pl.Status != alloc.Optimal {
 		for _, t := range p.running {
 			t.PendingCost = 0
-			t.Rate = rate(t, len(t.Nodes))
+			t.Rate = t.Curve.SamplesPerSecond(len(t.Nodes), t.Min)
 		}
 		p.record(Change{Kind: Undecided, Note: fmt.Sprintf("%s: %s", pl.Solver, pl.Note)})
 		return nil
@@ -336,7 +336,7 @@ func (p *Pool) Commit(pl *alloc.Plan) error {
 			cost = t.RDown * alloc.Interp(t.Curve.Nodes, t.Curve.Throughput, from)
 		}
 		t.PendingCost = cost
-		t.Rate = rate(t, to)
+		t.Rate = t.Curve.SamplesPerSecond(to, t.Min)
 		if to != from {
 			t.Rescales++
 			t.RescaleLoss += cost
@@ -382,12 +382,4 @@ func (p *Pool) checkPlan(pl *alloc.Plan) error {
 		}
 	}
 	return nil
-}
-
-// rate is the Trainer's throughput on n nodes, 0 below its minimum.
-func rate(t *Trainer, n int) float64 {
-	if n <= 0 || n < t.Min {
-		return 0
-	}
-	return alloc.Interp(t.Curve.Nodes, t.Curve.Throughput, n)
 }

@@ -124,7 +124,7 @@ func New(cfg Config, st State) (*Pool, error) {
 			p.free = append(p.free, alloc.Node{Name: n.Name, Since: n.Since, Order: n.Order})
 		}
 	}
-	slices.SortFunc(p.free, nodeCmp)
+	slices.SortFunc(p.free, alloc.CompareNodes)
 	return p, nil
 }
 
@@ -197,23 +197,13 @@ func (p *Pool) IdleCount() int {
 	return n
 }
 
-func nodeCmp(a, b alloc.Node) int {
-	if c := a.Since.Compare(b.Since); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(a.Order, b.Order); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.Name, b.Name)
-}
-
 func (p *Pool) addFree(n alloc.Node) {
-	i, _ := slices.BinarySearchFunc(p.free, n, nodeCmp)
+	i, _ := slices.BinarySearchFunc(p.free, n, alloc.CompareNodes)
 	p.free = slices.Insert(p.free, i, n)
 }
 
 func (p *Pool) removeFree(n alloc.Node) bool {
-	i, ok := slices.BinarySearchFunc(p.free, n, nodeCmp)
+	i, ok := slices.BinarySearchFunc(p.free, n, alloc.CompareNodes)
 	if !ok {
 		return false
 	}
@@ -289,7 +279,7 @@ func (p *Pool) finishReached() {
 // end takes a Trainer out of the pool: its nodes become free (still idle
 // since when they joined).
 func (p *Pool) end(t *Trainer, st Status, note string) {
-	nodes := names(t.Nodes)
+	nodes := alloc.Names(t.Nodes)
 	for _, hn := range t.Nodes {
 		if n := p.nodes[hn.Name]; n != nil {
 			n.Trainer = ""
@@ -308,12 +298,4 @@ func (p *Pool) end(t *Trainer, st Status, note string) {
 	delete(p.byID, t.ID)
 	final := *t
 	p.record(Change{Kind: Ended, Trainer: t.ID, Nodes: nodes, Status: st, Final: &final, Note: note})
-}
-
-func names(ns []alloc.Node) []string {
-	out := make([]string, len(ns))
-	for i := range ns {
-		out[i] = ns[i].Name
-	}
-	return out
 }

@@ -26,21 +26,17 @@ func linear(n int, perNode float64) alloc.Curve {
 	return c
 }
 
-// decide solves and commits, as the reconciler and the replay do.
+// decide solves, checks and commits, as the reconciler and the replay do.
 func decide(tb testing.TB, p *pool.Pool) *alloc.Plan {
 	tb.Helper()
-	pr := p.Problem()
-	pl, err := alloc.Exact{}.Solve(context.Background(), pr)
+	d, err := p.Decide(context.Background(), alloc.Exact{}, true)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := alloc.Check(pr, pl); err != nil {
-		tb.Fatal(err)
+	if d.Err != nil {
+		tb.Fatal(d.Err)
 	}
-	if err := p.Commit(pl); err != nil {
-		tb.Fatal(err)
-	}
-	return pl
+	return d.Plan
 }
 
 func mustNew(tb testing.TB, cfg pool.Config) *pool.Pool {

@@ -166,7 +166,9 @@ func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 	history = append(history, joins...)
 	now := r.Now()
 	p.Step(pool.Event{At: now})
-	history = append(history, r.decide(ctx, p, now))
+	if ev := r.decide(ctx, p, now); ev != nil {
+		history = append(history, *ev)
+	}
 	changes, ended := changeEvents(p.Changes(), now)
 	history = append(history, changes...)
 	st := p.State()
@@ -411,29 +413,32 @@ func (r *Reconciler) checkPending(ctx context.Context, p *pool.Pool) (waiting bo
 	return waiting, history
 }
 
-// decide solves the pool's problem now and commits the plan; a solver
-// error keeps the allocation and is recorded.
-func (r *Reconciler) decide(ctx context.Context, p *pool.Pool, now time.Time) store.Event {
-	pr := p.Problem()
+// decide makes the round's decision with pool.Decide (the replay's own step;
+// pool.Propose states the policy for an empty pool and a failing solver)
+// and returns the solve event to record, or nil when the solver was not
+// called.
+func (r *Reconciler) decide(ctx context.Context, p *pool.Pool, now time.Time) *store.Event {
 	start := time.Now()
-	pl, err := r.Solver.Solve(ctx, pr)
+	d, err := p.Decide(ctx, r.Solver, false)
 	took := time.Since(start)
-	ev := store.Event{At: now, Kind: store.KindSolve, Source: "reconciler", Ms: ms(took), HasMs: true}
-	n := pr.Size()
-	ev.Count = n
 	if err != nil {
-		pl = alloc.Keep(pr, r.Solver.Name(), alloc.KeptCurrent, "solver error: "+err.Error())
-		ev.Error = err.Error()
-	}
-	if err := p.Commit(pl); err != nil {
 		// The plan was made for this very pool: a failure is a bug.
-		ev.Error = "commit: " + err.Error()
 		r.Log.Printf("commit: %v", err)
 	}
-	detail, _ := json.Marshal(map[string]any{
-		"solver": pl.Solver, "status": pl.Status.String(), "trainers": len(pr.Trainers), "nodes": n, "note": pl.Note,
+	if !d.Solved && err == nil {
+		return nil
+	}
+	pr, pl := d.Problem, d.Plan
+	ev := &store.Event{At: now, Kind: store.KindSolve, Source: "reconciler", Ms: ms(took), HasMs: true, Count: pr.Size()}
+	switch {
+	case err != nil:
+		ev.Error = "commit: " + err.Error()
+	case d.Err != nil:
+		ev.Error = d.Err.Error()
+	}
+	ev.Detail, _ = json.Marshal(map[string]any{
+		"solver": pl.Solver, "status": pl.Status.String(), "trainers": len(pr.Trainers), "nodes": pr.Size(), "note": pl.Note,
 	})
-	ev.Detail = detail
 	ev.Value, ev.HasVal = pl.Objective, true
 	return ev
 }
@@ -559,13 +564,12 @@ func (r *Reconciler) Preview(ctx context.Context) (*Preview, error) {
 	}
 	p := f.pool
 	p.Step(pool.Event{At: r.Now()})
-	pr := p.Problem()
 	start := time.Now()
-	pl, err := r.Solver.Solve(ctx, pr)
-	if err != nil {
-		return nil, err
+	d := p.Propose(ctx, r.Solver, false)
+	if d.Err != nil {
+		return nil, d.Err
 	}
-	return &Preview{Pool: p, Problem: pr, Plan: pl, Pending: f.events, SolveDur: time.Since(start)}, nil
+	return &Preview{Pool: p, Problem: d.Problem, Plan: d.Plan, Pending: f.events, SolveDur: time.Since(start)}, nil
 }
 
 // Sync compares the pool with the scheduler's own view and records what

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -261,5 +262,53 @@ func TestReleasedNodesJoinWhenIdle(t *testing.T) {
 	}
 	if len(evs) != 2 || evs[0].Nodes[0] != "n2" || evs[1].Nodes[0] != "n1" || evs[0].Job != "7" {
 		t.Fatalf("idle events %+v, want n2 then n1, for job 7", evs)
+	}
+}
+
+// failingSolver always fails, as a missing MILP program does.
+type failingSolver struct{}
+
+func (failingSolver) Name() string { return "failing" }
+func (failingSolver) Solve(context.Context, *alloc.Problem) (*alloc.Plan, error) {
+	return nil, errors.New("no such program")
+}
+
+// TestRoundSolverError: a round whose solver fails keeps the allocation
+// and records the failure on its solve event; a round with nothing running
+// calls no solver and records no solve (pool.Propose's policy).
+func TestRoundSolverError(t *testing.T) {
+	ctx := context.Background()
+	db := MustDB(t)
+	if _, err := db.Append(ctx, store.Event{At: time.Now(), Kind: store.KindJoin, Source: "test", Nodes: []string{"n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	r := &Reconciler{DB: db, Pool: pool.Config{TFwd: 10}, Solver: failingSolver{}}
+	if _, err := r.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	solves := func() []store.Event {
+		evs, err := db.Events(ctx, store.Filter{Kinds: []string{store.KindSolve}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return evs
+	}
+	if evs := solves(); len(evs) != 0 {
+		t.Fatalf("solve events with nothing running: %+v", evs)
+	}
+	submitted(t, db)
+	if _, err := r.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	evs := solves()
+	if len(evs) != 1 || !strings.Contains(evs[0].Error, "no such program") {
+		t.Fatalf("solve events %+v, want one naming the solver's error", evs)
+	}
+	tr, _, err := db.Trainer(ctx, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Nodes) != 0 || tr.Status != pool.Running {
+		t.Fatalf("t1 is %s with %v, want running on no node", tr.Status, tr.Nodes)
 	}
 }

@@ -36,8 +36,9 @@ type Result struct {
 //   - Rescales: rescales booked by decisions; Reclaims: Trainer-events that lost nodes to the scheduler (each
 //     charged R_down·rate once, however many nodes went).
 //   - Events: trace rows replayed, t0 included; Decisions: solver calls.
-//   - SolveMsP50, SolveMsP99: nearest-rank percentiles of the solver's wall time per
-//     decision, in milliseconds; WallS: the whole replay's wall time in seconds.
+//   - SolveMsP50, SolveMsP99: nearest-rank percentiles of the wall time per decision
+//     the solver was called for (solve and commit), in milliseconds; WallS: the whole
+//     replay's wall time in seconds.
 type Summary struct {
 	Allocator   string  `json:"allocator"`
 	Semantics   string  `json:"semantics"`
@@ -60,14 +61,18 @@ type Summary struct {
 	UsedNodeHours float64 `json:"used_node_h"`
 	IdleNodeHours float64 `json:"idle_node_h"`
 
-	Rescales   int     `json:"rescales"`
-	Reclaims   int     `json:"reclaims"`
-	Events     int     `json:"events"`
-	Decisions  int     `json:"decisions"`
-	Kept       int     `json:"kept"` // decisions whose plan was not optimal (time limit)
-	SolveMsP50 float64 `json:"solve_ms_p50"`
-	SolveMsP99 float64 `json:"solve_ms_p99"`
-	WallS      float64 `json:"wall_s"`
+	Rescales  int `json:"rescales"`
+	Reclaims  int `json:"reclaims"`
+	Events    int `json:"events"`
+	Decisions int `json:"decisions"`
+	Kept      int `json:"kept"` // decisions whose plan was not optimal (time limit, solver error)
+	// SolverErrors counts the decisions whose solver failed (they kept the allocation,
+	// as live); FirstSolverError is the first such error.
+	SolverErrors     int     `json:"solver_errors"`
+	FirstSolverError string  `json:"first_solver_error,omitempty"`
+	SolveMsP50       float64 `json:"solve_ms_p50"`
+	SolveMsP99       float64 `json:"solve_ms_p99"`
+	WallS            float64 `json:"wall_s"`
 }
 
 // TrainerResult is one Trainer's outcome.
@@ -94,7 +99,7 @@ func (r *replayer) result() *Result {
 	*s = Summary{Allocator: r.opt.Solver.Name(), Semantics: r.opt.Semantics.String(),
 		Objective: string(r.opt.Objective), TFwd: r.opt.TFwd, MaxTrainers: r.opt.MaxTrainers,
 		Trainers: len(r.jobs), Events: r.events, Decisions: len(r.solves), Kept: r.kept,
-		StartupCost: r.initial}
+		SolverErrors: r.failed, FirstSolverError: r.firstErr, StartupCost: r.initial}
 	live := map[string]*pool.Trainer{}
 	for _, t := range r.p.Running() {
 		live[t.ID] = t

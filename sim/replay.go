@@ -38,7 +38,8 @@ type Options struct {
 	// Timeline is how many samples of node use to keep for the plot (Result.Timeline);
 	// 0 keeps none.
 	Timeline int
-	// Check verifies every plan with alloc.Check before committing it (tests; slower).
+	// Check verifies every plan with alloc.Check before committing it (tests; slower);
+	// a plan that fails, or any solver error, then ends the replay with that error.
 	Check bool
 }
 
@@ -128,14 +129,17 @@ var ErrEmptyTrace = errors.New("trace has no events")
 // starting from 0 nodes pays nothing (as every later start does in both semantics).
 //
 // Every later event is one pool.Step — progress, reclaims charged R_down·rate once per
-// Trainer, finishes with the overshoot trimmed, joins, admission — then, if a Trainer is
-// running, one decision: the solver's plan is committed (a plan that is not optimal keeps
-// the nodes and books nothing); with no idle node the solver is not called and every
-// running Trainer simply holds nothing, as in the reference. The replay stops at the
-// event where no Trainer is running or queued, or at the end of the trace (the
-// unfinished Trainers are then reported as such).
+// Trainer, finishes with the overshoot trimmed, joins, admission — then one decision,
+// pool.Decide, as the live reconciler makes it: with no Trainer running nothing is
+// decided; with no idle node the solver is not called and every running Trainer simply
+// holds nothing, as in the reference; otherwise the solver's plan is committed (a plan
+// that is not optimal keeps the nodes and books nothing). The replay stops at the event
+// where no Trainer is running or queued, or at the end of the trace (the unfinished
+// Trainers are then reported as such).
 //
-// A solver error ends the replay with that error; ctx is checked at every event.
+// A solver error keeps the allocation, as it does live, and the replay goes on: the
+// Summary counts such decisions (SolverErrors) and keeps the first error. ctx is
+// checked at every event.
 func Replay(ctx context.Context, tr *Trace, jobs []Job, opt Options) (*Result, error) {
 	if tr == nil || len(tr.Events) == 0 {
 		return nil, fmt.Errorf("replay: %w", ErrEmptyTrace)
@@ -163,12 +167,15 @@ type replayer struct {
 	steps *stepWriter
 	tl    *timelineRecorder
 
-	events  int // trace rows replayed, t0 included
-	solves  []time.Duration
-	kept    int // decisions that kept the allocation (solver not optimal)
-	initial float64
-	wall    time.Duration
-	start   time.Time
+	events int // trace rows replayed, t0 included
+	solves []time.Duration
+	kept   int // decisions that kept the allocation (solver not optimal, or failed)
+
+	failed   int    // decisions whose solver failed
+	firstErr string // the first of those failures
+	initial  float64
+	wall     time.Duration
+	start    time.Time
 
 	joinBuf  []pool.JoinNode
 	leaveBuf []string
@@ -231,7 +238,7 @@ func (r *replayer) initialState() (pool.State, error) {
 		for _, n := range held[k] {
 			t.Nodes = append(t.Nodes, alloc.Node{Name: st.Nodes[n].Name})
 		}
-		t.Rate = trainerRate(j, len(t.Nodes))
+		t.Rate = t.Curve.SamplesPerSecond(len(t.Nodes), j.Min)
 		// The reference's start-up cost: charged over the first interval, but never
 		// booked by a decision, so its step log (and E_ovh) leaves it out; the
 		// summary reports it on its own.
@@ -274,14 +281,6 @@ func initialMap(n int, jobs []Job, admitted []int) [][]int {
 		}
 	}
 	return out
-}
-
-// trainerRate is a job's throughput on n nodes, 0 below its minimum, as pool accounts it.
-func trainerRate(j *Job, n int) float64 {
-	if n <= 0 || n < j.Min {
-		return 0
-	}
-	return alloc.Interp(j.Nodes, j.Throughput, n)
 }
 
 func (r *replayer) run(ctx context.Context) error {
@@ -390,39 +389,30 @@ func (r *replayer) harvest() {
 	}
 }
 
-// decide solves the pool's problem and commits the plan, returning the rescale cost
-// booked. With nothing running there is nothing to decide; with no idle node every
-// running Trainer holds nothing and the solver is not called (the reference skips it
-// too, and a MILP solver would reject an empty model).
+// decide makes the event's decision with pool.Decide, the live reconciler's own step
+// (its policy for an empty pool and for solver errors is pool.Propose's), and returns
+// the rescale cost it booked.
 func (r *replayer) decide(ctx context.Context, event int) (float64, error) {
-	if len(r.p.Running()) == 0 {
-		return 0, nil
-	}
-	pr := r.p.Problem()
-	var pl *alloc.Plan
-	if pr.Size() == 0 {
-		pl = &alloc.Plan{Solver: r.opt.Solver.Name(), Status: alloc.Optimal,
-			Trainers: alloc.Place(pr, make([]int, len(pr.Trainers)))}
-	} else {
-		t := time.Now()
-		var err error
-		pl, err = r.opt.Solver.Solve(ctx, pr)
-		r.solves = append(r.solves, time.Since(t))
-		if err != nil {
-			return 0, fmt.Errorf("event %d: %s: %w", event, r.opt.Solver.Name(), err)
-		}
-		if pl.Status != alloc.Optimal {
-			r.kept++
-		}
-	}
-	if r.opt.Check {
-		if err := alloc.Check(pr, pl); err != nil {
-			return 0, fmt.Errorf("event %d: %s: check plan: %w", event, r.opt.Solver.Name(), err)
-		}
-	}
 	before := r.p.Totals().RescaleLoss
-	if err := r.p.Commit(pl); err != nil {
+	start := time.Now()
+	d, err := r.p.Decide(ctx, r.opt.Solver, r.opt.Check)
+	if d.Solved {
+		r.solves = append(r.solves, time.Since(start))
+	}
+	if err != nil {
 		return 0, fmt.Errorf("event %d: %w", event, err)
+	}
+	if d.Err != nil {
+		if r.opt.Check {
+			return 0, fmt.Errorf("event %d: %w", event, d.Err)
+		}
+		r.failed++
+		if r.firstErr == "" {
+			r.firstErr = fmt.Sprintf("event %d: %v", event, d.Err)
+		}
+	}
+	if d.Plan.Status != alloc.Optimal {
+		r.kept++
 	}
 	r.harvest()
 	return r.p.Totals().RescaleLoss - before, nil

@@ -625,3 +625,33 @@ func TestProgressBar(t *testing.T) {
 		t.Fatalf("bar ends %q", buf.String()[buf.Len()-40:])
 	}
 }
+
+// failingSolver fails every decision, as a missing MILP program does.
+type failingSolver struct{}
+
+func (failingSolver) Name() string { return "failing" }
+func (failingSolver) Solve(context.Context, *alloc.Problem) (*alloc.Plan, error) {
+	return nil, errors.New("no such program")
+}
+
+// TestReplaySolverErrorKeeps: a failing solver keeps the allocation at each
+// decision, as the live reconciler does, and the replay goes on and counts
+// them; with Check set it stops at the first.
+func TestReplaySolverErrorKeeps(t *testing.T) {
+	tr := handTrace(t, 2, handEvent{at: 0, join: []int32{0, 1}}, handEvent{at: 10, leave: []int32{1}}, handEvent{at: 20, join: []int32{1}})
+	job := linearJob("J", 0, 1, 2, 1, 0, 0, 1e6)
+	res, err := Replay(context.Background(), tr, []Job{job}, Options{Solver: failingSolver{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := res.Summary
+	if s.SolverErrors != s.Decisions || s.Decisions != 3 || s.Kept != 3 {
+		t.Fatalf("decisions %d, solver errors %d, kept %d; want 3 each", s.Decisions, s.SolverErrors, s.Kept)
+	}
+	if !strings.Contains(s.FirstSolverError, "no such program") || s.Samples != 0 {
+		t.Fatalf("first error %q, samples %v; want the solver's error and no progress", s.FirstSolverError, s.Samples)
+	}
+	if _, err := Replay(context.Background(), tr, []Job{job}, Options{Solver: failingSolver{}, Check: true}); err == nil {
+		t.Fatal("with Check, a solver error should end the replay")
+	}
+}

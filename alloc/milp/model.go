@@ -129,19 +129,8 @@ type curve struct {
 // their values are the numbers the user gave), with (0, 0) in front when
 // the curve does not start at 0.
 func trainerCurve(p *alloc.Problem, t *alloc.Trainer, limit int) curve {
-	obj := p.Objective
-	if obj == "" {
-		obj = alloc.Throughput
-	}
 	c := &t.Curve
-	ys := c.Throughput
-	if obj == alloc.Metric {
-		ys = c.Metric
-	}
-	scale := 1.0
-	if obj == alloc.Speedup {
-		scale = alloc.Interp(c.Nodes, c.Throughput, 1)
-	}
+	ys, scale := p.Goal().Column(c)
 	var cv curve
 	if c.Nodes[0] != 0 {
 		cv.nu, cv.o = append(cv.nu, 0), append(cv.o, 0)
@@ -413,17 +402,14 @@ func (b *builder) columns(p *alloc.Problem, held []int) {
 			b.add(b.tRow[j]+rT1, 1)
 		}
 	}
-	obj := p.Objective
-	if obj == "" {
-		obj = alloc.Throughput
-	}
+	obj := p.Goal()
 	y := 0
 	for j := range J {
 		t := &p.Trainers[j]
 		cv := &b.curves[j]
 		base := b.tRow[j]
 		C := len(t.Held)
-		w := weight(t)
+		w := t.Priority()
 		r := t.Rate(obj, C)
 		b.col(famA, j, 0, 1, true, -w*p.TFwd*cv.o0)
 		b.add(base+rR0, float64(M))
@@ -463,7 +449,7 @@ func (b *builder) columns(p *alloc.Problem, held []int) {
 		t := &p.Trainers[j]
 		cv := &b.curves[j]
 		base := b.tRow[j]
-		b.col(famS, j, math.Inf(-1), inf, false, weight(t)*p.TFwd)
+		b.col(famS, j, math.Inf(-1), inf, false, t.Priority()*p.TFwd)
 		b.add(base+rO, -1)
 		for i := range cv.nu {
 			b.col(famL, l, 0, 1, false, 0)
@@ -490,13 +476,6 @@ func (b *builder) finish() {
 	for i := range m.Cols {
 		m.Cols[i].Name = cn[i]
 	}
-}
-
-func weight(t *alloc.Trainer) float64 {
-	if t.Weight == 0 {
-		return 1
-	}
-	return t.Weight
 }
 
 // namer builds many short names into one buffer, so a model of millions

@@ -192,6 +192,10 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 		if err != nil {
 			return err
 		}
+		if n := res.Summary.SolverErrors; n > 0 {
+			fmt.Fprintf(c.App.ErrWriter, "bftrainer: warning: %s failed at %d decision(s), which kept the allocation as the live reconciler would; the first: %s\n",
+				names[i], n, res.Summary.FirstSolverError)
+		}
 		sums = append(sums, res.Summary)
 	}
 	if out != "" {
