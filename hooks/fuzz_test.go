@@ -65,7 +65,7 @@ func FuzzParseSlurm(f *testing.F) {
 		set("SLURM_NODELIST", nodelist)
 		set("SLURMD_NODENAME", nodename)
 		set("SLURM_JOB_USER", user)
-		c, err := ParseSlurm(MapEnv(env))
+		c, err := parseSlurm(MapEnv(env))
 		if got, want := c.Scheduler, Slurm; got != want {
 			t.Fatalf("Scheduler = %q, want %q", got, want)
 		}
@@ -86,7 +86,7 @@ func FuzzParseLSF(f *testing.F) {
 			"LSB_JOBID": jobID, "LSB_JOBINDEX": index, "LSB_MCPU_HOSTS": mcpu,
 			"LSB_HOSTS": hosts, "LSB_DJOB_HOSTFILE": hostfile, "LSB_SUB_USER": user,
 		}
-		c, err := ParseLSF(MapEnv(env), files(map[string]string{hostfile: content}), ctx, hostname)
+		c, err := parseLSF(MapEnv(env), files(map[string]string{hostfile: content}), ctx, hostname)
 		if got, want := c.Scheduler, LSF; got != want {
 			t.Fatalf("Scheduler = %q, want %q", got, want)
 		}
@@ -109,7 +109,7 @@ func FuzzParsePBS(f *testing.F) {
 		if home != "" && jobID != "" {
 			fsys[home+"/aux/"+jobID] = content
 		}
-		c, err := ParsePBS(MapEnv(env), args, files(fsys), hostname)
+		c, err := parsePBS(MapEnv(env), args, files(fsys), hostname)
 		if got, want := c.Scheduler, PBS; got != want {
 			t.Fatalf("Scheduler = %q, want %q", got, want)
 		}

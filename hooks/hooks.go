@@ -1,17 +1,21 @@
 // Package hooks decides what a batch scheduler's hook call means for the
 // idle pool: which scheduler called, in which hook, for which job and nodes,
 // and so whether bftrainer must reclaim nodes, release them, or act on the
-// local node only.
+// local node only. It also reads each scheduler's own view of node states.
 //
-// It reads the hook's environment (and, for PBS, its arguments and node
-// file) and returns a Call; it never runs a scheduler command, so Slurm
-// hostlists are expanded here, natively (ExpandHostlist). Every node name,
-// job ID and user name in a Call has been validated against a conservative
-// character set, because they later reach ssh command lines and SQL.
+// Each scheduler is one Scheduler value in its own file (slurm.go, lsf.go,
+// pbs.go), and a Registry lists them (Builtin); nothing outside a
+// scheduler's file knows its hooks or its commands. A parser reads the
+// hook's environment (and, for PBS, its arguments and node file) and
+// returns a Call; it never runs a scheduler command on the hook's path, so
+// Slurm hostlists are expanded natively (names.ExpandHostlist). Every node
+// name, job ID and user name in a Call has been validated against a
+// conservative character set, because they later reach ssh command lines
+// and SQL.
 //
 // Slurm's behaviour is documented and was observed on a real cluster
 // (Slurm 22.05, the project's notes on Slurm). LSF and PBS were not available:
-// what this package assumes about them is written on ParseLSF and ParsePBS,
+// what this package assumes about them is written on parseLSF and parsePBS,
 // each point marked as taken from the vendor's documentation or as our
 // assumption.
 package hooks
@@ -60,16 +64,9 @@ func (a Action) String() string {
 	return fmt.Sprintf("Action(%d)", int(a))
 }
 
-// Scheduler names, as they appear in Call.Scheduler and from Detect.
-const (
-	Slurm = "slurm"
-	LSF   = "lsf"
-	PBS   = "pbs"
-)
-
 // Call is one hook invocation, decoded.
 type Call struct {
-	// Scheduler is Slurm, LSF or PBS.
+	// Scheduler is the Name of the Scheduler that decoded it.
 	Scheduler string
 	// Context is the scheduler's own name for the hook: Slurm's
 	// SLURM_SCRIPT_CONTEXT ("prolog_slurmctld", "epilog_slurmd", …), the
@@ -113,26 +110,6 @@ func (env Env) get(keys ...string) (value, key string) {
 		}
 	}
 	return "", ""
-}
-
-// Detect tells which scheduler ran the hook: Slurm if SLURM_SCRIPT_CONTEXT or
-// SLURM_JOB_ID is set, LSF if LSB_JOBID is, PBS if PBS_JOBID is or if the
-// program was called under a PBS prologue or epilogue name (args[0], see
-// ParsePBS): Torque and OpenPBS give their prologue scripts the job ID as an
-// argument, not as PBS_JOBID. The checks run in that order, so a Slurm hook
-// wins over stray LSF or PBS variables. ok is false when none matches.
-func Detect(env Env, args []string) (scheduler string, ok bool) {
-	switch {
-	case present(env, "SLURM_SCRIPT_CONTEXT", "SLURM_JOB_ID"):
-		return Slurm, true
-	case present(env, "LSB_JOBID"):
-		return LSF, true
-	case present(env, "PBS_JOBID"):
-		return PBS, true
-	case len(args) > 0 && pbsKnown(args[0]):
-		return PBS, true
-	}
-	return "", false
 }
 
 func present(env Env, keys ...string) bool {

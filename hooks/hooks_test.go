@@ -20,17 +20,17 @@ func TestDetect(t *testing.T) {
 		{"torque sister epilogue by name", nil, []string{"epilogue.parallel"}, PBS},
 		{"slurm wins over stray variables", map[string]string{"SLURM_SCRIPT_CONTEXT": "prolog_slurmd", "LSB_JOBID": "1", "PBS_JOBID": "2"}, nil, Slurm},
 		{"empty values do not count", map[string]string{"SLURM_JOB_ID": "", "LSB_JOBID": "3"}, nil, LSF},
-		{"nothing", map[string]string{"PATH": "/bin"}, []string{"bftrainer", "hook"}, ""},
+		{"nothing", map[string]string{"PATH": "/bin"}, []string{"pre_exec"}, ""},
 		{"no args", nil, nil, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := Detect(MapEnv(tt.env), tt.args)
+			got, ok := Builtin().Detect(Input{Env: MapEnv(tt.env), Args: tt.args})
 			if ok != (tt.want != "") {
 				t.Fatalf("Detect ok = %v, want %v", ok, tt.want != "")
 			}
-			if got != tt.want {
-				t.Fatalf("Detect = %q, want %q", got, tt.want)
+			if got.Name != tt.want {
+				t.Fatalf("Detect = %q, want %q", got.Name, tt.want)
 			}
 		})
 	}

@@ -1,11 +1,28 @@
 package hooks
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/bftrainer/bftrainer/names"
 )
+
+// LSF is IBM Spectrum LSF's name.
+const LSF = "lsf"
+
+// lsf is IBM Spectrum LSF: contrib/lsf's wrapper runs `bftrainer hook lsf
+// HOOK` from the queue's pre- and post-execution; sync reads bhosts.
+var lsf = Scheduler{
+	Name:    LSF,
+	Contrib: "contrib/lsf",
+	Detect:  func(in Input) bool { return present(in.Env, "LSB_JOBID") },
+	Parse:   func(in Input) (Call, error) { return parseLSF(in.Env, in.ReadFile, in.arg(0), in.Hostname) },
+	Listing: &Listing{Key: "bhosts", Program: "bhosts",
+		Args: func([]string) []string { return []string{"-w"} }, Parse: parseBhosts},
+}
 
 // lsfAction maps the hook names the LSF wrapper script passes to what they
 // mean for us, mirroring Slurm: the job-level hooks act for the whole job,
@@ -27,7 +44,7 @@ func lsfAction(ctx string) (a Action, known bool) {
 	return Ignore, false
 }
 
-// ParseLSF decodes an IBM Spectrum LSF pre- or post-execution call. LSF does
+// parseLSF decodes an IBM Spectrum LSF pre- or post-execution call. LSF does
 // not say which hook is running, so the wrapper script configured for each
 // hook passes it as context: "pre_exec" (job-based, Reclaim of all the job's
 // hosts), "post_exec" (Release), "host_pre_exec" (host-based, KillLocal) or
@@ -56,8 +73,8 @@ func lsfAction(ctx string) (a Action, known bool) {
 //
 // A job-level hook without any host list is an error; a host-level one falls
 // back to hostname alone. On error the Call holds what was decoded so far,
-// as ParseSlurm's does.
-func ParseLSF(env Env, readFile func(string) ([]byte, error), context, hostname string) (Call, error) {
+// as parseSlurm's does.
+func parseLSF(env Env, readFile func(string) ([]byte, error), context, hostname string) (Call, error) {
 	c := Call{Scheduler: LSF}
 	action, known := lsfAction(context)
 	if !known {
@@ -184,4 +201,41 @@ func allDigits(s string) bool {
 		}
 	}
 	return true
+}
+
+// parseBhosts reads `bhosts -w`: a host is idle when its status is "ok"
+// and it runs no job (NJOBS 0). From IBM's documentation; untested here
+// (no LSF available).
+func parseBhosts(out []byte) (map[string]string, error) {
+	states := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	header := true
+	for line := 1; sc.Scan(); line++ {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		if header {
+			header = false
+			if f[0] == "HOST_NAME" {
+				continue
+			}
+		}
+		if len(f) < 5 {
+			return nil, fmt.Errorf("bhosts line %d: too few fields: %q", line, sc.Text())
+		}
+		if err := names.ValidateNode(f[0]); err != nil {
+			return nil, fmt.Errorf("bhosts line %d: %w", line, err)
+		}
+		njobs, err := strconv.Atoi(f[4])
+		if err != nil && f[4] != "-" {
+			return nil, fmt.Errorf("bhosts line %d: NJOBS %q: %w", line, f[4], err)
+		}
+		st := f[1]
+		if st == "ok" && njobs == 0 {
+			st = "idle"
+		}
+		states[f[0]] = st
+	}
+	return states, sc.Err()
 }

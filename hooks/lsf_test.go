@@ -61,7 +61,7 @@ func TestParseLSF(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := ParseLSF(MapEnv(tt.env), fsys, tt.context, tt.hostname)
+			c, err := parseLSF(MapEnv(tt.env), fsys, tt.context, tt.hostname)
 			if err != nil {
 				t.Fatalf("ParseLSF: %v", err)
 			}
@@ -100,7 +100,7 @@ func TestParseLSFErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := ParseLSF(MapEnv(tt.env), fsys, tt.context, tt.hostname)
+			c, err := parseLSF(MapEnv(tt.env), fsys, tt.context, tt.hostname)
 			if err == nil {
 				t.Fatalf("ParseLSF = %q, want an error", callString(c))
 			}

@@ -1,6 +1,8 @@
 package hooks
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,6 +12,25 @@ import (
 
 	"github.com/bftrainer/bftrainer/names"
 )
+
+// PBS is the name of PBS (Torque, OpenPBS, PBS Pro).
+const PBS = "pbs"
+
+// pbs is PBS: contrib/pbs's prologue runs `bftrainer hook pbs "$0" "$@"`
+// (Torque and OpenPBS scripts), its Python hook the same for the PBS Pro
+// hook events; sync reads pbsnodes. Torque and OpenPBS give their
+// prologue scripts the job ID as an argument, not as PBS_JOBID, so a call
+// is also recognised by the script's name.
+var pbs = Scheduler{
+	Name:    PBS,
+	Contrib: "contrib/pbs",
+	Detect: func(in Input) bool {
+		return present(in.Env, "PBS_JOBID") || (len(in.Args) > 0 && pbsKnown(in.Args[0]))
+	},
+	Parse: func(in Input) (Call, error) { return parsePBS(in.Env, in.Args, in.ReadFile, in.Hostname) },
+	Listing: &Listing{Key: "pbsnodes", Program: "pbsnodes",
+		Args: func([]string) []string { return []string{"-a"} }, Parse: parsePbsnodes},
+}
 
 // pbsAction maps the name a PBS hook runs under to what it means for us.
 // primary is true for the PBS Pro hook events, whose meaning depends on
@@ -43,13 +64,13 @@ func pbsAction(ctx string) (a Action, primary, known bool) {
 }
 
 // pbsKnown reports whether the base name of a program path is a PBS hook
-// name, for Detect.
+// name, for its Detect.
 func pbsKnown(name string) bool {
 	_, _, known := pbsAction(filepath.Base(name))
 	return known
 }
 
-// ParsePBS decodes a PBS call: a Torque or PBS Pro (OpenPBS) prologue or
+// parsePBS decodes a PBS call: a Torque or PBS Pro (OpenPBS) prologue or
 // epilogue script, or a PBS Pro hook event handed to us by a small Python
 // hook. args is the argument vector as the script received it: the base name
 // of args[0] is the context (the MoM runs mom_priv/prologue, so a link or
@@ -88,8 +109,8 @@ func pbsKnown(name string) bool {
 //
 // A mother-superior call without a node list is an error; a node-local one
 // falls back to hostname alone. On error the Call holds what was decoded so
-// far, as ParseSlurm's does.
-func ParsePBS(env Env, args []string, readFile func(string) ([]byte, error), hostname string) (Call, error) {
+// far, as parseSlurm's does.
+func parsePBS(env Env, args []string, readFile func(string) ([]byte, error), hostname string) (Call, error) {
 	c := Call{Scheduler: PBS}
 	if len(args) == 0 {
 		return c, fmt.Errorf("pbs: no arguments, not even the script name")
@@ -195,4 +216,52 @@ func jobLevel(a Action) Action {
 func shortName(name string) string {
 	short, _, _ := strings.Cut(name, ".")
 	return short
+}
+
+// parsePbsnodes reads `pbsnodes -a`: blocks starting with the node name,
+// then indented "key = value" lines. A node is idle when its state is
+// "free" and it lists no jobs. From the OpenPBS and Torque documentation;
+// untested here (no PBS available).
+func parsePbsnodes(out []byte) (map[string]string, error) {
+	states := map[string]string{}
+	var name, state string
+	jobs := false
+	flush := func() {
+		if name == "" {
+			return
+		}
+		if state == "free" && !jobs {
+			state = "idle"
+		}
+		states[name] = state
+		name, state, jobs = "", "", false
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for line := 1; sc.Scan(); line++ {
+		t := sc.Text()
+		if strings.TrimSpace(t) == "" {
+			flush()
+			continue
+		}
+		if t[0] != ' ' && t[0] != '\t' {
+			flush()
+			name = strings.TrimSpace(t)
+			if err := names.ValidateNode(name); err != nil {
+				return nil, fmt.Errorf("pbsnodes line %d: %w", line, err)
+			}
+			continue
+		}
+		k, v, ok := strings.Cut(strings.TrimSpace(t), "=")
+		if !ok {
+			continue
+		}
+		switch strings.TrimSpace(k) {
+		case "state":
+			state = strings.TrimSpace(v)
+		case "jobs":
+			jobs = strings.TrimSpace(v) != ""
+		}
+	}
+	flush()
+	return states, sc.Err()
 }

@@ -73,7 +73,7 @@ func TestParsePBS(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := ParsePBS(MapEnv(tt.env), tt.args, pbsFiles(), tt.hostname)
+			c, err := parsePBS(MapEnv(tt.env), tt.args, pbsFiles(), tt.hostname)
 			if err != nil {
 				t.Fatalf("ParsePBS: %v", err)
 			}
@@ -109,7 +109,7 @@ func TestParsePBSErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := ParsePBS(MapEnv(tt.env), tt.args, pbsFiles(), tt.hostname)
+			c, err := parsePBS(MapEnv(tt.env), tt.args, pbsFiles(), tt.hostname)
 			if err == nil {
 				t.Fatalf("ParsePBS = %q, want an error", callString(c))
 			}

@@ -1,10 +1,38 @@
 package hooks
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
+	"strings"
 
 	"github.com/bftrainer/bftrainer/names"
 )
+
+// Slurm is the Slurm scheduler's name.
+const Slurm = "slurm"
+
+// slurm is Slurm: every hook is the binary itself, run with no arguments
+// and no PATH (slurm.conf's Prolog, Epilog, PrologSlurmctld,
+// EpilogSlurmctld); sync and idle checks read sinfo.
+var slurm = Scheduler{
+	Name:     Slurm,
+	Contrib:  "contrib/slurm",
+	Detect:   func(in Input) bool { return present(in.Env, "SLURM_SCRIPT_CONTEXT", "SLURM_JOB_ID") },
+	BareCall: func(env Env) bool { return present(env, "SLURM_SCRIPT_CONTEXT") },
+	Parse:    func(in Input) (Call, error) { return parseSlurm(in.Env) },
+	Listing: &Listing{
+		Key: "sinfo", Program: "/usr/bin/sinfo",
+		Args: func(nodes []string) []string {
+			args := []string{"-h", "-N", "-o", "%N %t"}
+			if len(nodes) > 0 {
+				args = append(args, "-n", names.CompressHostlist(nodes))
+			}
+			return args
+		},
+		Parse: parseSinfo,
+	},
+}
 
 // slurmAction maps every SLURM_SCRIPT_CONTEXT Slurm documents (22.05) to
 // what it means for us; known is false for anything else.
@@ -32,7 +60,7 @@ func slurmAction(ctx string) (a Action, known bool) {
 	return Ignore, false
 }
 
-// ParseSlurm decodes a Slurm Prolog, Epilog, PrologSlurmctld or
+// parseSlurm decodes a Slurm Prolog, Epilog, PrologSlurmctld or
 // EpilogSlurmctld call from its environment. Slurm passes these hooks no
 // arguments and no PATH, only SLURM_* variables (observed, Slurm 22.05):
 //
@@ -48,7 +76,7 @@ func slurmAction(ctx string) (a Action, known bool) {
 // On error the Call still holds what was decoded before the problem (the
 // Context and Action first, then Local, then JobID), so a caller that must
 // fail open can still act on the local node.
-func ParseSlurm(env Env) (Call, error) {
+func parseSlurm(env Env) (Call, error) {
 	c := Call{Scheduler: Slurm}
 	ctx, _ := env.get("SLURM_SCRIPT_CONTEXT")
 	if ctx == "" {
@@ -108,4 +136,31 @@ func ParseSlurm(env Env) (Call, error) {
 	}
 	c.Nodes = nodes
 	return c, nil
+}
+
+// parseSinfo reads `sinfo -h -N -o '%N %t'`. sinfo -N prints a node once
+// per partition; a node in any non-idle state in any line is not idle.
+// Only the exact compact state "idle" counts: "idle*" (not responding),
+// "idle~" (powered off), "idle#" (powering up) and "comp" (epilog
+// running) do not.
+func parseSinfo(out []byte) (map[string]string, error) {
+	states := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for line := 1; sc.Scan(); line++ {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		if len(f) != 2 {
+			return nil, fmt.Errorf("sinfo line %d: want \"NODE STATE\", got %q", line, sc.Text())
+		}
+		if err := names.ValidateNode(f[0]); err != nil {
+			return nil, fmt.Errorf("sinfo line %d: %w", line, err)
+		}
+		if prev, ok := states[f[0]]; ok && prev != "idle" {
+			continue
+		}
+		states[f[0]] = f[1]
+	}
+	return states, sc.Err()
 }

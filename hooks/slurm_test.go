@@ -94,12 +94,12 @@ func TestParseSlurm(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := ParseSlurm(MapEnv(tt.env))
+			c, err := parseSlurm(MapEnv(tt.env))
 			if err != nil {
-				t.Fatalf("ParseSlurm: %v", err)
+				t.Fatalf("parseSlurm: %v", err)
 			}
 			if got, want := callString(c), tt.want; got != want {
-				t.Fatalf("ParseSlurm = %q, want %q", got, want)
+				t.Fatalf("parseSlurm = %q, want %q", got, want)
 			}
 		})
 	}
@@ -128,9 +128,9 @@ func TestParseSlurmErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := ParseSlurm(MapEnv(tt.env))
+			c, err := parseSlurm(MapEnv(tt.env))
 			if err == nil {
-				t.Fatalf("ParseSlurm = %q, want an error", callString(c))
+				t.Fatalf("parseSlurm = %q, want an error", callString(c))
 			}
 			if !strings.Contains(err.Error(), tt.errText) {
 				t.Fatalf("error %q, want it to contain %q", err, tt.errText)

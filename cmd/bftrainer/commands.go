@@ -123,32 +123,25 @@ func reconciler(cfg Config, db *store.DB, withScheduler bool) (*sidecar.Reconcil
 	return r, nil
 }
 
-// schedulerQuery returns the scheduler's node listing when one is
-// configured and installed.
+// schedulerQuery returns the configured scheduler's node listing (the
+// registry's default when none is configured) when it has one and its
+// program is installed.
 func schedulerQuery(cfg Config) (sidecar.Scheduler, bool) {
-	sched := cfg.Hooks.Scheduler
-	cmd := ""
-	switch sched {
-	case hooks.LSF:
-		cmd = cfg.Scheduler.Bhosts
-	case hooks.PBS:
-		cmd = cfg.Scheduler.Pbsnodes
-	default:
-		sched, cmd = hooks.Slurm, cfg.Scheduler.Sinfo
+	s, ok := schedulers().Default()
+	if cfg.Hooks.Scheduler != "" {
+		s, ok = schedulers().Lookup(cfg.Hooks.Scheduler)
 	}
+	if !ok || s.Listing == nil {
+		return nil, false
+	}
+	cmd := cfg.Scheduler[s.Listing.Key]
 	if cmd == "" {
 		return nil, false
 	}
 	if _, err := lookPath(cmd); err != nil {
 		return nil, false
 	}
-	return statesFunc(hooks.NodeStates{Scheduler: sched, Command: cmd}.States), true
-}
-
-type statesFunc func(ctx context.Context, nodes []string) (map[string]string, error)
-
-func (f statesFunc) NodeStates(ctx context.Context, nodes []string) (map[string]string, error) {
-	return f(ctx, nodes)
+	return hooks.Query{Listing: s.Listing, Program: cmd}, true
 }
 
 func reconcileCommand() *cli.Command {

@@ -15,7 +15,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/bftrainer/bftrainer/alloc"
-	"github.com/bftrainer/bftrainer/hooks"
 )
 
 // Config is bftrainer's configuration: defaults, then the TOML file (an
@@ -47,12 +46,10 @@ type Config struct {
 		MaxRounds int      `toml:"max_rounds"`
 		Interval  Duration `toml:"interval"`
 	} `toml:"reconciler"`
-	Scheduler struct {
-		Sinfo    string `toml:"sinfo"`
-		Bhosts   string `toml:"bhosts"`
-		Pbsnodes string `toml:"pbsnodes"`
-	} `toml:"scheduler"`
-	Trainer TrainerConfig `toml:"trainer"`
+	// Scheduler names each scheduler's node-listing program, under its
+	// Listing.Key ("sinfo"); a scheduler's own default when not set.
+	Scheduler map[string]string `toml:"scheduler"`
+	Trainer   TrainerConfig     `toml:"trainer"`
 
 	path string // the file read, "" for defaults only
 }
@@ -139,9 +136,12 @@ func defaults() Config {
 	c.Reconciler.Poll = Duration{time.Second}
 	c.Reconciler.MaxRounds = 100
 	c.Reconciler.Interval = Duration{5 * time.Second}
-	c.Scheduler.Sinfo = "/usr/bin/sinfo"
-	c.Scheduler.Bhosts = "bhosts"
-	c.Scheduler.Pbsnodes = "pbsnodes"
+	c.Scheduler = map[string]string{}
+	for _, s := range schedulers() {
+		if s.Listing != nil {
+			c.Scheduler[s.Listing.Key] = s.Listing.Program
+		}
+	}
 	c.DatabaseMode = FileMode{0o644}
 	t := &c.Trainer
 	t.Transport = "none"
@@ -233,10 +233,19 @@ func (c *Config) validate() error {
 	if d := c.Hooks.Deadline.Duration; d <= 0 || d > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("hooks.deadline: %v, want between 0 and 10m (schedulers wait for hooks)", d))
 	}
-	switch c.Hooks.Scheduler {
-	case "", hooks.Slurm, hooks.LSF, hooks.PBS:
-	default:
-		errs = append(errs, fmt.Errorf("hooks.scheduler: %q, want slurm, lsf, pbs or empty", c.Hooks.Scheduler))
+	if err := schedulers().Validate(c.Hooks.Scheduler); err != nil {
+		errs = append(errs, fmt.Errorf("hooks.scheduler: %w", err))
+	}
+	keys := map[string]bool{}
+	for _, s := range schedulers() {
+		if s.Listing != nil {
+			keys[s.Listing.Key] = true
+		}
+	}
+	for k := range c.Scheduler {
+		if !keys[k] {
+			errs = append(errs, withHint(fmt.Errorf("unknown key scheduler.%s", k), "etc/bftrainer.toml lists every key with its default"))
+		}
 	}
 	switch c.Hooks.SpawnReconciler {
 	case "auto", "always", "never":

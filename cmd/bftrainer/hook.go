@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -51,19 +52,19 @@ within hooks.deadline. Contrib/ has the wrappers for each scheduler.`,
 			}
 			sched := ""
 			if len(args) > 0 {
-				switch args[0] {
-				case hooks.Slurm, hooks.LSF, hooks.PBS:
+				if _, ok := schedulers().Lookup(args[0]); ok {
 					sched, args = args[0], args[1:]
 				}
 			}
-			runHook(append([]string{os.Args[0]}, args...), c.App.Writer, c.App.ErrWriter, sched)
+			runHook(args, c.App.Writer, c.App.ErrWriter, sched)
 			return nil
 		},
 	}
 }
 
 // runHook handles a hook call and returns 0, always: within the deadline,
-// whatever happens inside (errors, a hung database, a panic).
+// whatever happens inside (errors, a hung database, a panic). args are the
+// hook's arguments after bftrainer's own (hooks.Input.Args).
 func runHook(args []string, stdout, stderr io.Writer, sched string) int {
 	started := time.Now()
 	path, explicit := configPath("")
@@ -106,8 +107,8 @@ func hookName(sched string, args []string) string {
 	if ctx := os.Getenv("SLURM_SCRIPT_CONTEXT"); ctx != "" {
 		return ctx
 	}
-	if len(args) > 1 {
-		return sched + " " + args[1]
+	if len(args) > 0 {
+		return strings.TrimSpace(sched + " " + args[0])
 	}
 	return sched
 }
@@ -145,34 +146,17 @@ func (l *lazyLog) Write(b []byte) (int, error) {
 }
 
 func hookWork(ctx context.Context, cfg Config, sched string, args []string, started time.Time, killOnly bool) error {
-	env := hooks.Env(os.LookupEnv)
+	hostname, _ := os.Hostname()
+	in := hooks.Input{Env: os.LookupEnv, Args: args, Hostname: hostname, ReadFile: os.ReadFile}
 	if sched == "" {
 		sched = cfg.Hooks.Scheduler
 	}
-	if sched == "" {
-		s, ok := hooks.Detect(env, args)
-		if !ok {
-			return errors.New("no scheduler hook environment found (SLURM_SCRIPT_CONTEXT, LSB_JOBID or PBS_JOBID)")
-		}
-		sched = s
+	s, err := schedulers().Choose(sched, in)
+	if err != nil {
+		return err
 	}
-	hostname, _ := os.Hostname()
-	var call hooks.Call
-	var err error
-	switch sched {
-	case hooks.Slurm:
-		call, err = hooks.ParseSlurm(env)
-	case hooks.LSF:
-		context := ""
-		if len(args) > 1 {
-			context = args[1]
-		}
-		call, err = hooks.ParseLSF(env, os.ReadFile, context, hostname)
-	case hooks.PBS:
-		call, err = hooks.ParsePBS(env, args[1:], os.ReadFile, hostname)
-	default:
-		err = fmt.Errorf("unknown scheduler %q", sched)
-	}
+	sched = s.Name
+	call, err := s.Parse(in)
 	local := call.Action == hooks.KillLocal || call.Action == hooks.CleanupLocal
 	open := hookOpener(cfg)
 	switch {

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bftrainer/bftrainer/hooks"
 	"github.com/bftrainer/bftrainer/names"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
@@ -231,7 +230,6 @@ func TestConcurrentHooks(t *testing.T) {
 	if d := diffStates(sequentialState(t, db, pool.Config{}), savedState(t, db)); d != "" {
 		t.Fatalf("state differs from a sequential replay of the recorded order: %s", d)
 	}
-	_ = hooks.Slurm
 }
 
 // TestReconcilerCrash kills the reconciler with SIGKILL at random points,

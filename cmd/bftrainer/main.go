@@ -16,6 +16,8 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/bftrainer/bftrainer/hooks"
 )
 
 // Set at build time: go build -ldflags "-X main.defaultConfig=/etc/…".
@@ -55,7 +57,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// with a scheduler's hook environment, or through a link named
 	// bftrainer-hook, is a hook call.
 	if isHookInvocation(args) {
-		return runHook(args, stdout, stderr, "")
+		return runHook(args[1:], stdout, stderr, "")
 	}
 	app := newApp(stdout, stderr)
 	err := app.Run(flagsFirst(app, args))
@@ -97,12 +99,12 @@ func isHookInvocation(args []string) bool {
 	if filepath.Base(args[0]) == "bftrainer-hook" {
 		return true
 	}
-	if len(args) == 1 {
-		_, slurm := os.LookupEnv("SLURM_SCRIPT_CONTEXT")
-		return slurm
-	}
-	return false
+	return len(args) == 1 && schedulers().BareCall(os.LookupEnv)
 }
+
+// schedulers is the registry of schedulers this binary is built with: the
+// one place cmd names it.
+func schedulers() hooks.Registry { return hooks.Builtin() }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
 	app := &cli.App{

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -108,7 +109,7 @@ pbsnodes -a), records joins and leaves for what the pool has wrong, and
 re-plans. Run it at boot, from cron, or after a controller restart: hooks
 are not a reliable event stream (a crashed node runs no epilog).`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "scheduler", Usage: "slurm, lsf or pbs (default hooks.scheduler, else slurm)"},
+			&cli.StringFlag{Name: "scheduler", Usage: "a registered scheduler: " + strings.Join(schedulers().Names(), ", ") + " (default hooks.scheduler, else " + schedulers().Names()[0] + ")"},
 			&cli.BoolFlag{Name: "no-reconcile", Usage: "record only; do not re-plan now"},
 		},
 		Action: func(c *cli.Context) error {
@@ -117,12 +118,15 @@ are not a reliable event stream (a crashed node runs no epilog).`,
 				return err
 			}
 			if s := c.String("scheduler"); s != "" {
+				if err := schedulers().Validate(s); err != nil {
+					return usagef("--scheduler %w", err)
+				}
 				cfg.Hooks.Scheduler = s
 			}
 			q, ok := schedulerQuery(cfg)
 			if !ok {
 				return withHint(fmt.Errorf("sync: the scheduler's node listing is not installed"),
-					"set scheduler.sinfo (or bhosts, pbsnodes) in %s", configFile(cfg))
+					"set its program in the [scheduler] table of %s", configFile(cfg))
 			}
 			db, err := openDB(c.Context, cfg)
 			if err != nil {

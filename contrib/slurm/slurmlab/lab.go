@@ -209,11 +209,12 @@ func (l *Lab) JobsDir() string { return filepath.Join(l.Dir, "jobs") }
 // exactly idle (not completing, not drained, responding), read the way
 // bftrainer's sync reads it.
 func (l *Lab) NodeStates(ctx context.Context) (map[string]string, error) {
-	out, err := l.Output(ctx, "sinfo", "-h", "-N", "-o", "%N %t")
+	s, _ := hooks.Builtin().Lookup(hooks.Slurm)
+	out, err := l.Output(ctx, "sinfo", s.Listing.Args(nil)...)
 	if err != nil {
 		return nil, err
 	}
-	return hooks.ParseSinfo([]byte(out))
+	return s.Listing.Parse([]byte(out))
 }
 
 // IdleNodes returns the exactly idle nodes, sorted.

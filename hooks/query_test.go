@@ -1,0 +1,91 @@
+package hooks
+
+import (
+	"context"
+	"maps"
+	"reflect"
+	"testing"
+)
+
+// TestListingsParse reads each scheduler's node listing as its documentation
+// (Slurm: observed) prints it; "idle" is exactly idle.
+func TestListingsParse(t *testing.T) {
+	tests := []struct {
+		name  string
+		sched string
+		out   string
+		want  map[string]string
+	}{
+		{"sinfo, a node in two partitions", Slurm, "n1 idle\nn2 comp\nn1 idle\nn3 idle*\nn4 mix\nn4 idle\n",
+			map[string]string{"n1": "idle", "n2": "comp", "n3": "idle*", "n4": "mix"}},
+		{"bhosts -w", LSF, "HOST_NAME STATUS JL/U MAX NJOBS RUN SSUSP USUSP RSV\nc1 ok - 4 0 0 0 0 0\nc2 ok - 4 2 2 0 0 0\nc3 closed_Adm - 4 0 0 0 0 0\n",
+			map[string]string{"c1": "idle", "c2": "ok", "c3": "closed_Adm"}},
+		{"pbsnodes -a", PBS, "p1\n     state = free\n     np = 4\n\np2\n     state = free\n     jobs = 0/12.s\n\np3\n     state = down\n",
+			map[string]string{"p1": "idle", "p2": "free", "p3": "down"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, ok := Builtin().Lookup(tt.sched)
+			if !ok || s.Listing == nil {
+				t.Fatalf("no listing for %s", tt.sched)
+			}
+			got, err := s.Listing.Parse([]byte(tt.out))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(got, tt.want) {
+				t.Fatalf("Parse = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	s, _ := Builtin().Lookup(Slurm)
+	if _, err := s.Listing.Parse([]byte("n1;reboot idle\n")); err == nil {
+		t.Fatal("a node name that could reach a shell was accepted")
+	}
+}
+
+// TestQueryRunsTheProgram runs a real program as the listing and keeps the
+// nodes asked for.
+func TestQueryRunsTheProgram(t *testing.T) {
+	l := &Listing{Key: "k", Program: "/bin/sh",
+		Args:  func([]string) []string { return []string{"-c", `printf 'n1 idle\nn2 comp\nn3 idle\n'`} },
+		Parse: parseSinfo}
+	got, err := Query{Listing: l}.NodeStates(context.Background(), []string{"n1", "n2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"n1": "idle", "n2": "comp"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("NodeStates = %v, want %v", got, want)
+	}
+	if _, err := (Query{Listing: l, Program: "/nonexistent/sinfo"}).NodeStates(context.Background(), nil); err == nil {
+		t.Fatal("a missing program gave no error")
+	}
+}
+
+// TestRegistry: lookups, validation and the choice between a named and a
+// detected scheduler all go through the registry's own list.
+func TestRegistry(t *testing.T) {
+	r := Builtin()
+	if got, want := r.Names(), []string{Slurm, LSF, PBS}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("Names = %v, want %v", got, want)
+	}
+	if err := r.Validate(""); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Validate("sge"); err == nil || err.Error() != `"sge", want slurm, lsf or pbs or empty` {
+		t.Fatalf("Validate(sge) = %v", err)
+	}
+	if _, err := r.Choose("sge", Input{}); err == nil {
+		t.Fatal("an unknown scheduler was chosen")
+	}
+	s, err := r.Choose("", Input{Env: MapEnv(map[string]string{"LSB_JOBID": "1"})})
+	if err != nil || s.Name != LSF {
+		t.Fatalf("Choose detected %q, %v; want lsf", s.Name, err)
+	}
+	if !r.BareCall(MapEnv(map[string]string{"SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"})) {
+		t.Fatal("a bare Slurm hook call was not recognised")
+	}
+	if r.BareCall(MapEnv(map[string]string{"SLURM_JOB_ID": "4", "LSB_JOBID": "5"})) {
+		t.Fatal("a bare call inside a job, not a hook, was taken for a hook")
+	}
+}
