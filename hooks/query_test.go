@@ -72,7 +72,7 @@ func TestRegistry(t *testing.T) {
 	if err := r.Validate(""); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Validate("sge"); err == nil || err.Error() != `"sge", want slurm, lsf or pbs or empty` {
+	if err := r.Validate("sge"); err == nil || err.Error() != `unknown scheduler "sge" (want slurm, lsf or pbs)` {
 		t.Fatalf("Validate(sge) = %v", err)
 	}
 	if _, err := r.Choose("sge", Input{}); err == nil {

@@ -142,13 +142,13 @@ func (r Registry) Choose(name string, in Input) (Scheduler, error) {
 	return s, nil
 }
 
-// Validate checks a configured scheduler name: one of the registry's, or
-// empty for "detect it".
+// Validate checks a scheduler's name: one of the registry's, or empty
+// (detect it, or take the default).
 func (r Registry) Validate(name string) error {
 	if _, ok := r.Lookup(name); ok || name == "" {
 		return nil
 	}
-	return fmt.Errorf("%q, want %s or empty", name, r.want())
+	return fmt.Errorf("unknown scheduler %q (want %s)", name, r.want())
 }
 
 func (r Registry) want() string {

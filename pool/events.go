@@ -174,12 +174,12 @@ func (p *Pool) join(nodes []JoinNode, job string) {
 	}
 }
 
-// Submit queues a Trainer. Its Submit time is when it becomes eligible.
-func (p *Pool) Submit(at time.Time, s Spec) error {
-	if _, dup := p.byID[s.ID]; dup {
-		return fmt.Errorf("submit %q: %w", s.ID, ErrDuplicate)
-	}
-	probe := alloc.Problem{Objective: p.cfg.Objective, Trainers: []alloc.Trainer{{
+// CheckSpec checks a submission as a pool with this configuration would
+// take it: bounds, curve (against the objective), weight, rescale costs,
+// samples. Submit checks the same; front doors call it to refuse a bad
+// submission before recording it.
+func (c Config) CheckSpec(s Spec) error {
+	probe := alloc.Problem{Objective: c.Objective, Trainers: []alloc.Trainer{{
 		ID: s.ID, Min: s.Min, Max: s.Max, Curve: s.Curve, Weight: s.Weight, RUp: s.RUp, RDown: s.RDown,
 	}}}
 	if err := probe.Validate(); err != nil {
@@ -187,6 +187,17 @@ func (p *Pool) Submit(at time.Time, s Spec) error {
 	}
 	if s.Samples < 0 || s.Samples != s.Samples {
 		return fmt.Errorf("submit %q: samples must be ≥ 0", s.ID)
+	}
+	return nil
+}
+
+// Submit queues a Trainer. Its Submit time is when it becomes eligible.
+func (p *Pool) Submit(at time.Time, s Spec) error {
+	if _, dup := p.byID[s.ID]; dup {
+		return fmt.Errorf("submit %q: %w", s.ID, ErrDuplicate)
+	}
+	if err := p.cfg.CheckSpec(s); err != nil {
+		return err
 	}
 	p.accrue(at)
 	if s.Submit.IsZero() {

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/bftrainer/bftrainer/hooks"
@@ -32,83 +35,171 @@ type KillResult struct {
 	Report      json.RawMessage // the node agent's whole report, kept in the history
 }
 
-// Hook handles one scheduler hook call: the instant path. It never solves
-// and never waits for a re-plan.
-type Hook struct {
-	Open    func(ctx context.Context) (*store.DB, error) // the database, opened on demand
-	Killer  Killer                                       // nil: nothing to kill here
-	Trigger func() error                                 // starts or nudges the reconciler; nil: none
-	Started time.Time                                    // when the hook process started
-	Now     func() time.Time
-}
-
-// Handle acts on the call and records it. The returned error is for the
-// hook's log; the caller always exits 0.
+// Hook handles one scheduler hook call, the instant path, and always
+// returns within the hook deadline: whatever happens inside (a bad
+// environment, an unreadable configuration, a locked or broken database,
+// a panic), the error goes to the hook log, and to the history when it can,
+// and the scheduler's job is never delayed, failed or drained by us. env
+// is the hook's environment; args are its arguments after `bftrainer hook`
+// (a registered scheduler's name first, optionally; see hooks.Input).
+//
+// What a call does:
 //
 //   - Reclaim (the controller's prolog): record the hook and a leave of the
 //     job's nodes in one transaction, then nudge the reconciler.
 //   - Release (the controller's epilog): record a release; the nodes join
 //     once the scheduler reports them exactly idle.
-//   - KillLocal and CleanupLocal (the node's own prolog and epilog): kill
+//   - KillLocal and CleanupLocal (a node's own prolog and epilog): kill
 //     our processes on this node first, from the local registry, with no
-//     database and no network; then record it if the database is reachable.
-func (h *Hook) Handle(ctx context.Context, call hooks.Call) error {
-	if h.Now == nil {
-		h.Now = time.Now
+//     database and no network — even when the call is only partly
+//     understood, or the configuration did not load; then record it, but
+//     only where the database already exists (the controller, or a single
+//     machine): a compute node never gets an empty database.
+//
+// It never solves and never waits for a re-plan.
+func (c *Core) Hook(ctx context.Context, env hooks.Env, args []string) {
+	started := c.o.Started
+	if started.IsZero() {
+		started = c.o.Now()
 	}
-	if h.Started.IsZero() {
-		h.Started = h.Now()
+	ctx, cancel := context.WithTimeout(ctx, c.o.HookDeadline)
+	defer cancel()
+	type result struct {
+		label string
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- result{"", fmt.Errorf("panic: %v\n%s", r, debug.Stack())}
+			}
+		}()
+		label, err := c.hook(ctx, env, args, started)
+		done <- result{label, err}
+	}()
+	label := strings.Join(append([]string{"hook"}, args...), " ")
+	select {
+	case r := <-done:
+		if r.label != "" {
+			label = "hook " + r.label
+		}
+		if c.o.ConfigErr != nil {
+			c.o.HookLog.Printf("%s: %v", label, c.o.ConfigErr)
+		}
+		if r.err != nil {
+			c.o.HookLog.Printf("%s: %v", label, r.err)
+		}
+	case <-ctx.Done():
+		c.o.HookLog.Printf("%s: deadline %v exceeded; exiting 0 to leave the scheduler's job alone", label, c.o.HookDeadline)
+	}
+}
+
+// hook is Hook's work: decode, act, record, trigger. label names the call
+// for the log.
+func (c *Core) hook(ctx context.Context, env hooks.Env, args []string, started time.Time) (label string, err error) {
+	name := c.o.Scheduler
+	if c.o.ConfigErr != nil {
+		name = "" // not to be trusted either
+	}
+	if len(args) > 0 {
+		if _, ok := c.o.Schedulers.Lookup(args[0]); ok {
+			name, args = args[0], args[1:]
+		}
+	}
+	host, _ := c.o.Hostname()
+	in := hooks.Input{Env: env, Args: args, Hostname: host, ReadFile: c.o.ReadFile}
+	s, err := c.o.Schedulers.Choose(name, in)
+	if err != nil {
+		return "", err
+	}
+	call, perr := s.Parse(in)
+	label = strings.TrimSpace(s.Name + " " + call.Context)
+	local := call.Action == hooks.KillLocal || call.Action == hooks.CleanupLocal
+	if perr == nil && call.Action == hooks.Ignore {
+		return label, nil
 	}
 	var errs []error
-	var extra []store.Event
-	killed := -1
-	switch call.Action {
-	case hooks.KillLocal, hooks.CleanupLocal:
-		if h.Killer != nil && call.Local != "" {
-			start := h.Now()
-			kill := h.Killer.KillLocal
-			if call.Action == hooks.CleanupLocal {
-				kill = h.Killer.CleanLocal
-			}
-			res, err := kill(ctx, call.Local)
-			killed = res.Killed
-			if err != nil {
-				errs = append(errs, fmt.Errorf("kill on %s: %w", call.Local, err))
-			}
-			if res.Killed > 0 || err != nil {
-				ev := store.Event{At: h.Now(), Kind: store.KindKill, Source: call.Scheduler, Context: call.Context,
-					Job: call.JobID, Nodes: []string{call.Local}, Value: float64(res.Killed), HasVal: true,
-					Ms: ms(h.Now().Sub(start)), HasMs: true, Detail: res.Report}
-				if err != nil {
-					ev.Error = err.Error()
-				}
-				extra = append(extra, ev)
-			}
-		}
-	case hooks.Reclaim:
-		extra = append(extra, store.Event{At: h.Now(), Kind: store.KindLeave, Source: call.Scheduler, Context: call.Context, Job: call.JobID, User: call.User, Nodes: call.Nodes})
-	case hooks.Release:
-		extra = append(extra, store.Event{At: h.Now(), Kind: store.KindRelease, Source: call.Scheduler, Context: call.Context, Job: call.JobID, User: call.User, Nodes: call.Nodes})
+	if perr != nil {
+		errs = append(errs, perr)
 	}
-	if err := h.record(ctx, call, extra, killed, errs); err != nil {
-		errs = append(errs, err)
-	} else if (call.Action == hooks.Reclaim || call.Action == hooks.Release) && h.Trigger != nil {
-		if err := h.Trigger(); err != nil {
+	// Act first: a node's kill needs nothing but the local registry.
+	evs, killed, kerr := c.act(ctx, call)
+	if kerr != nil {
+		errs = append(errs, kerr)
+	}
+	if c.o.ConfigErr != nil {
+		// Without a trustworthy configuration we do not know the
+		// database: record nothing, trigger nothing.
+		return label, errors.Join(errs...)
+	}
+	if local {
+		if _, err := os.Stat(c.o.Database); err != nil {
+			return label, errors.Join(errs...)
+		}
+	}
+	if perr != nil {
+		// A call not understood is recorded as an error, with what was
+		// decoded, never as a hook event the reconciler would act on.
+		evs = append([]store.Event{{At: started, Kind: store.KindError, Source: s.Name, Context: call.Context,
+			Ms: ms(c.o.Now().Sub(started)), HasMs: true, Error: errors.Join(errs...).Error()}}, evs...)
+		if err := c.record(ctx, evs); err != nil {
+			errs = append(errs, err)
+		}
+		return label, errors.Join(errs...)
+	}
+	evs = append([]store.Event{c.hookEvent(call, started, killed, errs)}, evs...)
+	if err := c.record(ctx, evs); err != nil {
+		return label, errors.Join(append(errs, err)...)
+	}
+	if (call.Action == hooks.Reclaim || call.Action == hooks.Release) && c.o.Trigger != nil {
+		if err := c.o.Trigger(); err != nil {
 			errs = append(errs, fmt.Errorf("start reconciler: %w", err))
 		}
 	}
-	return errors.Join(errs...)
+	return label, errors.Join(errs...)
 }
 
-func (h *Hook) record(ctx context.Context, call hooks.Call, extra []store.Event, killed int, errs []error) error {
-	if h.Open == nil {
-		return nil
+// act does what the call asks of this node and returns the events that
+// say so: a kill for the node's own hooks (when it killed something or
+// failed), a leave for a reclaim, a release for a release. killed is the
+// processes killed, -1 when no kill ran.
+func (c *Core) act(ctx context.Context, call hooks.Call) (evs []store.Event, killed int, err error) {
+	switch call.Action {
+	case hooks.Reclaim:
+		return []store.Event{{At: c.o.Now(), Kind: store.KindLeave, Source: call.Scheduler, Context: call.Context, Job: call.JobID, User: call.User, Nodes: call.Nodes}}, -1, nil
+	case hooks.Release:
+		return []store.Event{{At: c.o.Now(), Kind: store.KindRelease, Source: call.Scheduler, Context: call.Context, Job: call.JobID, User: call.User, Nodes: call.Nodes}}, -1, nil
+	case hooks.KillLocal, hooks.CleanupLocal:
+	default:
+		return nil, -1, nil
 	}
-	db, err := h.Open(ctx)
+	if c.o.Killer == nil || call.Local == "" {
+		return nil, -1, nil
+	}
+	start := c.o.Now()
+	kill := c.o.Killer.KillLocal
+	if call.Action == hooks.CleanupLocal {
+		kill = c.o.Killer.CleanLocal
+	}
+	res, err := kill(ctx, call.Local)
 	if err != nil {
-		return fmt.Errorf("record hook: %w", err)
+		err = fmt.Errorf("kill on %s: %w", call.Local, err)
 	}
-	defer db.Close()
+	if res.Killed == 0 && err == nil {
+		return nil, 0, nil
+	}
+	ev := store.Event{At: c.o.Now(), Kind: store.KindKill, Source: call.Scheduler, Context: call.Context,
+		Job: call.JobID, Nodes: []string{call.Local}, Value: float64(res.Killed), HasVal: true,
+		Ms: ms(c.o.Now().Sub(start)), HasMs: true, Detail: res.Report}
+	if err != nil {
+		ev.Error = err.Error()
+	}
+	return []store.Event{ev}, res.Killed, err
+}
+
+// hookEvent is the history's row for the call itself.
+func (c *Core) hookEvent(call hooks.Call, started time.Time, killed int, errs []error) store.Event {
 	detail := map[string]any{"action": call.Action.String()}
 	if call.Local != "" {
 		detail["local"] = call.Local
@@ -117,31 +208,27 @@ func (h *Hook) record(ctx context.Context, call hooks.Call, extra []store.Event,
 		detail["killed"] = killed
 	}
 	d, _ := json.Marshal(detail)
-	ev := store.Event{At: h.Started, Kind: store.KindHook, Source: call.Scheduler, Context: call.Context,
-		Job: call.JobID, User: call.User, Nodes: call.Nodes, Detail: d, Ms: ms(h.Now().Sub(h.Started)), HasMs: true}
+	ev := store.Event{At: started, Kind: store.KindHook, Source: call.Scheduler, Context: call.Context,
+		Job: call.JobID, User: call.User, Nodes: call.Nodes, Detail: d, Ms: ms(c.o.Now().Sub(started)), HasMs: true}
 	if len(errs) > 0 {
 		ev.Error = errors.Join(errs...).Error()
 	}
-	if _, err := db.Append(ctx, append([]store.Event{ev}, extra...)...); err != nil {
+	return ev
+}
+
+// record is the hook's one write: its events, complete, in one
+// transaction, waiting for the write lock at most half the deadline. It is
+// the step a durable journal would replace.
+func (c *Core) record(ctx context.Context, evs []store.Event) error {
+	db, err := store.Open(ctx, c.o.Database, store.Options{BusyTimeout: c.o.HookDeadline / 2, Mode: c.o.DatabaseMode, Ephemeral: true})
+	if err != nil {
+		return fmt.Errorf("record hook: %w", err)
+	}
+	defer db.Close()
+	if _, err := db.Append(ctx, evs...); err != nil {
 		return fmt.Errorf("record hook: %w", err)
 	}
 	return nil
-}
-
-// RecordError records an error a hook swallowed, when the database can be
-// reached at all.
-func RecordError(ctx context.Context, open func(context.Context) (*store.DB, error), source, context_ string, started time.Time, herr error) error {
-	if open == nil {
-		return nil
-	}
-	db, err := open(ctx)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	_, err = db.Append(ctx, store.Event{At: started, Kind: store.KindError, Source: source, Context: context_,
-		Ms: ms(time.Since(started)), HasMs: true, Error: herr.Error()})
-	return err
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

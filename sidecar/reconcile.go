@@ -1,18 +1,6 @@
-// Package sidecar runs bftrainer's two speeds on top of the store, the
-// pool, the allocator and the Trainer runner.
-//
-// Hooks are the instant path: they record what the scheduler did (a job
-// takes nodes, a job ends), kill what runs on a node being reclaimed, nudge
-// the reconciler and return; they never solve and never wait for a
-// re-plan. The reconciler is the serialised path: one process at a time
-// (a lock file beside the database) folds the events recorded since the
-// last round into the pool, waits for released nodes to be exactly idle,
-// solves, saves the decision and hands the desired state to the runner;
-// it loops while new events arrive.
 package sidecar
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,7 +10,6 @@ import (
 	"time"
 
 	"github.com/bftrainer/bftrainer/alloc"
-	"github.com/bftrainer/bftrainer/names"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
 	"github.com/bftrainer/bftrainer/trainer"
@@ -189,25 +176,6 @@ func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 	return waiting, nil
 }
 
-// SubmitRequest is the detail of a submit event.
-type SubmitRequest struct {
-	ID      string       `json:"id"`
-	Min     int          `json:"min"`
-	Max     int          `json:"max"`
-	Curve   alloc.Curve  `json:"curve"`
-	Weight  float64      `json:"weight,omitempty"`
-	RUp     float64      `json:"rescale_up_s"`
-	RDown   float64      `json:"rescale_down_s"`
-	Samples float64      `json:"samples,omitempty"`
-	Launch  store.Launch `json:"launch"`
-}
-
-// ExitDetail is the detail of an exit event.
-type ExitDetail struct {
-	Status pool.Status `json:"status"`
-	Note   string      `json:"note,omitempty"`
-}
-
 // folded is the saved pool with the input events recorded since folded
 // in: the pool as the next round will see it.
 type folded struct {
@@ -268,14 +236,13 @@ func (r *Reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string
 		if err := json.Unmarshal(ev.Detail, &req); err != nil {
 			return reject(fmt.Errorf("bad submission: %w", err))
 		}
-		// The CLI checked the launch, but a spooled request need not come
-		// from the CLI: check again before anything is started from it.
-		if err := checkLaunch(ev.Trainer, req.Launch); err != nil {
+		// A spooled request need not come from the CLI: check it before
+		// anything is started from it.
+		if err := checkSubmit(r.Pool, ev.Trainer, &req); err != nil {
 			return reject(err)
 		}
-		spec := pool.Spec{ID: ev.Trainer, Owner: ev.User, Min: req.Min, Max: req.Max, Curve: req.Curve,
-			Weight: req.Weight, RUp: req.RUp, RDown: req.RDown, Samples: req.Samples, Submit: ev.At}
-		if err := p.Submit(ev.At, spec); err != nil {
+		req.ID = ev.Trainer
+		if err := p.Submit(ev.At, req.spec(ev.User, ev.At)); err != nil {
 			return reject(err)
 		}
 		launches[ev.Trainer] = req.Launch
@@ -284,7 +251,7 @@ func (r *Reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string
 		if !ok {
 			return reject(fmt.Errorf("cancel %q: %w", ev.Trainer, pool.ErrUnknownTrainer))
 		}
-		if !r.mayAct(ev, t.Owner) {
+		if !mayAct(ev.User, t.Owner, r.Admins) {
 			return reject(fmt.Errorf("cancel %q: %s may not cancel %s's trainer", ev.Trainer, ev.User, t.Owner))
 		}
 		if err := p.Cancel(ev.At, ev.Trainer); err != nil {
@@ -293,7 +260,7 @@ func (r *Reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string
 	case store.KindProgress:
 		// A progress report can finish a Trainer (its samples reached):
 		// only its owner's processes (or root) may send one.
-		if t, ok := p.Trainer(ev.Trainer); ok && !r.mayAct(ev, t.Owner) {
+		if t, ok := p.Trainer(ev.Trainer); ok && !mayAct(ev.User, t.Owner, r.Admins) {
 			return reject(fmt.Errorf("progress %q: %s may not report for %s's trainer", ev.Trainer, ev.User, t.Owner))
 		}
 		if err := p.Progress(ev.At, ev.Trainer, ev.Value); err != nil {
@@ -308,7 +275,7 @@ func (r *Reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string
 		if !ok {
 			return nil // already ended
 		}
-		if !r.mayAct(ev, t.Owner) {
+		if !mayAct(ev.User, t.Owner, r.Admins) {
 			return reject(fmt.Errorf("exit %q: %s may not end %s's trainer", ev.Trainer, ev.User, t.Owner))
 		}
 		if err := p.End(ev.At, ev.Trainer, d.Status, d.Note); err != nil {
@@ -316,32 +283,6 @@ func (r *Reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string
 		}
 	}
 	return nil
-}
-
-// mayAct reports whether the event's author may act on a Trainer owned
-// by owner: the owner, root or an admin. Events the reconciler writes
-// itself (the runner's exits) have no user.
-func (r *Reconciler) mayAct(ev store.Event, owner string) bool {
-	return ev.User == "" || ev.User == owner || r.isAdmin(ev.User)
-}
-
-// checkLaunch checks a submitted Trainer's name, launcher and launch spec.
-func checkLaunch(id string, l store.Launch) error {
-	if err := names.ValidateTrainer(id); err != nil {
-		return err
-	}
-	switch l.Launcher {
-	case trainer.Torchrun, trainer.Horovod, trainer.Exec:
-	default:
-		return fmt.Errorf("launcher %q: want torchrun, horovod or exec", l.Launcher)
-	}
-	var spec trainer.Spec
-	dec := json.NewDecoder(bytes.NewReader(l.Spec))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&spec); err != nil {
-		return fmt.Errorf("launch spec: %w", err)
-	}
-	return trainer.ValidateSpec(spec)
 }
 
 // check asks the runner which Trainers ended by themselves and records
@@ -359,13 +300,6 @@ func (r *Reconciler) check(ctx context.Context, c Checker) {
 	if _, err := r.DB.Append(ctx, evs...); err != nil {
 		r.Log.Printf("record exits: %v", err)
 	}
-}
-
-func (r *Reconciler) isAdmin(user string) bool {
-	if user == "root" {
-		return true
-	}
-	return r.Admins != nil && r.Admins(user)
 }
 
 // checkPending asks the scheduler whether released nodes are exactly idle
@@ -524,100 +458,4 @@ func (r *Reconciler) actionEvents(acts []trainer.Action) []store.Event {
 		evs = append(evs, e)
 	}
 	return evs
-}
-
-// Watch runs the reconciler every interval until the context ends: the
-// service form, which picks up spooled requests from unprivileged users
-// and events recorded by hooks that could not start a reconciler.
-func Watch(ctx context.Context, r *Reconciler, every time.Duration) error {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		if err := r.Run(ctx); err != nil {
-			r.Log.Printf("reconcile: %v", err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
-}
-
-// Preview is a dry run of a round: the saved state with the events not yet
-// folded, brought to now, and the plan the solver would make. Nothing is
-// saved and nothing is applied. pending counts the events folded here.
-type Preview struct {
-	Pool     *pool.Pool
-	Problem  *alloc.Problem
-	Plan     *alloc.Plan
-	Pending  int
-	SolveDur time.Duration
-}
-
-// Preview computes a dry-run round.
-func (r *Reconciler) Preview(ctx context.Context) (*Preview, error) {
-	r.defaults()
-	f, err := r.fold(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p := f.pool
-	p.Step(pool.Event{At: r.Now()})
-	start := time.Now()
-	d := p.Propose(ctx, r.Solver, false)
-	if d.Err != nil {
-		return nil, d.Err
-	}
-	return &Preview{Pool: p, Problem: d.Problem, Plan: d.Plan, Pending: f.events, SolveDur: time.Since(start)}, nil
-}
-
-// Sync compares the pool with the scheduler's own view and records what
-// differs: nodes exactly idle there but not in the pool join; nodes in the
-// pool that the scheduler runs jobs on (or no longer lists) leave. It is
-// how a missed hook (a crashed node, a restarted controller) is repaired.
-func Sync(ctx context.Context, db *store.DB, cfg pool.Config, sched Scheduler, now time.Time, user string) (joined, left []string, err error) {
-	states, err := sched.NodeStates(ctx, nil)
-	if err != nil {
-		return nil, nil, fmt.Errorf("sync: %w", err)
-	}
-	r := &Reconciler{DB: db, Pool: cfg, Scheduler: sched, Now: func() time.Time { return now }}
-	r.defaults()
-	f, err := r.fold(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	p := f.pool
-	names := make([]string, 0, len(states))
-	for n := range states {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		node, known := p.Node(n)
-		idle := states[n] == "idle"
-		switch {
-		case idle && (!known || node.State != pool.Idle):
-			joined = append(joined, n)
-		case !idle && known && node.State == pool.Idle:
-			left = append(left, n)
-		}
-	}
-	for _, n := range p.State().Nodes {
-		if _, listed := states[n.Name]; !listed && n.State == pool.Idle {
-			left = append(left, n.Name)
-		}
-	}
-	detail, _ := json.Marshal(map[string]int{"scheduler_nodes": len(states), "joined": len(joined), "left": len(left)})
-	out := []store.Event{{At: now, Kind: store.KindSync, Source: "cli", User: user, Detail: detail}}
-	if len(left) > 0 {
-		out = append(out, store.Event{At: now, Kind: store.KindLeave, Source: "sync", User: user, Nodes: left})
-	}
-	if len(joined) > 0 {
-		out = append(out, store.Event{At: now, Kind: store.KindJoin, Source: "sync", User: user, Nodes: joined})
-	}
-	if _, err := db.Append(ctx, out...); err != nil {
-		return nil, nil, err
-	}
-	return joined, left, nil
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log"
 	"os"
 	"path/filepath"
 	"slices"
@@ -60,63 +61,62 @@ func toyScheduler(listing string) hooks.Scheduler {
 	}
 }
 
-// TestToyScheduler: a toy scheduler registered beside the built-in ones is
-// detected from its hook environment, its calls are recorded, the round
-// folds them (the release waits for the toy's listing to say idle), and
+// TestToyScheduler: a toy scheduler registered beside the built-in ones,
+// in this one place, goes through the whole path of the core: its hook
+// environment is detected and decoded, the calls are recorded and folded
+// by a round (the release waits for the toy's listing to say idle), and
 // sync reads its listing.
 func TestToyScheduler(t *testing.T) {
 	ctx := context.Background()
-	db := MustDB(t)
-	listing := filepath.Join(t.TempDir(), "nodes")
+	dir := t.TempDir()
+	listing := filepath.Join(dir, "nodes")
 	write := func(s string) {
 		if err := os.WriteFile(listing, []byte(s), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	reg := append(hooks.Builtin(), toyScheduler(listing))
-	q := hooks.Query{Listing: reg[len(reg)-1].Listing}
-	r := &Reconciler{DB: db, Pool: pool.Config{TFwd: 10}, Scheduler: q, IdleWait: time.Hour}
-
+	o := Options{
+		Database:   filepath.Join(dir, "b.db"),
+		Pool:       pool.Config{TFwd: 10},
+		Schedulers: append(hooks.Builtin(), toyScheduler(listing)),
+		Scheduler:  "toy",
+		IdleWait:   time.Hour,
+		HookLog:    log.New(&testWriter{t}, "", 0),
+	}
+	c, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The hooks' core is configured with no scheduler: it detects the toy.
+	o.Scheduler = ""
+	hc, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
 	hook := func(env map[string]string) {
 		t.Helper()
-		in := hooks.Input{Env: hooks.MapEnv(env)}
-		s, err := reg.Choose("", in)
-		if err != nil || s.Name != "toy" {
-			t.Fatalf("detected %q, %v; want toy", s.Name, err)
-		}
-		call, err := s.Parse(in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := &Hook{Open: func(context.Context) (*store.DB, error) {
-			return store.Open(ctx, db.Path(), store.Options{})
-		}}
-		if err := h.Handle(ctx, call); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := r.Round(ctx); err != nil {
+		hc.Hook(ctx, hooks.MapEnv(env), nil)
+		if err := c.Reconcile(ctx, false); err != nil {
 			t.Fatal(err)
 		}
 	}
 	state := func(node string) pool.NodeState {
 		t.Helper()
-		snap, err := db.Load(ctx)
+		pv, err := c.Preview(ctx, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		i := slices.IndexFunc(snap.State.Nodes, func(n pool.Node) bool { return n.Name == node })
-		if i < 0 {
-			return ""
-		}
-		return snap.State.Nodes[i].State
+		n, _ := pv.Pool.Node(node)
+		return n.State
 	}
 
 	write("a idle\nb idle\n")
-	if _, _, err := Sync(ctx, db, pool.Config{}, q, time.Now(), "root"); err != nil {
+	joined, left, err := c.Sync(ctx, "", false)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Round(ctx); err != nil {
-		t.Fatal(err)
+	if !slices.Equal(joined, []string{"a", "b"}) || len(left) != 0 {
+		t.Fatalf("sync joined %v and left %v, want a and b joined", joined, left)
 	}
 	if got := state("a"); got != pool.Idle {
 		t.Fatalf("after sync a is %q, want idle", got)
@@ -131,17 +131,30 @@ func TestToyScheduler(t *testing.T) {
 		t.Fatalf("released while the toy lists it completing: a is %q, want pending", got)
 	}
 	write("a idle\nb idle\n")
-	if _, err := r.Round(ctx); err != nil {
+	if err := c.Reconcile(ctx, false); err != nil {
 		t.Fatal(err)
 	}
 	if got := state("a"); got != pool.Idle {
 		t.Fatalf("once the toy lists it idle a is %q, want idle", got)
 	}
-	evs, err := db.Events(ctx, store.Filter{Kinds: []string{store.KindLeave, store.KindRelease}, Job: "9"})
+	evs, err := c.Events(ctx, store.Filter{Kinds: []string{store.KindHook, store.KindLeave, store.KindRelease}, Job: "9"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(evs) != 2 || evs[0].Source != "toy" || evs[1].Source != "toy" {
-		t.Fatalf("recorded %+v, want a leave and a release from toy", evs)
+	var got []string
+	for _, e := range evs {
+		got = append(got, e.Kind+" "+e.Source+" "+e.Context)
 	}
+	want := []string{"hook toy start", "leave toy start", "hook toy end", "release toy end"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("recorded %q, want %q", got, want)
+	}
+}
+
+// testWriter sends a logger's lines to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w *testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
 }

@@ -224,8 +224,8 @@ func (c *Config) validate() error {
 	if _, err := alloc.ParseSemantics(c.Pool.Semantics); err != nil {
 		errs = append(errs, fmt.Errorf("pool.semantics: %w", err))
 	}
-	if !slices.Contains(solverNames, c.Pool.Solver) {
-		errs = append(errs, fmt.Errorf("pool.solver: %q, want one of %s", c.Pool.Solver, strings.Join(solverNames, ", ")))
+	if !slices.Contains(solvers().Names(), c.Pool.Solver) {
+		errs = append(errs, fmt.Errorf("pool.solver: %q, want %s", c.Pool.Solver, solvers().Want()))
 	}
 	if c.Pool.SolverTimeLimit.Duration <= 0 {
 		errs = append(errs, errors.New("pool.solver_time_limit: want > 0"))
@@ -349,4 +349,16 @@ func configFrom(c *cli.Context) (Config, error) {
 	return cfg, nil
 }
 
-var solverNames = []string{"exact", "cbc", "highs", "gurobi", "heuristic", "greedy"}
+func configCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "config",
+		Usage: "print the effective configuration (defaults, file, flags) as TOML",
+		Action: func(c *cli.Context) error {
+			cfg, err := configFrom(c)
+			if err != nil {
+				return err
+			}
+			return writeTOML(c.App.Writer, cfg)
+		},
+	}
+}

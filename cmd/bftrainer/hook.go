@@ -2,31 +2,24 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime/debug"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
-	"github.com/bftrainer/bftrainer/hooks"
 	"github.com/bftrainer/bftrainer/sidecar"
-	"github.com/bftrainer/bftrainer/store"
 )
 
 func hookCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "hook",
 		Usage:     "handle a scheduler hook call (prolog/epilog); always exits 0",
-		ArgsUsage: "[slurm|lsf|pbs] [CONTEXT or PBS arguments…]",
+		ArgsUsage: "[SCHEDULER] [CONTEXT or PBS arguments…]",
 		Description: `Scheduler hooks call bftrainer with the scheduler's environment. The
 scheduler is detected from the environment unless named (or set in
 hooks.scheduler). One binary serves every hook:
@@ -43,74 +36,40 @@ hooks.scheduler). One binary serves every hook:
 A hook never fails the scheduler's job: whatever goes wrong inside
 bftrainer (unreadable configuration, unwritable database, a panic), it
 logs the error to hooks.log (and to the history when it can) and exits 0
-within hooks.deadline. Contrib/ has the wrappers for each scheduler.`,
+within hooks.deadline. Each scheduler's directory in contrib/ has its
+wrappers and configuration lines.`,
 		SkipFlagParsing: true,
 		Action: func(c *cli.Context) error {
 			args := c.Args().Slice()
 			if len(args) > 0 && (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
 				return cli.ShowCommandHelp(c.Lineage()[1], "hook")
 			}
-			sched := ""
-			if len(args) > 0 {
-				if _, ok := schedulers().Lookup(args[0]); ok {
-					sched, args = args[0], args[1:]
-				}
-			}
-			runHook(args, c.App.Writer, c.App.ErrWriter, sched)
+			runHook(args, c.App.ErrWriter)
 			return nil
 		},
 	}
 }
 
-// runHook handles a hook call and returns 0, always: within the deadline,
-// whatever happens inside (errors, a hung database, a panic). args are the
-// hook's arguments after bftrainer's own (hooks.Input.Args).
-func runHook(args []string, stdout, stderr io.Writer, sched string) int {
+// runHook hands a hook call to the core, which holds the whole fail-open
+// policy, and returns 0, always. args are the hook's arguments after
+// bftrainer's own. A configuration that does not load still reaches the
+// core, with the defaults and the error: the node's own prolog must kill
+// even then.
+func runHook(args []string, stderr io.Writer) int {
 	started := time.Now()
-	path, explicit := configPath("")
-	cfg, cfgErr := loadConfig(path, explicit)
-	logger := hookLogger(cfg, stderr)
-	killOnly := false
+	cfg, cfgErr := loadConfig(configPath(""))
 	if cfgErr != nil {
-		// Without a trustworthy configuration we do not know the database
-		// and record nothing. A node's own prolog still kills what runs
-		// there — the built-in registry, and the run tokens in /proc, need
-		// no configuration —: a broken file must not leave a Trainer
-		// beside the scheduler's job.
-		logger.Printf("hook: %v", cfgErr)
-		cfg, killOnly = defaults(), true
+		cfg = defaults()
 	}
-	deadline := cfg.Hooks.Deadline.Duration
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		defer func() {
-			if r := recover(); r != nil {
-				done <- fmt.Errorf("panic: %v\n%s", r, debug.Stack())
-			}
-		}()
-		done <- hookWork(ctx, cfg, sched, args, started, killOnly)
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			logger.Printf("hook %s: %v", hookName(sched, args), err)
-		}
-	case <-time.After(deadline):
-		logger.Printf("hook %s: deadline %v exceeded; exiting 0 to leave the scheduler's job alone", hookName(sched, args), deadline)
+	o := options(cfg, hookLogger(cfg, stderr))
+	o.Started, o.ConfigErr, o.HookLog = started, cfgErr, o.Log
+	core, err := sidecar.New(o)
+	if err != nil {
+		o.Log.Printf("hook: %v", err)
+		return 0
 	}
+	core.Hook(context.Background(), os.LookupEnv, args)
 	return 0
-}
-
-func hookName(sched string, args []string) string {
-	if ctx := os.Getenv("SLURM_SCRIPT_CONTEXT"); ctx != "" {
-		return ctx
-	}
-	if len(args) > 0 {
-		return strings.TrimSpace(sched + " " + args[0])
-	}
-	return sched
 }
 
 // hookLogger writes to hooks.log, or stderr when it cannot be opened. The
@@ -143,100 +102,4 @@ func (l *lazyLog) Write(b []byte) (int, error) {
 		}
 	}
 	return l.w.Write(b)
-}
-
-func hookWork(ctx context.Context, cfg Config, sched string, args []string, started time.Time, killOnly bool) error {
-	hostname, _ := os.Hostname()
-	in := hooks.Input{Env: os.LookupEnv, Args: args, Hostname: hostname, ReadFile: os.ReadFile}
-	if sched == "" {
-		sched = cfg.Hooks.Scheduler
-	}
-	s, err := schedulers().Choose(sched, in)
-	if err != nil {
-		return err
-	}
-	sched = s.Name
-	call, err := s.Parse(in)
-	local := call.Action == hooks.KillLocal || call.Action == hooks.CleanupLocal
-	open := hookOpener(cfg)
-	switch {
-	case killOnly && !local:
-		return nil
-	case killOnly:
-		open = nil
-	case local:
-		// A node's own hooks record only where the database lives (the
-		// controller, or a single machine): they must not create an empty
-		// one on every compute node.
-		if _, err := os.Stat(cfg.Database); err != nil {
-			open = nil
-		}
-	}
-	h := &sidecar.Hook{Open: open, Killer: localKiller(cfg), Started: started}
-	if !killOnly {
-		h.Trigger = reconcilerTrigger(cfg)
-	}
-	if err != nil {
-		// A partial call may still name this node: kill locally anyway,
-		// then record what went wrong.
-		if local {
-			h.Handle(ctx, call)
-		}
-		if rerr := sidecar.RecordError(ctx, open, sched, call.Context, started, err); rerr != nil {
-			return errors.Join(err, rerr)
-		}
-		return err
-	}
-	if call.Action == hooks.Ignore {
-		return nil
-	}
-	return h.Handle(ctx, call)
-}
-
-// hookOpener opens the database with a busy timeout inside the hook's
-// deadline.
-func hookOpener(cfg Config) func(context.Context) (*store.DB, error) {
-	return func(ctx context.Context) (*store.DB, error) {
-		return store.Open(ctx, cfg.Database, store.Options{BusyTimeout: cfg.Hooks.Deadline.Duration / 2, Mode: cfg.DatabaseMode.FileMode, Ephemeral: true})
-	}
-}
-
-// reconcilerTrigger starts a detached reconciler when allowed: it runs
-// as root (it starts processes as their owners) and outlives the hook.
-func reconcilerTrigger(cfg Config) func() error {
-	spawn := cfg.Hooks.SpawnReconciler == "always" || (cfg.Hooks.SpawnReconciler == "auto" && os.Geteuid() == 0)
-	if !spawn {
-		return nil
-	}
-	return func() error { return spawnReconciler(cfg) }
-}
-
-func spawnReconciler(cfg Config) error {
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	args := []string{"--db", cfg.Database, "reconcile"}
-	if cfg.path != "" {
-		args = append([]string{"--config", cfg.path}, args...)
-	}
-	cmd := exec.Command(exe, args...)
-	cmd.Env = append(os.Environ(), "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	defer devnull.Close()
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, devnull
-	if cfg.Hooks.Log != "" {
-		if f, err := os.OpenFile(cfg.Hooks.Log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640); err == nil {
-			defer f.Close()
-			cmd.Stderr = f
-		}
-	}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	return cmd.Process.Release()
 }

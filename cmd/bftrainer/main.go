@@ -16,8 +16,6 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
-
-	"github.com/bftrainer/bftrainer/hooks"
 )
 
 // Set at build time: go build -ldflags "-X main.defaultConfig=/etc/…".
@@ -57,7 +55,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// with a scheduler's hook environment, or through a link named
 	// bftrainer-hook, is a hook call.
 	if isHookInvocation(args) {
-		return runHook(args[1:], stdout, stderr, "")
+		return runHook(args[1:], stderr)
 	}
 	app := newApp(stdout, stderr)
 	err := app.Run(flagsFirst(app, args))
@@ -102,9 +100,25 @@ func isHookInvocation(args []string) bool {
 	return len(args) == 1 && schedulers().BareCall(os.LookupEnv)
 }
 
-// schedulers is the registry of schedulers this binary is built with: the
-// one place cmd names it.
-func schedulers() hooks.Registry { return hooks.Builtin() }
+// commands are bftrainer's subcommands, one file each.
+func commands() []*cli.Command {
+	return []*cli.Command{
+		hookCommand(),
+		reconcileCommand(),
+		nodeCommand(),
+		syncCommand(),
+		trainerCommand(),
+		progressCommand(),
+		statusCommand(),
+		planCommand(),
+		historyCommand(),
+		reportCommand(),
+		hostsCommand(),
+		replayCommand(),
+		configCommand(),
+		nodeAgentCommand(),
+	}
+}
 
 func newApp(stdout, stderr io.Writer) *cli.App {
 	app := &cli.App{

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/bftrainer/bftrainer/alloc"
-	"github.com/bftrainer/bftrainer/alloc/milp"
+	"github.com/bftrainer/bftrainer/sidecar"
 	"github.com/bftrainer/bftrainer/sim"
 )
 
@@ -58,7 +58,7 @@ workloads). A progress bar is drawn on stderr when it is a terminal.`,
 			&cli.StringFlag{Name: "trace", Usage: "idle-node trace `FILE` (Summit CSV or SWF; default: generated)"},
 			&cli.StringFlag{Name: "nodes", Usage: "node names `FILE` (node_idx,node_name) for a CSV trace"},
 			&cli.StringFlag{Name: "workload", Usage: "Trainer workload `FILE` (paper CSV; default: built in)"},
-			&cli.StringSliceFlag{Name: "allocator", Value: cli.NewStringSlice("exact"), Usage: "`NAME`s: exact, cbc, heuristic, greedy; repeat or comma-separate for side-by-side rows"},
+			&cli.StringSliceFlag{Name: "allocator", Value: cli.NewStringSlice("exact"), Usage: "`NAME`s: " + strings.Join(solvers().Names(), ", ") + "; repeat or comma-separate for side-by-side rows"},
 			&cli.StringFlag{Name: "semantics", Value: "default", Usage: "`NAME`: default (bftrainer's) or reference (the paper's replayer)"},
 			&cli.Float64Flag{Name: "tfwd", Value: sim.DefaultTFwd, Usage: "`SECONDS` a decision is worth over"},
 			&cli.IntFlag{Name: "max-trainers", Value: sim.DefaultMaxTrainers, Usage: "Trainers running at once (`N`)"},
@@ -166,9 +166,9 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 			}
 		}
 	}
-	solvers := make([]alloc.Solver, len(names))
+	ss := make([]alloc.Solver, len(names))
 	for i, n := range names {
-		if solvers[i], err = solverByName(n, c.Duration("cbc-limit"), ""); err != nil {
+		if ss[i], err = solvers().New(n, sidecar.SolverSettings{TimeLimit: c.Duration("cbc-limit")}); err != nil {
 			return usageError{err}
 		}
 	}
@@ -179,9 +179,9 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 		}
 	}
 	var sums []sim.Summary
-	for i, s := range solvers {
+	for i, s := range ss {
 		dir := out
-		if out != "" && len(solvers) > 1 {
+		if out != "" && len(ss) > 1 {
 			dir = filepath.Join(out, names[i])
 		}
 		opt := sim.Options{Solver: s, Semantics: sem, TFwd: c.Float64("tfwd"), MaxTrainers: c.Int("max-trainers")}
@@ -259,32 +259,4 @@ func writeFile(path string, fn func(io.Writer) error) error {
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
-}
-
-// solverByName maps an allocator name to a solver; limit bounds a MILP
-// backend's time per decision, and path names its program ("": on PATH).
-func solverByName(name string, limit time.Duration, path string) (alloc.Solver, error) {
-	switch name {
-	case "exact", "":
-		return alloc.Exact{}, nil
-	case "heuristic":
-		return alloc.EqualShare{}, nil
-	case "greedy":
-		return alloc.Greedy{}, nil
-	case "cbc", "highs", "gurobi":
-		// The paper's node-level MILP on a real solver, found on PATH when
-		// it solves (a missing one is a clear error then, and the
-		// reconciler keeps the allocation).
-		var b milp.Backend
-		switch name {
-		case "cbc":
-			b = milp.CBC{Path: path}
-		case "highs":
-			b = milp.HiGHS{Path: path}
-		default:
-			b = milp.Gurobi{Path: path}
-		}
-		return milp.Solver{Backend: b, TimeLimit: limit}, nil
-	}
-	return nil, fmt.Errorf("unknown allocator %q (want exact, cbc, highs, gurobi, heuristic or greedy)", name)
 }

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/exec"
+	"os/user"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/hooks"
+	"github.com/bftrainer/bftrainer/pool"
+	"github.com/bftrainer/bftrainer/sidecar"
+)
+
+// This file is the wiring: the registries this binary is built with, and
+// the application core built from the configuration. Commands call the
+// core (coreAction) and print what it returns; no policy lives in cmd.
+
+// schedulers is the registry of schedulers this binary is built with: the
+// one place cmd names it.
+func schedulers() hooks.Registry { return hooks.Builtin() }
+
+// solvers is the registry of allocators this binary is built with.
+func solvers() sidecar.Solvers { return sidecar.BuiltinSolvers() }
+
+// options turns the configuration into the core's options; log is where
+// the rounds' and commands' diagnostics go.
+func options(cfg Config, log *log.Logger) sidecar.Options {
+	obj, _ := alloc.ParseObjective(cfg.Pool.Objective) // validated with the configuration
+	sem, _ := alloc.ParseSemantics(cfg.Pool.Semantics)
+	return sidecar.Options{
+		Database:     cfg.Database,
+		DatabaseMode: cfg.DatabaseMode.FileMode,
+		Spool:        cfg.Spool,
+		RunnerState:  cfg.Trainer.StateDir,
+		Pool:         pool.Config{MaxTrainers: cfg.Pool.MaxTrainers, TFwd: cfg.Pool.TFwd, Objective: obj, Semantics: sem},
+		Solvers:      solvers(),
+		Solver:       cfg.Pool.Solver,
+		SolverSettings: sidecar.SolverSettings{
+			TimeLimit: cfg.Pool.SolverTimeLimit.Duration, Path: cfg.Pool.SolverPath},
+		Schedulers:   schedulers(),
+		Scheduler:    cfg.Hooks.Scheduler,
+		Listings:     cfg.Scheduler,
+		Admins:       cfg.isAdmin,
+		Runner:       func() (sidecar.Runner, error) { return newRunner(cfg) },
+		Killer:       localKiller(cfg),
+		Trigger:      reconcilerTrigger(cfg),
+		HookDeadline: cfg.Hooks.Deadline.Duration,
+		IdleWait:     cfg.Reconciler.IdleWait.Duration,
+		Poll:         cfg.Reconciler.Poll.Duration,
+		MaxRounds:    cfg.Reconciler.MaxRounds,
+		User:         currentUser,
+		Log:          log,
+	}
+}
+
+// coreAction is a command's Action: it loads the configuration, builds the
+// core, runs fn, and turns the core's errors into the messages, hints and
+// exit statuses the user sees (explain).
+func coreAction(fn func(c *cli.Context, core *sidecar.Core, cfg Config) error) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		cfg, err := configFrom(c)
+		if err != nil {
+			return err
+		}
+		core, err := sidecar.New(options(cfg, newLogger(os.Stderr)))
+		if err != nil {
+			return err
+		}
+		return explain(cfg, fn(c, core, cfg))
+	}
+}
+
+// explain adds what the user can do about a core error: the hint, and
+// exit status 2 for a request refused as given.
+func explain(cfg Config, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, sidecar.ErrInvalid):
+		return usageError{err}
+	case errors.Is(err, sidecar.ErrNoDatabase):
+		return withHint(err, "a hook, `bftrainer node join` or `bftrainer sync` creates it; or set database in %s", configFile(cfg))
+	case errors.Is(err, sidecar.ErrNotWritable):
+		return withHint(err, "only root (or the database's group) may write %s", cfg.Database)
+	case errors.Is(err, sidecar.ErrSpool):
+		return withHint(err, "the spool %s must exist with mode 1733 (bftrainer install sets it up)", cfg.Spool)
+	case errors.Is(err, sidecar.ErrNoListing):
+		return withHint(err, "set its program in the [scheduler] table of %s", configFile(cfg))
+	}
+	return err
+}
+
+// done reports a request's receipt on stderr.
+func done(c *cli.Context, cfg Config, rc sidecar.Receipt, what string) {
+	if rc.Spooled {
+		fmt.Fprintf(c.App.ErrWriter, "bftrainer: %s (spooled; the reconciler takes it within %v)\n", what, cfg.Reconciler.Interval.Duration)
+		return
+	}
+	fmt.Fprintf(c.App.ErrWriter, "bftrainer: %s\n", what)
+}
+
+func configFile(cfg Config) string {
+	if cfg.path != "" {
+		return cfg.path
+	}
+	return defaultConfig
+}
+
+func currentUser() string {
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return fmt.Sprint(os.Getuid())
+}
+
+func newLogger(w io.Writer) *log.Logger {
+	return log.New(w, "bftrainer: ", 0)
+}
+
+// reconcilerTrigger starts a detached reconciler when allowed: it runs
+// as root (it starts processes as their owners) and outlives the hook.
+func reconcilerTrigger(cfg Config) func() error {
+	spawn := cfg.Hooks.SpawnReconciler == "always" || (cfg.Hooks.SpawnReconciler == "auto" && os.Geteuid() == 0)
+	if !spawn {
+		return nil
+	}
+	return func() error { return spawnReconciler(cfg) }
+}
+
+func spawnReconciler(cfg Config) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	args := []string{"--db", cfg.Database, "reconcile"}
+	if cfg.path != "" {
+		args = append([]string{"--config", cfg.path}, args...)
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, devnull
+	if cfg.Hooks.Log != "" {
+		if f, err := os.OpenFile(cfg.Hooks.Log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640); err == nil {
+			defer f.Close()
+			cmd.Stderr = f
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	return cmd.Process.Release()
+}

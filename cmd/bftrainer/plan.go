@@ -1,0 +1,79 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/names"
+	"github.com/bftrainer/bftrainer/sidecar"
+)
+
+func planCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "plan",
+		Usage: "dry run: what the solver would do now, and why each Trainer gets what it gets",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "solver", Usage: strings.Join(solvers().Names(), ", ") + " (default pool.solver)"},
+			&cli.StringFlag{Name: "format", Value: "table", Usage: "table or json"},
+		},
+		Action: coreAction(func(c *cli.Context, core *sidecar.Core, _ Config) error {
+			pv, err := core.Preview(c.Context, c.String("solver"))
+			if err != nil {
+				return err
+			}
+			why := alloc.Explain(pv.Problem, pv.Plan)
+			solveMs := float64(pv.SolveDur.Microseconds()) / 1000
+			if c.String("format") == "json" {
+				return writePlanJSON(c, pv, why, solveMs)
+			}
+			fmt.Fprintf(c.App.Writer, "solver %s: %s, objective %.6g over T_fwd=%gs, %d nodes, solved in %.3f ms\n\n",
+				pv.Plan.Solver, pv.Plan.Status, pv.Plan.Objective, pv.Problem.TFwd, pv.Problem.Size(), solveMs)
+			t := table{header: []string{"TRAINER", "NOW", "PLAN", "ADD", "RELEASE", "WHY"}}
+			for i, a := range pv.Plan.Trainers {
+				t.add(a.ID, a.From, a.To, dash(names.CompressHostlist(a.Add)), dash(names.CompressHostlist(a.Release)), why[i])
+			}
+			return t.write(c.App.Writer, "table")
+		}),
+	}
+}
+
+func writePlanJSON(c *cli.Context, pv *sidecar.Preview, why []string, solveMs float64) error {
+	type row struct {
+		Trainer string   `json:"trainer"`
+		From    int      `json:"from"`
+		To      int      `json:"to"`
+		Add     []string `json:"add"`
+		Release []string `json:"release"`
+		Value   float64  `json:"value"`
+		Why     string   `json:"why"`
+	}
+	out := struct {
+		Solver    string  `json:"solver"`
+		Status    string  `json:"status"`
+		Objective float64 `json:"objective"`
+		SolveMs   float64 `json:"solve_ms"`
+		Nodes     int     `json:"nodes"`
+		Trainers  []row   `json:"trainers"`
+	}{pv.Plan.Solver, pv.Plan.Status.String(), pv.Plan.Objective, solveMs, pv.Problem.Size(), nil}
+	for i, a := range pv.Plan.Trainers {
+		out.Trainers = append(out.Trainers, row{a.ID, a.From, a.To, nonNil(a.Add), nonNil(a.Release), a.Value, why[i]})
+	}
+	return writeJSON(c.App.Writer, out)
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/bftrainer/bftrainer/sidecar"
+)
+
+func progressCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "progress",
+		Usage:     "report a Trainer's progress (called by the training script)",
+		ArgsUsage: "TRAINER",
+		Description: `The training script's rank 0 calls this every few seconds with the total
+samples processed so far (contrib/trainer/bftrainer_progress.py does it).
+A Trainer that reports its --samples target is finished and its nodes go
+back to the pool.`,
+		Flags: []cli.Flag{&cli.Float64Flag{Name: "samples", Required: true, Usage: "samples processed so far (total, not since the last report)"}},
+		Action: coreAction(func(c *cli.Context, core *sidecar.Core, cfg Config) error {
+			id, err := trainerArg(c)
+			if err != nil {
+				return err
+			}
+			n := c.Float64("samples")
+			rc, err := core.Progress(c.Context, id, n)
+			if err != nil {
+				return err
+			}
+			done(c, cfg, rc, fmt.Sprintf("%s: %.0f samples", id, n))
+			return nil
+		}),
+	}
+}

@@ -1,0 +1,33 @@
+package main
+
+import (
+	"github.com/urfave/cli/v2"
+
+	"github.com/bftrainer/bftrainer/sidecar"
+)
+
+func reconcileCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "reconcile",
+		Usage: "fold recorded events into the pool, re-plan, and apply the plan (one at a time)",
+		Description: `Hooks start it detached after each event when they run as root
+(hooks.spawn_reconciler); as a service, run "bftrainer reconcile --watch".
+Only one reconciler runs at a time (a lock beside the database); a second
+one exits at once, and the running one picks up the new events.`,
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "watch", Usage: "keep running: reconcile whenever events or spooled requests arrive"},
+			&cli.DurationFlag{Name: "interval", Usage: "with --watch, how often to look (default reconciler.interval)"},
+			&cli.BoolFlag{Name: "no-scheduler", Usage: "do not ask the scheduler whether released nodes are idle"},
+		},
+		Action: coreAction(func(c *cli.Context, core *sidecar.Core, cfg Config) error {
+			if !c.Bool("watch") {
+				return core.Reconcile(c.Context, c.Bool("no-scheduler"))
+			}
+			every := cfg.Reconciler.Interval.Duration
+			if c.IsSet("interval") {
+				every = c.Duration("interval")
+			}
+			return core.Watch(c.Context, every, c.Bool("no-scheduler"))
+		}),
+	}
+}

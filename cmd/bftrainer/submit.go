@@ -1,0 +1,132 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/sidecar"
+	"github.com/bftrainer/bftrainer/store"
+	"github.com/bftrainer/bftrainer/trainer"
+)
+
+func submitCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "submit",
+		Usage:     "submit a Trainer",
+		ArgsUsage: "-- PROGRAM [ARGS…]",
+		Description: `Submits an elastic training program. bftrainer gives it between --min and
+--max idle nodes, as many as its scaling curve makes worthwhile, and
+rescales it as nodes come and go. Example:
+
+  bftrainer trainer submit --name resnet-lr3 --launcher torchrun \
+      --min 1 --max 4 --curve 1:10,2:19,4:36 \
+      --rescale-up 6 --rescale-down 14 --samples 100000 \
+      -- /usr/bin/python3 train.py --steps 500
+
+--curve is nodes:samples-per-second pairs measured at fixed sizes; values
+between are interpolated, and the Trainer never gets more nodes than the
+last pair. --rescale-up/--rescale-down are the seconds of progress a
+scale-up or scale-down costs (measure them; contrib/trainer shows how).
+The Trainer is yours: its processes run as you, and only you (or root) may
+cancel it.`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "name", Usage: "Trainer `NAME` (letters, digits, - _ .); default: generated"},
+			&cli.StringFlag{Name: "launcher", Value: trainer.Torchrun, Usage: "torchrun, horovod or exec"},
+			&cli.IntFlag{Name: "min", Value: 1, Usage: "fewest nodes it can run on"},
+			&cli.IntFlag{Name: "max", Usage: "most nodes it can use (default: the curve's last point)"},
+			&cli.StringFlag{Name: "curve", Required: true, Usage: "scaling curve `N:RATE,…` (samples/s at N nodes)"},
+			&cli.StringFlag{Name: "metric", Usage: "optional admin metric at the same node counts `N:VALUE,…` (objective \"metric\")"},
+			&cli.Float64Flag{Name: "rescale-up", Usage: "seconds lost per scale-up"},
+			&cli.Float64Flag{Name: "rescale-down", Usage: "seconds lost per scale-down or reclaim"},
+			&cli.Float64Flag{Name: "samples", Usage: "samples to process (0: until it exits)"},
+			&cli.Float64Flag{Name: "weight", Value: 1, Usage: "priority weight on its objective"},
+			&cli.IntFlag{Name: "procs-per-node", Value: 1, Usage: "processes per node (torchrun nproc_per_node, Horovod slots)"},
+			&cli.StringFlag{Name: "workdir", Usage: "working directory on the nodes (default: the current one)"},
+			&cli.StringSliceFlag{Name: "env", Usage: "extra environment `KEY=VALUE` (repeatable)"},
+		},
+		Action: coreAction(func(c *cli.Context, core *sidecar.Core, cfg Config) error {
+			req, err := submitRequest(c)
+			if err != nil {
+				return err
+			}
+			rc, err := core.Submit(c.Context, req)
+			if err != nil {
+				return err
+			}
+			done(c, cfg, rc, "submitted "+rc.ID)
+			return nil
+		}),
+	}
+}
+
+// submitRequest reads the flags into a submission; the core checks it.
+func submitRequest(c *cli.Context) (sidecar.SubmitRequest, error) {
+	var req sidecar.SubmitRequest
+	if c.NArg() == 0 {
+		return req, usagef("trainer submit: give the program after --, e.g. -- /usr/bin/python3 train.py")
+	}
+	curve, err := parseCurve(c.String("curve"))
+	if err != nil {
+		return req, usageError{err}
+	}
+	if m := c.String("metric"); m != "" {
+		mc, err := parseCurve(m)
+		if err != nil {
+			return req, usageError{fmt.Errorf("metric: %w", err)}
+		}
+		if fmt.Sprint(mc.Nodes) != fmt.Sprint(curve.Nodes) {
+			return req, usagef("--metric must give the same node counts as --curve")
+		}
+		curve.Metric = mc.Throughput
+	}
+	workdir := c.String("workdir")
+	if workdir == "" {
+		workdir, _ = os.Getwd()
+	}
+	spec := trainer.Spec{Argv: c.Args().Slice(), Workdir: workdir, ProcsPerNode: c.Int("procs-per-node")}
+	for _, kv := range c.StringSlice("env") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return req, usagef("--env %q: want KEY=VALUE", kv)
+		}
+		if spec.Env == nil {
+			spec.Env = map[string]string{}
+		}
+		spec.Env[k] = v
+	}
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return req, err
+	}
+	return sidecar.SubmitRequest{ID: c.String("name"), Min: c.Int("min"), Max: c.Int("max"), Curve: curve,
+		Weight: c.Float64("weight"), RUp: c.Float64("rescale-up"), RDown: c.Float64("rescale-down"),
+		Samples: c.Float64("samples"), Launch: store.Launch{Launcher: c.String("launcher"), Spec: raw}}, nil
+}
+
+// parseCurve reads "1:10,2:19,4:36" into breakpoints with (0, 0) first.
+func parseCurve(s string) (alloc.Curve, error) {
+	c := alloc.Curve{Nodes: []int{0}, Throughput: []float64{0}}
+	for _, part := range strings.Split(s, ",") {
+		n, v, ok := strings.Cut(strings.TrimSpace(part), ":")
+		if !ok {
+			return c, fmt.Errorf("curve point %q: want NODES:RATE", part)
+		}
+		k, err := strconv.Atoi(strings.TrimSpace(n))
+		if err != nil || k <= 0 {
+			return c, fmt.Errorf("curve point %q: node count must be a positive integer", part)
+		}
+		x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			return c, fmt.Errorf("curve point %q: %w", part, err)
+		}
+		c.Nodes = append(c.Nodes, k)
+		c.Throughput = append(c.Throughput, x)
+	}
+	return c, nil
+}

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/bftrainer/bftrainer/names"
+	"github.com/bftrainer/bftrainer/sidecar"
+)
+
+func syncCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "sync",
+		Usage: "reconcile the pool with the scheduler's own view of idle nodes",
+		Description: `Asks the scheduler which nodes are exactly idle, with its own node listing
+(Slurm: sinfo -h -N -o '%N %t', state exactly "idle", not "comp" or
+"idle*"; the program is set per scheduler in the [scheduler] table),
+records joins and leaves for what the pool has wrong, and re-plans. Run
+it at boot, from cron, or after a controller restart: hooks are not a
+reliable event stream (a crashed node runs no epilog).`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "scheduler", Usage: "one of " + strings.Join(schedulers().Names(), ", ") + " (default hooks.scheduler, else the first)"},
+			&cli.BoolFlag{Name: "no-reconcile", Usage: "record only; do not re-plan now"},
+		},
+		Action: coreAction(func(c *cli.Context, core *sidecar.Core, _ Config) error {
+			joined, left, err := core.Sync(c.Context, c.String("scheduler"), c.Bool("no-reconcile"))
+			if joined != nil || left != nil || err == nil {
+				fmt.Fprintf(c.App.Writer, "joined %d %s\nleft %d %s\n", len(joined), names.CompressHostlist(joined), len(left), names.CompressHostlist(left))
+			}
+			return err
+		}),
+	}
+}

@@ -1,0 +1,222 @@
+package sidecar
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/names"
+	"github.com/bftrainer/bftrainer/pool"
+	"github.com/bftrainer/bftrainer/store"
+	"github.com/bftrainer/bftrainer/trainer"
+)
+
+// SubmitRequest is a Trainer's submission, and the detail of a submit
+// event. Max 0 means the curve's last point; an empty ID is generated.
+type SubmitRequest struct {
+	ID      string       `json:"id"`
+	Min     int          `json:"min"`
+	Max     int          `json:"max"`
+	Curve   alloc.Curve  `json:"curve"`
+	Weight  float64      `json:"weight,omitempty"`
+	RUp     float64      `json:"rescale_up_s"`
+	RDown   float64      `json:"rescale_down_s"`
+	Samples float64      `json:"samples,omitempty"`
+	Launch  store.Launch `json:"launch"`
+}
+
+// spec is what the pool takes from the request.
+func (r *SubmitRequest) spec(owner string, at time.Time) pool.Spec {
+	return pool.Spec{ID: r.ID, Owner: owner, Min: r.Min, Max: r.Max, Curve: r.Curve,
+		Weight: r.Weight, RUp: r.RUp, RDown: r.RDown, Samples: r.Samples, Submit: at}
+}
+
+// ExitDetail is the detail of an exit event.
+type ExitDetail struct {
+	Status pool.Status `json:"status"`
+	Note   string      `json:"note,omitempty"`
+}
+
+// Receipt says how a request was taken.
+type Receipt struct {
+	ID      string // the Trainer's name (generated for a submission without one)
+	Spooled bool   // dropped in the spool for the root reconciler, not recorded yet
+}
+
+// checkSubmit is the one check of a submission, wherever it comes from
+// (the CLI, the spool, the fold): the Trainer's name, its launcher and
+// launch spec, and its model as the pool would take it.
+func checkSubmit(cfg pool.Config, id string, req *SubmitRequest) error {
+	if err := names.ValidateTrainer(id); err != nil {
+		return err
+	}
+	switch req.Launch.Launcher {
+	case trainer.Torchrun, trainer.Horovod, trainer.Exec:
+	default:
+		return fmt.Errorf("launcher %q: want torchrun, horovod or exec", req.Launch.Launcher)
+	}
+	var spec trainer.Spec
+	dec := json.NewDecoder(bytes.NewReader(req.Launch.Spec))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		return fmt.Errorf("launch spec: %w", err)
+	}
+	if err := trainer.ValidateSpec(spec); err != nil {
+		return err
+	}
+	return cfg.CheckSpec(req.spec("", time.Time{}))
+}
+
+// mayAct is the one authorisation rule: user may act on a Trainer owned
+// by owner when it is the owner, an admin (root always is), or nobody —
+// events the reconciler writes itself (the runner's exits) have no user.
+func mayAct(user, owner string, admin func(string) bool) bool {
+	return user == "" || user == owner || user == "root" || (admin != nil && admin(user))
+}
+
+// Submit checks a submission and records it (then re-plans), or, when
+// this process may not write the database, spools it for the root
+// reconciler, which checks it again: a spooled file need not come from
+// this code.
+func (c *Core) Submit(ctx context.Context, req SubmitRequest) (Receipt, error) {
+	now := c.o.Now()
+	if req.ID == "" {
+		req.ID = fmt.Sprintf("%s-%s", c.o.User(), strconv.FormatInt(now.UnixMilli(), 36))
+	}
+	if req.Max == 0 && len(req.Curve.Nodes) > 0 {
+		req.Max = req.Curve.Nodes[len(req.Curve.Nodes)-1]
+	}
+	if err := checkSubmit(c.o.Pool, req.ID, &req); err != nil {
+		return Receipt{}, invalid(err)
+	}
+	detail, err := json.Marshal(req)
+	if err != nil {
+		return Receipt{}, err
+	}
+	return c.request(ctx, store.Event{At: now, Kind: store.KindSubmit, Source: "cli", Trainer: req.ID, Detail: detail})
+}
+
+// Cancel cancels a Trainer. Recorded directly, it is refused at once when
+// the Trainer is not active or not the caller's; spooled, the reconciler
+// decides with the same rule.
+func (c *Core) Cancel(ctx context.Context, id string) (Receipt, error) {
+	if err := names.ValidateTrainer(id); err != nil {
+		return Receipt{}, invalid(err)
+	}
+	if c.CanWrite() {
+		db, err := c.openRead(ctx)
+		if err != nil {
+			return Receipt{}, err
+		}
+		tr, ok, err := db.Trainer(ctx, id)
+		db.Close()
+		if err != nil {
+			return Receipt{}, err
+		}
+		if !ok || !tr.Status.Active() {
+			return Receipt{}, fmt.Errorf("no active Trainer named %q", id)
+		}
+		if me := c.o.User(); !mayAct(me, tr.Owner, c.o.Admins) {
+			return Receipt{}, fmt.Errorf("%w: %s belongs to %s", ErrDenied, id, tr.Owner)
+		}
+	}
+	return c.request(ctx, store.Event{At: c.o.Now(), Kind: store.KindCancel, Source: "cli", Trainer: id})
+}
+
+// Progress records a Trainer's report of the samples it has processed so
+// far (its total); only its owner's processes (or root) may send one,
+// which the fold checks.
+func (c *Core) Progress(ctx context.Context, id string, samples float64) (Receipt, error) {
+	if err := names.ValidateTrainer(id); err != nil {
+		return Receipt{}, invalid(err)
+	}
+	if samples < 0 || samples != samples {
+		return Receipt{}, invalid(fmt.Errorf("samples must be ≥ 0"))
+	}
+	return c.request(ctx, store.Event{At: c.o.Now(), Kind: store.KindProgress, Source: "trainer", Trainer: id, Value: samples, HasVal: true})
+}
+
+// request records an input event as the caller, directly when this
+// process may write the database (and re-plans, but for a progress
+// report), or spools it for the root reconciler.
+func (c *Core) request(ctx context.Context, ev store.Event) (Receipt, error) {
+	ev.User = c.o.User()
+	rc := Receipt{ID: ev.Trainer}
+	if !c.CanWrite() {
+		sp := &Spool{Dir: c.o.Spool}
+		if _, err := sp.Put(Request{Kind: ev.Kind, Trainer: ev.Trainer, Value: ev.Value, Detail: ev.Detail, At: ev.At}); err != nil {
+			return rc, fmt.Errorf("%w%.0w", err, ErrSpool)
+		}
+		rc.Spooled = true
+		return rc, nil
+	}
+	db, err := c.open(ctx)
+	if err != nil {
+		return rc, err
+	}
+	defer db.Close()
+	if ev.Kind == store.KindSubmit {
+		if _, exists, err := db.Trainer(ctx, ev.Trainer); err != nil {
+			return rc, err
+		} else if exists {
+			return rc, invalid(fmt.Errorf("a Trainer named %q already exists; choose another name", ev.Trainer))
+		}
+	}
+	if _, err := db.Append(ctx, ev); err != nil {
+		return rc, err
+	}
+	if ev.Kind == store.KindProgress {
+		return rc, nil
+	}
+	return rc, c.reconcile(ctx, db, false)
+}
+
+// Nodes records that nodes join (join) or leave the pool, by hand or for a
+// scheduler without hooks: exprs are names or hostlist expressions, job
+// the scheduler job the change belongs to (guards against late events).
+// It re-plans unless noReconcile, and returns the nodes recorded.
+func (c *Core) Nodes(ctx context.Context, join bool, exprs []string, job string, noReconcile bool) ([]string, error) {
+	kind := store.KindLeave
+	if join {
+		kind = store.KindJoin
+	}
+	if len(exprs) == 0 {
+		return nil, invalid(fmt.Errorf("node %s: name at least one node (e.g. n[1-4])", kind))
+	}
+	var nodes []string
+	seen := map[string]bool{}
+	for _, e := range exprs {
+		ns, err := names.ExpandHostlist(e)
+		if err != nil {
+			return nil, invalid(err)
+		}
+		for _, n := range ns {
+			if !seen[n] {
+				seen[n] = true
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	if job != "" {
+		if err := names.ValidateJob(job); err != nil {
+			return nil, invalid(err)
+		}
+	}
+	db, err := c.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	if _, err := db.Append(ctx, store.Event{At: c.o.Now(), Kind: kind, Source: "cli", Context: "node " + kind,
+		Job: job, User: c.o.User(), Nodes: nodes}); err != nil {
+		return nil, err
+	}
+	if noReconcile {
+		return nodes, nil
+	}
+	return nodes, c.reconcile(ctx, db, false)
+}

@@ -1,0 +1,78 @@
+package sidecar
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/alloc/milp"
+)
+
+// SolverSettings are what a solver may be built with: a MILP backend's
+// time limit per decision and its program.
+type SolverSettings struct {
+	TimeLimit time.Duration // 0: milp.DefaultTimeLimit
+	Path      string        // the solver's program; "": found on PATH when it solves
+}
+
+// SolverEntry is one allocator by the name the configuration
+// (pool.solver), `plan --solver` and `replay --allocator` give it.
+type SolverEntry struct {
+	Name string
+	New  func(SolverSettings) alloc.Solver
+}
+
+// Solvers is the allocators one bftrainer knows, by name, in the order
+// help texts list them. It is a plain value, handed to whoever needs it.
+type Solvers []SolverEntry
+
+// BuiltinSolvers returns the allocators bftrainer ships. A new allocator
+// (an alloc.Solver in its own file) is registered by one line here.
+func BuiltinSolvers() Solvers {
+	mip := func(b func(path string) milp.Backend) func(SolverSettings) alloc.Solver {
+		// The paper's node-level MILP on a real solver program, found when
+		// it solves (a missing one is a clear error then, and the decision
+		// keeps the allocation).
+		return func(s SolverSettings) alloc.Solver { return milp.Solver{Backend: b(s.Path), TimeLimit: s.TimeLimit} }
+	}
+	return Solvers{
+		{"exact", func(SolverSettings) alloc.Solver { return alloc.Exact{} }},
+		{"cbc", mip(func(p string) milp.Backend { return milp.CBC{Path: p} })},
+		{"highs", mip(func(p string) milp.Backend { return milp.HiGHS{Path: p} })},
+		{"gurobi", mip(func(p string) milp.Backend { return milp.Gurobi{Path: p} })},
+		{"heuristic", func(SolverSettings) alloc.Solver { return alloc.EqualShare{} }},
+		{"greedy", func(SolverSettings) alloc.Solver { return alloc.Greedy{} }},
+	}
+}
+
+// New builds the allocator named name ("" is the first, exact).
+func (r Solvers) New(name string, s SolverSettings) (alloc.Solver, error) {
+	if name == "" && len(r) > 0 {
+		return r[0].New(s), nil
+	}
+	for _, e := range r {
+		if e.Name == name {
+			return e.New(s), nil
+		}
+	}
+	return nil, fmt.Errorf("unknown allocator %q (want %s)", name, r.Want())
+}
+
+// Names returns the allocators' names, in order.
+func (r Solvers) Names() []string {
+	out := make([]string, len(r))
+	for i, e := range r {
+		out[i] = e.Name
+	}
+	return out
+}
+
+// Want lists the names for a message: "exact, cbc, … or greedy".
+func (r Solvers) Want() string {
+	n := r.Names()
+	if len(n) < 2 {
+		return strings.Join(n, "")
+	}
+	return strings.Join(n[:len(n)-1], ", ") + " or " + n[len(n)-1]
+}

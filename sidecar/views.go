@@ -1,0 +1,218 @@
+package sidecar
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/names"
+	"github.com/bftrainer/bftrainer/pool"
+	"github.com/bftrainer/bftrainer/store"
+	"github.com/bftrainer/bftrainer/trainer"
+)
+
+// Preview is a dry run of a round: the saved state with the events not yet
+// folded, brought to now, and the plan the solver would make
+// (pool.Propose). Nothing is saved and nothing is applied.
+type Preview struct {
+	Pool     *pool.Pool
+	Problem  *alloc.Problem
+	Plan     *alloc.Plan
+	Pending  int // events folded here that no round has folded yet
+	SolveDur time.Duration
+}
+
+// Preview computes a dry-run round with the configured solver, or the one
+// named by solver.
+func (c *Core) Preview(ctx context.Context, solver string) (*Preview, error) {
+	s := c.solver
+	if solver != "" {
+		var err error
+		if s, err = c.o.Solvers.New(solver, c.o.SolverSettings); err != nil {
+			return nil, invalid(err)
+		}
+	}
+	db, err := c.openRead(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	r := &Reconciler{DB: db, Pool: c.o.Pool, Solver: s, Admins: c.o.Admins, Now: c.o.Now}
+	r.defaults()
+	f, err := r.fold(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p := f.pool
+	p.Step(pool.Event{At: r.Now()})
+	start := time.Now()
+	d := p.Propose(ctx, s, false)
+	if d.Err != nil {
+		return nil, d.Err
+	}
+	return &Preview{Pool: p, Problem: d.Problem, Plan: d.Plan, Pending: f.events, SolveDur: time.Since(start)}, nil
+}
+
+// ErrNoListing: the scheduler has no node listing here (none, turned off,
+// or its program is not installed).
+var ErrNoListing = fmt.Errorf("the scheduler's node listing is not installed")
+
+// Sync compares the pool with the scheduler's own view (of the scheduler
+// named, or the configured one) and records what differs: nodes exactly
+// idle there but not in the pool join; nodes in the pool that the
+// scheduler runs jobs on (or no longer lists) leave. It is how a missed
+// hook (a crashed node, a restarted controller) is repaired. Then it
+// re-plans, asking the scheduler about released nodes, unless
+// noReconcile.
+func (c *Core) Sync(ctx context.Context, scheduler string, noReconcile bool) (joined, left []string, err error) {
+	if err := c.o.Schedulers.Validate(scheduler); err != nil {
+		return nil, nil, invalid(fmt.Errorf("sync: %w", err))
+	}
+	q, ok := c.query(scheduler)
+	if !ok {
+		return nil, nil, fmt.Errorf("sync: %w", ErrNoListing)
+	}
+	db, err := c.open(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer db.Close()
+	if joined, left, err = syncNodes(ctx, db, c.o.Pool, q, c.o.Now(), c.o.User()); err != nil {
+		return nil, nil, err
+	}
+	if noReconcile {
+		return joined, left, nil
+	}
+	r, err := c.reconciler(db, false)
+	if err != nil {
+		return joined, left, err
+	}
+	r.Scheduler = q
+	return joined, left, r.Run(ctx)
+}
+
+// syncNodes is Sync's comparison and record, on an open database.
+func syncNodes(ctx context.Context, db *store.DB, cfg pool.Config, sched Scheduler, now time.Time, user string) (joined, left []string, err error) {
+	states, err := sched.NodeStates(ctx, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sync: %w", err)
+	}
+	r := &Reconciler{DB: db, Pool: cfg, Scheduler: sched, Now: func() time.Time { return now }}
+	r.defaults()
+	f, err := r.fold(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	p := f.pool
+	listed := make([]string, 0, len(states))
+	for n := range states {
+		listed = append(listed, n)
+	}
+	slices.Sort(listed)
+	for _, n := range listed {
+		node, known := p.Node(n)
+		idle := states[n] == "idle"
+		switch {
+		case idle && (!known || node.State != pool.Idle):
+			joined = append(joined, n)
+		case !idle && known && node.State == pool.Idle:
+			left = append(left, n)
+		}
+	}
+	for _, n := range p.State().Nodes {
+		if _, ok := states[n.Name]; !ok && n.State == pool.Idle {
+			left = append(left, n.Name)
+		}
+	}
+	detail, _ := json.Marshal(map[string]int{"scheduler_nodes": len(states), "joined": len(joined), "left": len(left)})
+	out := []store.Event{{At: now, Kind: store.KindSync, Source: "cli", User: user, Detail: detail}}
+	if len(left) > 0 {
+		out = append(out, store.Event{At: now, Kind: store.KindLeave, Source: "sync", User: user, Nodes: left})
+	}
+	if len(joined) > 0 {
+		out = append(out, store.Event{At: now, Kind: store.KindJoin, Source: "sync", User: user, Nodes: joined})
+	}
+	if _, err := db.Append(ctx, out...); err != nil {
+		return nil, nil, err
+	}
+	return joined, left, nil
+}
+
+// Trainers lists the active Trainers, or all with all.
+func (c *Core) Trainers(ctx context.Context, all bool) ([]store.Trainer, error) {
+	db, err := c.openRead(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	var statuses []pool.Status
+	if !all {
+		statuses = []pool.Status{pool.Queued, pool.Running}
+	}
+	return db.Trainers(ctx, statuses...)
+}
+
+// Trainer returns one Trainer, active or ended.
+func (c *Core) Trainer(ctx context.Context, id string) (store.Trainer, bool, error) {
+	if err := names.ValidateTrainer(id); err != nil {
+		return store.Trainer{}, false, invalid(err)
+	}
+	db, err := c.openRead(ctx)
+	if err != nil {
+		return store.Trainer{}, false, err
+	}
+	defer db.Close()
+	return db.Trainer(ctx, id)
+}
+
+// ErrUnknownTrainer: no Trainer has that name.
+var ErrUnknownTrainer = pool.ErrUnknownTrainer
+
+// Hosts returns the Trainer's nodes as Elastic Horovod's discovery script
+// prints them, "node:slots" lines: the host file the runner replaces
+// atomically each round, when there is one (Horovod asks every second: it
+// spares the database that many readers), else from the database.
+func (c *Core) Hosts(ctx context.Context, id string) ([]byte, error) {
+	if err := names.ValidateTrainer(id); err != nil {
+		return nil, invalid(err) // a name becomes a path below
+	}
+	if c.o.RunnerState != "" {
+		if b, err := os.ReadFile(trainer.HostFile(c.o.RunnerState, id)); err == nil {
+			return b, nil
+		}
+	}
+	tr, ok, err := c.Trainer(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownTrainer, id)
+	}
+	var spec trainer.Spec
+	json.Unmarshal(tr.Launch.Spec, &spec)
+	return trainer.HostLines(alloc.Names(tr.Nodes), spec.Slots()), nil
+}
+
+// Events returns the recorded events the filter selects.
+func (c *Core) Events(ctx context.Context, f store.Filter) ([]store.Event, error) {
+	db, err := c.openRead(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	return db.Events(ctx, f)
+}
+
+// Report summarises the history between since and until (zero: open).
+func (c *Core) Report(ctx context.Context, since, until time.Time) (*store.Report, error) {
+	db, err := c.openRead(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	return db.Report(ctx, since, until)
+}
