@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"math"
@@ -579,6 +580,14 @@ func TestOutputs(t *testing.T) {
 	if !bytes.Contains(svg.Bytes(), []byte("<svg")) || !bytes.Contains(svg.Bytes(), []byte("idle nodes")) {
 		t.Fatalf("not an SVG timeline: %.200s", svg.String())
 	}
+	// The title's second line is the x-range drawn: the trace ran an hour, the replay
+	// until the end of it (J2 never finishes).
+	if want := "hours 0–1.0 from "; !bytes.Contains(svg.Bytes(), []byte(want)) || !bytes.Contains(svg.Bytes(), []byte("until the trace ended")) {
+		t.Fatalf("no subtitle %q…: %.600s", want, svg.String())
+	}
+	if err := xml.Unmarshal(svg.Bytes(), new(struct{})); err != nil {
+		t.Fatalf("the SVG is not well-formed XML: %v", err)
+	}
 
 	var js bytes.Buffer
 	if err := WriteSummaryJSON(&js, []Summary{res.Summary}); err != nil {
@@ -653,5 +662,34 @@ func TestReplaySolverErrorKeeps(t *testing.T) {
 	}
 	if _, err := Replay(context.Background(), tr, []Job{job}, Options{Solver: failingSolver{}, Check: true}); err == nil {
 		t.Fatal("with Check, a solver error should end the replay")
+	}
+}
+
+// TestHourTicks: the time axis has enough labelled ticks to read hours, on a
+// short, a day-long, a two-day and a two-week plot.
+func TestHourTicks(t *testing.T) {
+	for _, tc := range []struct {
+		span           float64
+		minLab, maxLab int
+		minorEvery     float64 // the largest gap between ticks, in hours
+	}{
+		{0.5, 3, 16, 1.0 / 6}, {19.3, 6, 16, 1}, {48, 6, 16, 1}, {336, 6, 16, 6},
+	} {
+		ts := hourTicks(tc.span)
+		labels := 0
+		for i, tk := range ts {
+			if tk.label != "" {
+				labels++
+			}
+			if tk.v > tc.span*(1+1e-9) {
+				t.Fatalf("span %v: tick at %v past the end", tc.span, tk.v)
+			}
+			if i > 0 && tk.v-ts[i-1].v > tc.minorEvery+1e-9 {
+				t.Fatalf("span %v: ticks %v and %v are more than %v h apart", tc.span, ts[i-1].v, tk.v, tc.minorEvery)
+			}
+		}
+		if labels < tc.minLab || labels > tc.maxLab || ts[0].label != "0" {
+			t.Fatalf("span %v: %d labels (first %q), want %d to %d from 0", tc.span, labels, ts[0].label, tc.minLab, tc.maxLab)
+		}
 	}
 }
