@@ -3,10 +3,12 @@
 // cancelled, and every sample gained or lost is booked.
 //
 // It is pure: time comes in with each event, there is no I/O, no clock and
-// no process. The live sidecar loads a State from the store, applies one
-// event, asks alloc for a plan, commits it and saves the State back; a
-// replay drives the same Pool over a whole trace in memory. One
-// implementation of the semantics serves both.
+// no process. The live sidecar loads a State from the store, applies the
+// events, makes one decision (Pool.Decide: the solver's plan, committed,
+// with one policy for an empty pool and a failing solver, see Propose) and
+// saves the State back; a replay drives the same Pool, and the same
+// Decide, over a whole trace in memory. One implementation of the
+// semantics serves both.
 //
 // Accounting follows the reference replayer (see the notes, §3.1): between
 // two events a running Trainer progresses at its rate (samples/s at its

@@ -62,6 +62,9 @@ func (c *Core) Hook(ctx context.Context, env hooks.Env, args []string) {
 	if started.IsZero() {
 		started = c.o.Now()
 	}
+	if c.o.ConfigErr != nil {
+		c.o.HookLog.Printf("hook: %v", c.o.ConfigErr)
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.o.HookDeadline)
 	defer cancel()
 	type result struct {
@@ -83,9 +86,6 @@ func (c *Core) Hook(ctx context.Context, env hooks.Env, args []string) {
 	case r := <-done:
 		if r.label != "" {
 			label = "hook " + r.label
-		}
-		if c.o.ConfigErr != nil {
-			c.o.HookLog.Printf("%s: %v", label, c.o.ConfigErr)
 		}
 		if r.err != nil {
 			c.o.HookLog.Printf("%s: %v", label, r.err)

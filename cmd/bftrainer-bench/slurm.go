@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/bftrainer/bftrainer/contrib/slurm/slurmlab"
+	"github.com/bftrainer/bftrainer/internal/lab/slurm"
 )
 
 // slurmCommand measures bftrainer as the hooks of a real Slurm cluster on
-// this machine (contrib/slurm/lab: one munged, one slurmctld, six
+// this machine (internal/lab/slurm: one munged, one slurmctld, six
 // slurmds), with Trainers owned by a throwaway user:
 //
 //	slurm main_job_start_delay_ms with=<x> without=<y> …
@@ -36,7 +36,7 @@ import (
 // line, which is what the prologs add to. reclaim_ms is the node-local
 // kill the prolog records in the history (SIGKILL of the Trainer's
 // process groups until confirmed gone). The scavenger comparison is
-// slurmlab.SideBySide: the same torchrun Trainer and main job, once
+// slurm.SideBySide: the same torchrun Trainer and main job, once
 // reclaimed by bftrainer, once preempted by Slurm (PreemptMode=REQUEUE,
 // GraceTime=0), whose reclaim is timed in slurmctld's log from the
 // preemption to the main job's allocation.
@@ -57,7 +57,7 @@ func (c *slurmCommand) Run(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := slurmlab.Need(); err != nil {
+	if err := slurm.Need(); err != nil {
 		// make bench runs every command: a machine without Slurm skips
 		// this one and says why.
 		fmt.Fprintf(c.stderr, "bftrainer-bench: slurm: skipped: %v\n", err)
@@ -74,7 +74,7 @@ func (c *slurmCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.stderr, "bftrainer-bench: slurm: "+format+"\n", args...)
 	}
 	logf("building bftrainer and starting a 6-node cluster")
-	cl, err := slurmlab.Up(ctx, slurmlab.ClusterOptions{Repo: root, Nodes: 6, Scavenger: true, Logf: logf})
+	cl, err := slurm.Up(ctx, slurm.ClusterOptions{Repo: root, Nodes: 6, Scavenger: true, Logf: logf})
 	if err != nil {
 		return fmt.Errorf("slurm: %w", err)
 	}
@@ -93,8 +93,8 @@ func (c *slurmCommand) Run(ctx context.Context, args []string) error {
 	return nil
 }
 
-func (c *slurmCommand) measure(ctx context.Context, cl *slurmlab.Cluster, logf func(string, ...any), runs, torchRuns, rounds int, window, hold time.Duration) error {
-	q := slurmlab.Quantile
+func (c *slurmCommand) measure(ctx context.Context, cl *slurm.Cluster, logf func(string, ...any), runs, torchRuns, rounds int, window, hold time.Duration) error {
+	q := slurm.Quantile
 	if err := cl.Reset(ctx); err != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ func (c *slurmCommand) measure(ctx context.Context, cl *slurmlab.Cluster, logf f
 		return err
 	}
 	ready := func() (bool, error) { return sleepers.Ready(ctx) }
-	if err := slurmlab.Poll(ctx, 2*time.Minute, ready); err != nil {
+	if err := slurm.Poll(ctx, 2*time.Minute, ready); err != nil {
 		return fmt.Errorf("trainers on every node: %w", err)
 	}
 	startID, err := cl.LastEventID(ctx)
@@ -112,7 +112,7 @@ func (c *slurmCommand) measure(ctx context.Context, cl *slurmlab.Cluster, logf f
 		return err
 	}
 	logf("%d main jobs with the hooks on", runs)
-	with, err := slurmlab.StartDelays(ctx, cl, runs, 2, ready)
+	with, err := slurm.StartDelays(ctx, cl, runs, 2, ready)
 	if err != nil {
 		return err
 	}
@@ -137,7 +137,7 @@ func (c *slurmCommand) measure(ctx context.Context, cl *slurmlab.Cluster, logf f
 		}
 		if ok {
 			for i, d := range []time.Duration{p.ToCtldHook, p.CtldHook, p.ToNodeProlog, p.NodeProlog, p.ToFirstLine} {
-				path[i] = append(path[i], slurmlab.Millis(d)...)
+				path[i] = append(path[i], slurm.Millis(d)...)
 			}
 		}
 	}
@@ -154,7 +154,7 @@ func (c *slurmCommand) measure(ctx context.Context, cl *slurmlab.Cluster, logf f
 	if err != nil {
 		return err
 	}
-	withSvc, err := slurmlab.StartDelays(ctx, cl, runs, 2, ready)
+	withSvc, err := slurm.StartDelays(ctx, cl, runs, 2, ready)
 	if kerr := svc.Kill(); err == nil {
 		err = kerr
 	}
@@ -168,14 +168,14 @@ func (c *slurmCommand) measure(ctx context.Context, cl *slurmlab.Cluster, logf f
 	if err := cl.In.SetHooks(ctx, cl.Lab, false); err != nil {
 		return err
 	}
-	without, err := slurmlab.StartDelays(ctx, cl, runs, 2, nil)
+	without, err := slurm.StartDelays(ctx, cl, runs, 2, nil)
 	if herr := cl.In.SetHooks(ctx, cl.Lab, true); err == nil {
 		err = herr
 	}
 	if err != nil {
 		return err
 	}
-	delays := func(ss []slurmlab.DelaySample, alloc bool) []float64 {
+	delays := func(ss []slurm.DelaySample, alloc bool) []float64 {
 		var ds []time.Duration
 		for _, s := range ss {
 			if alloc {
@@ -184,7 +184,7 @@ func (c *slurmCommand) measure(ctx context.Context, cl *slurmlab.Cluster, logf f
 				ds = append(ds, s.StartDelay())
 			}
 		}
-		return slurmlab.Millis(ds...)
+		return slurm.Millis(ds...)
 	}
 	sw, so := delays(with, false), delays(without, false)
 	aw, ao := delays(with, true), delays(without, true)
@@ -209,7 +209,7 @@ func (c *slurmCommand) measure(ctx context.Context, cl *slurmlab.Cluster, logf f
 		if err := cl.Reset(ctx); err != nil {
 			return err
 		}
-		td, err := slurmlab.TorchStartDelays(ctx, cl, torchRuns)
+		td, err := slurm.TorchStartDelays(ctx, cl, torchRuns)
 		if err != nil {
 			return err
 		}
@@ -227,13 +227,13 @@ func (c *slurmCommand) measure(ctx context.Context, cl *slurmlab.Cluster, logf f
 
 	var speedup float64
 	if rounds > 0 {
-		var bfs, scs []slurmlab.SideResult
+		var bfs, scs []slurm.SideResult
 		for r := 0; r < rounds; r++ {
 			logf("side by side, round %d of %d", r+1, rounds)
 			if err := cl.Reset(ctx); err != nil {
 				return err
 			}
-			bf, sc, err := slurmlab.SideBySide(ctx, cl, slurmlab.SideOptions{Hold: hold, Window: window})
+			bf, sc, err := slurm.SideBySide(ctx, cl, slurm.SideOptions{Hold: hold, Window: window})
 			if err != nil {
 				return err
 			}
@@ -242,7 +242,7 @@ func (c *slurmCommand) measure(ctx context.Context, cl *slurmlab.Cluster, logf f
 		med := map[string]float64{}
 		for _, side := range []struct {
 			name string
-			rs   []slurmlab.SideResult
+			rs   []slurm.SideResult
 		}{{"scavenger", scs}, {"bftrainer", bfs}} {
 			var rec, start, ns, samples []float64
 			lost := 0
@@ -250,8 +250,8 @@ func (c *slurmCommand) measure(ctx context.Context, cl *slurmlab.Cluster, logf f
 				if r.Lost {
 					lost++
 				}
-				rec = append(rec, slurmlab.Millis(r.Reclaim)...)
-				start = append(start, slurmlab.Millis(r.StartDelay)...)
+				rec = append(rec, slurm.Millis(r.Reclaim)...)
+				start = append(start, slurm.Millis(r.StartDelay)...)
 				ns = append(ns, r.NodeSeconds)
 				samples = append(samples, r.Samples)
 			}

@@ -130,7 +130,7 @@ func defaults() Config {
 	c.Pool.Solver = "exact"
 	c.Pool.SolverTimeLimit = Duration{10 * time.Second}
 	c.Hooks.Deadline = Duration{2 * time.Second}
-	c.Hooks.Log = "/var/log/bftrainer/hooks.log"
+	c.Hooks.Log = defaultHookLog
 	c.Hooks.SpawnReconciler = "auto"
 	c.Reconciler.IdleWait = Duration{60 * time.Second}
 	c.Reconciler.Poll = Duration{time.Second}

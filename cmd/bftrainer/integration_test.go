@@ -35,7 +35,9 @@ func MustBuild(tb testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "bftrainer")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		// Its built-in hooks.log is beside it, not in /var/log: the hooks
+		// of tests with a broken configuration log there.
+		out, err := exec.Command("go", "build", "-ldflags", "-X main.defaultHookLog="+fallbackLog(binPath), "-o", binPath, ".").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
@@ -45,6 +47,10 @@ func MustBuild(tb testing.TB) string {
 	}
 	return binPath
 }
+
+// fallbackLog is where the test binary's hooks log when the configuration
+// does not load.
+func fallbackLog(bin string) string { return filepath.Join(filepath.Dir(bin), "fallback-hooks.log") }
 
 // testEnv is a work directory with a configuration for the binary.
 type testEnv struct {
@@ -364,5 +370,8 @@ func TestBrokenConfigStillKills(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		victim.Process.Kill()
 		t.Fatal("the prolog left the Trainer process running")
+	}
+	if b, _ := os.ReadFile(fallbackLog(bin)); !strings.Contains(string(b), "hook: config "+e.config) {
+		t.Fatalf("the hook did not log the broken configuration to the built-in hooks.log:\n%s", b)
 	}
 }

@@ -19,9 +19,13 @@ import (
 )
 
 // Set at build time: go build -ldflags "-X main.defaultConfig=/etc/…".
+// defaultHookLog is hooks.log by default, and where hooks log when the
+// configuration does not load (tests build it into their temporary
+// directory).
 var (
-	defaultConfig = "/etc/bftrainer/bftrainer.toml"
-	version       = "dev"
+	defaultConfig  = "/etc/bftrainer/bftrainer.toml"
+	defaultHookLog = "/var/log/bftrainer/hooks.log"
+	version        = "dev"
 )
 
 func main() {

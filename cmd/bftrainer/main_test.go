@@ -9,6 +9,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The scripts' hooks run this binary: their built-in hooks.log (where
+	// a hook with a broken configuration logs) is in the script's work
+	// directory, not /var/log.
+	if v := os.Getenv("BFTRAINER_TEST_HOOKLOG"); v != "" {
+		defaultHookLog = v
+	}
 	testscript.Main(cleanup{m}, map[string]func(){
 		"bftrainer": func() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) },
 	})
@@ -34,6 +40,7 @@ func TestScripts(t *testing.T) {
 		Setup: func(env *testscript.Env) error {
 			// A config per test, in its own work directory.
 			env.Setenv("BFTRAINER_CONFIG", env.WorkDir+"/bftrainer.toml")
+			env.Setenv("BFTRAINER_TEST_HOOKLOG", env.WorkDir+"/fallback-hooks.log")
 			return os.WriteFile(env.WorkDir+"/bftrainer.toml", []byte(`database = "`+env.WorkDir+`/db/bftrainer.db"
 spool = "`+env.WorkDir+`/spool"
 [hooks]

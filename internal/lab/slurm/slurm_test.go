@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bftrainer/bftrainer/contrib/slurm/slurmlab"
+	"github.com/bftrainer/bftrainer/internal/lab/slurm"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
 	"github.com/bftrainer/bftrainer/trainer/trainertest"
@@ -24,16 +24,16 @@ import (
 // main (scenario 7; main jobs never touch it otherwise), Trainers owned
 // by a throwaway user. Everything is stopped by PID when the test ends,
 // failed or not, and before the test binary's own deadline.
-func up(t *testing.T) *slurmlab.Cluster {
+func up(t *testing.T) *slurm.Cluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a real Slurm cluster and real torchrun Trainers (several minutes)")
 	}
-	if err := slurmlab.Need(); err != nil {
+	if err := slurm.Need(); err != nil {
 		t.Skip(err)
 	}
 	ctx := context.Background()
-	c, err := slurmlab.Up(ctx, slurmlab.ClusterOptions{Repo: trainertest.RepoRoot(t), Nodes: 6, Scavenger: true, Logf: t.Logf})
+	c, err := slurm.Up(ctx, slurm.ClusterOptions{Repo: trainertest.RepoRoot(t), Nodes: 6, Scavenger: true, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func up(t *testing.T) *slurmlab.Cluster {
 
 // debugOnFailure logs what a failed scenario needs to be understood from
 // a CI log: the daemons' logs, the hooks' log, the history.
-func debugOnFailure(t *testing.T, c *slurmlab.Cluster) {
+func debugOnFailure(t *testing.T, c *slurm.Cluster) {
 	t.Helper()
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -84,11 +84,11 @@ func must[T any](t *testing.T) func(T, error) T {
 }
 
 // nodes returns the lab's node names from..to (1-based, inclusive).
-func nodes(c *slurmlab.Cluster, from, to int) []string { return slices.Clone(c.Lab.Nodes[from-1 : to]) }
+func nodes(c *slurm.Cluster, from, to int) []string { return slices.Clone(c.Lab.Nodes[from-1 : to]) }
 
 // noDrain fails the test if any node is drained, draining or down: a hook
 // that exits non-zero or hangs past PrologEpilogTimeout drains its node.
-func noDrain(t *testing.T, c *slurmlab.Cluster) {
+func noDrain(t *testing.T, c *slurm.Cluster) {
 	t.Helper()
 	bad, err := c.Lab.Drained(context.Background())
 	if err != nil {
@@ -106,9 +106,9 @@ func TestSlurm(t *testing.T) {
 	c := up(t)
 	ctx := context.Background()
 	var (
-		tr     *slurmlab.Torch
-		hold   *slurmlab.Job // holds the last two nodes during 1-3
-		main   *slurmlab.Job
+		tr     *slurm.Torch
+		hold   *slurm.Job // holds the last two nodes during 1-3
+		main   *slurm.Job
 		onMain []string
 	)
 	four := nodes(c, 1, 4)
@@ -120,8 +120,8 @@ func TestSlurm(t *testing.T) {
 		debugOnFailure(t, c)
 		// A main job holds the last two nodes, so that exactly four are
 		// idle to find.
-		hold = must[*slurmlab.Job](t)(c.Lab.Submit(ctx, slurmlab.JobSpec{Nodes: 2, NodeList: strings.Join(nodes(c, 5, 6), ","), Held: true, Name: "hold"}))
-		must[slurmlab.JobReport](t)(hold.WaitChecked(ctx, time.Minute))
+		hold = must[*slurm.Job](t)(c.Lab.Submit(ctx, slurm.JobSpec{Nodes: 2, NodeList: strings.Join(nodes(c, 5, 6), ","), Held: true, Name: "hold"}))
+		must[slurm.JobReport](t)(hold.WaitChecked(ctx, time.Minute))
 		out := must[string](t)(c.Run(ctx, "sync"))
 		if want := "joined 4 slab[1-4]\n"; !strings.HasPrefix(out, want) {
 			t.Fatalf("sync printed %q, want it to start with %q", out, want)
@@ -134,7 +134,7 @@ func TestSlurm(t *testing.T) {
 		if tr, err = c.SubmitTorch(ctx, "tr", 1, 4); err != nil {
 			t.Fatal(err)
 		}
-		r, err := slurmlab.WaitRounds(ctx, tr.Log, submitted, 3, 3*time.Minute, slurmlab.OnNodes(four...))
+		r, err := slurm.WaitRounds(ctx, tr.Log, submitted, 3, 3*time.Minute, slurm.OnNodes(four...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +152,7 @@ func TestSlurm(t *testing.T) {
 	reclaimed := harvested && t.Run("2-reclaim", func(t *testing.T) {
 		debugOnFailure(t, c)
 		var err error
-		main, err = c.Lab.Submit(ctx, slurmlab.JobSpec{Nodes: 2, Held: true})
+		main, err = c.Lab.Submit(ctx, slurm.JobSpec{Nodes: 2, Held: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +160,7 @@ func TestSlurm(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		info := must[slurmlab.JobInfo](t)(c.Lab.Job(ctx, main.ID))
+		info := must[slurm.JobInfo](t)(c.Lab.Job(ctx, main.ID))
 		onMain = must[[]string](t)(info.Nodes())
 		for _, n := range onMain {
 			if !slices.Contains(four, n) {
@@ -202,12 +202,12 @@ func TestSlurm(t *testing.T) {
 			}
 		}
 		rest := slices.DeleteFunc(slices.Clone(four), func(n string) bool { return slices.Contains(onMain, n) })
-		rd, err := slurmlab.WaitRounds(ctx, tr.Log, r.First, 3, 2*time.Minute, slurmlab.OnNodes(rest...))
+		rd, err := slurm.WaitRounds(ctx, tr.Log, r.First, 3, 2*time.Minute, slurm.OnNodes(rest...))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("the Trainer trains at world 2 on %v, %.1f s after the main job started", rd.Nodes, rd.At.Sub(r.First).Seconds())
-		if ps := must[[]slurmlab.Proc](t)(c.In.TrainerProcs(onMain...)); len(ps) > 0 {
+		if ps := must[[]slurm.Proc](t)(c.In.TrainerProcs(onMain...)); len(ps) > 0 {
 			t.Errorf("Trainer processes came back on the main job's nodes: %+v", ps)
 		}
 		noDrain(t, c)
@@ -228,11 +228,11 @@ func TestSlurm(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := must[slurmlab.JobReport](t)(main.Report())
-		if bad := slurmlab.Normal(info, r); bad != "" {
+		r := must[slurm.JobReport](t)(main.Report())
+		if bad := slurm.Normal(info, r); bad != "" {
 			t.Errorf("main job %s: %s", main.ID, bad)
 		}
-		rg, err := slurmlab.WaitRounds(ctx, tr.Log, released, 3, 2*time.Minute, slurmlab.OnNodes(four...))
+		rg, err := slurm.WaitRounds(ctx, tr.Log, released, 3, 2*time.Minute, slurm.OnNodes(four...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,7 +269,7 @@ func TestSlurm(t *testing.T) {
 		debugOnFailure(t, c)
 		if hold != nil {
 			hold.Release()
-			must[slurmlab.JobInfo](t)(hold.WaitEnded(ctx, time.Minute))
+			must[slurm.JobInfo](t)(hold.WaitEnded(ctx, time.Minute))
 		} else {
 			reset(t, c) // run alone (go test -run TestSlurm/4-storm)
 		}
@@ -283,16 +283,16 @@ func TestSlurm(t *testing.T) {
 		for i := busy; i < len(c.Lab.Nodes); i++ {
 			must[string](t)(c.SubmitSleeper(ctx, fmt.Sprintf("storm%d", i)))
 		}
-		if err := slurmlab.Poll(ctx, 2*time.Minute, c.SleepersReady); err != nil {
+		if err := slurm.Poll(ctx, 2*time.Minute, c.SleepersReady); err != nil {
 			t.Fatalf("not every node runs a Trainer: %v", err)
 		}
 		before := must[[]string](t)(c.Active(ctx))
 		startID := must[int64](t)(c.LastEventID(ctx))
 		sizes := []int{1, 3, 2, 4, 1, 2, 3, 1, 4, 2, 1, 3, 2, 2, 4, 1, 3, 1, 2, 4}
-		jobs := make([]*slurmlab.Job, len(sizes))
+		jobs := make([]*slurm.Job, len(sizes))
 		began := time.Now()
 		for i, n := range sizes {
-			jobs[i] = must[*slurmlab.Job](t)(c.Lab.Submit(ctx, slurmlab.JobSpec{Nodes: n, Hold: time.Duration(1+i%3) * time.Second, Name: fmt.Sprintf("storm%d", i)}))
+			jobs[i] = must[*slurm.Job](t)(c.Lab.Submit(ctx, slurm.JobSpec{Nodes: n, Hold: time.Duration(1+i%3) * time.Second, Name: fmt.Sprintf("storm%d", i)}))
 		}
 		var delays []float64
 		for i, j := range jobs {
@@ -300,8 +300,8 @@ func TestSlurm(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := must[slurmlab.JobReport](t)(j.Report())
-			if bad := slurmlab.Normal(info, r); bad != "" {
+			r := must[slurm.JobReport](t)(j.Report())
+			if bad := slurm.Normal(info, r); bad != "" {
 				t.Errorf("storm job %s (-N %d): %s", j.ID, sizes[i], bad)
 			}
 			if !r.First.IsZero() {
@@ -340,7 +340,7 @@ func TestSlurm(t *testing.T) {
 			}
 		}
 		t.Logf("%d jobs done in %.1f s; sbatch to first line p50 %.0f ms, max %.0f ms", len(jobs), time.Since(began).Seconds(),
-			slurmlab.Quantile(delays, 0.5), slurmlab.Quantile(delays, 1))
+			slurm.Quantile(delays, 0.5), slurm.Quantile(delays, 1))
 		// No job requeued: Restarts=0 above, and slurmctld never logged a
 		// requeue.
 		log := must[string](t)(c.Lab.CtldLog())
@@ -370,8 +370,8 @@ func TestSlurm(t *testing.T) {
 		hookMs := must[[]float64](t)(c.HookMs(ctx, "prolog_slurmctld", startID))
 		killMs := must[[]float64](t)(c.KillMs(ctx, startID))
 		t.Logf("storm: prolog_slurmctld p50 %.1f ms p99 %.1f ms (%d); node kills p50 %.1f ms p99 %.1f ms (%d)",
-			slurmlab.Quantile(hookMs, 0.5), slurmlab.Quantile(hookMs, 0.99), len(hookMs),
-			slurmlab.Quantile(killMs, 0.5), slurmlab.Quantile(killMs, 0.99), len(killMs))
+			slurm.Quantile(hookMs, 0.5), slurm.Quantile(hookMs, 0.99), len(hookMs),
+			slurm.Quantile(killMs, 0.5), slurm.Quantile(killMs, 0.99), len(killMs))
 	})
 
 	// 5. Fail open: whatever breaks inside bftrainer, main jobs start and
@@ -389,7 +389,7 @@ func TestSlurm(t *testing.T) {
 }
 
 // reset brings the cluster to a known state or stops the test.
-func reset(t *testing.T, c *slurmlab.Cluster) {
+func reset(t *testing.T, c *slurm.Cluster) {
 	t.Helper()
 	if err := c.Reset(context.Background()); err != nil {
 		t.Fatalf("reset: %v", err)
@@ -399,20 +399,20 @@ func reset(t *testing.T, c *slurmlab.Cluster) {
 // runMain submits main jobs, waits until they end, and checks that each
 // ran normally: completed with exit 0, never requeued, and found no
 // Trainer process on its nodes.
-func runMain(t *testing.T, c *slurmlab.Cluster, specs ...slurmlab.JobSpec) []*slurmlab.Job {
+func runMain(t *testing.T, c *slurm.Cluster, specs ...slurm.JobSpec) []*slurm.Job {
 	t.Helper()
 	ctx := context.Background()
-	var jobs []*slurmlab.Job
+	var jobs []*slurm.Job
 	for _, s := range specs {
-		jobs = append(jobs, must[*slurmlab.Job](t)(c.Lab.Submit(ctx, s)))
+		jobs = append(jobs, must[*slurm.Job](t)(c.Lab.Submit(ctx, s)))
 	}
 	for _, j := range jobs {
 		info, err := j.WaitEnded(ctx, 3*time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := must[slurmlab.JobReport](t)(j.Report())
-		if bad := slurmlab.Normal(info, r); bad != "" {
+		r := must[slurm.JobReport](t)(j.Report())
+		if bad := slurm.Normal(info, r); bad != "" {
 			t.Errorf("main job %s: %s", j.ID, bad)
 		} else {
 			t.Logf("main job %s on %s ran normally; first line %.0f ms after sbatch", j.ID, info["NodeList"], ms(j.StartDelay(r)))
@@ -454,21 +454,21 @@ func wantLogged(t *testing.T, logged string, want ...string) {
 }
 
 // sleepersEverywhere puts a one-node Trainer on every node.
-func sleepersEverywhere(t *testing.T, c *slurmlab.Cluster, tag string) {
+func sleepersEverywhere(t *testing.T, c *slurm.Cluster, tag string) {
 	t.Helper()
 	ctx := context.Background()
 	for i := range c.Lab.Nodes {
 		must[string](t)(c.SubmitSleeper(ctx, fmt.Sprintf("%s%d", tag, i)))
 	}
-	if err := slurmlab.Poll(ctx, 2*time.Minute, c.SleepersReady); err != nil {
+	if err := slurm.Poll(ctx, 2*time.Minute, c.SleepersReady); err != nil {
 		t.Fatalf("not every node runs a Trainer: %v", err)
 	}
 }
 
-func failOpen(t *testing.T, c *slurmlab.Cluster) {
+func failOpen(t *testing.T, c *slurm.Cluster) {
 	ctx := context.Background()
-	two := slurmlab.JobSpec{Nodes: 2, Hold: time.Second}
-	one := slurmlab.JobSpec{Nodes: 1, Hold: time.Second}
+	two := slurm.JobSpec{Nodes: 2, Hold: time.Second}
+	one := slurm.JobSpec{Nodes: 1, Hold: time.Second}
 
 	// The database unwritable, even for root (a read-only bind mount of
 	// its directory): no hook can record anything, and still each node's
@@ -497,8 +497,8 @@ func failOpen(t *testing.T, c *slurmlab.Cluster) {
 		}
 		off := fileSize(c.In.HooksLog)
 		runMain(t, c, two, one)
-		wantLogged(t, logSince(t, c.In.HooksLog, off), "hook prolog_slurmctld: record hook:", "hook epilog_slurmctld: record hook:",
-			"hook prolog_slurmd: record hook:", "read-only")
+		wantLogged(t, logSince(t, c.In.HooksLog, off), "hook slurm prolog_slurmctld: record hook:", "hook slurm epilog_slurmctld: record hook:",
+			"hook slurm prolog_slurmd: record hook:", "read-only")
 		umount()
 		// What the hooks could not record, sync repairs.
 		must[string](t)(c.Run(ctx, "sync"))
@@ -528,19 +528,14 @@ func failOpen(t *testing.T, c *slurmlab.Cluster) {
 	})
 
 	// A configuration that does not parse: the hooks cannot know their log
-	// either, and write to the built-in /var/log/bftrainer/hooks.log.
+	// either, and write to the binary's built-in hooks.log (this install's
+	// FallbackLog, compiled in; /var/log/bftrainer/hooks.log in a release).
 	t.Run("config-unparsable", func(t *testing.T) {
 		debugOnFailure(t, c)
 		reset(t, c)
-		const sysLog = "/var/log/bftrainer/hooks.log"
-		_, statErr := os.Stat(filepath.Dir(sysLog))
+		sysLog := c.In.FallbackLog
 		off := fileSize(sysLog)
-		t.Cleanup(func() {
-			if os.IsNotExist(statErr) { // we made it: leave the machine as it was
-				os.RemoveAll(filepath.Dir(sysLog))
-			}
-		})
-		if err := c.Configure(slurmlab.Settings{Raw: "database = \"/nonexistent/db\"\n[[[ this is not TOML\n"}); err != nil {
+		if err := c.Configure(slurm.Settings{Raw: "database = \"/nonexistent/db\"\n[[[ this is not TOML\n"}); err != nil {
 			t.Fatal(err)
 		}
 		runMain(t, c, two, one)
@@ -628,9 +623,9 @@ func failOpen(t *testing.T, c *slurmlab.Cluster) {
 		}
 		startID := must[int64](t)(c.LastEventID(ctx))
 		sshd.Stop()
-		runMain(t, c, slurmlab.JobSpec{Nodes: 1, NodeList: on[0], Hold: time.Second}, two)
+		runMain(t, c, slurm.JobSpec{Nodes: 1, NodeList: on[0], Hold: time.Second}, two)
 		var unreachable []store.Event
-		err := slurmlab.Poll(ctx, time.Minute, func() (bool, error) {
+		err := slurm.Poll(ctx, time.Minute, func() (bool, error) {
 			evs, err := c.In.Events(ctx, store.Filter{Kinds: []string{store.KindAction}, AfterID: startID})
 			unreachable = slices.DeleteFunc(evs, func(e store.Event) bool { return !strings.Contains(e.Error, "unreachable") })
 			return len(unreachable) > 0, err
@@ -649,7 +644,7 @@ func failOpen(t *testing.T, c *slurmlab.Cluster) {
 	})
 }
 
-func missedEvents(t *testing.T, c *slurmlab.Cluster) {
+func missedEvents(t *testing.T, c *slurm.Cluster) {
 	debugOnFailure(t, c)
 	ctx := context.Background()
 	reset(t, c)
@@ -676,20 +671,20 @@ func missedEvents(t *testing.T, c *slurmlab.Cluster) {
 	watch.Wait()
 	// A job that holds two nodes, a slurmd that crashes (Slurm notices at
 	// its next contact: a reconfigure makes that now), a short job.
-	long := must[*slurmlab.Job](t)(c.Lab.Submit(ctx, slurmlab.JobSpec{Nodes: 2, Held: true, Name: "long"}))
-	must[slurmlab.JobReport](t)(long.WaitChecked(ctx, time.Minute))
+	long := must[*slurm.Job](t)(c.Lab.Submit(ctx, slurm.JobSpec{Nodes: 2, Held: true, Name: "long"}))
+	must[slurm.JobReport](t)(long.WaitChecked(ctx, time.Minute))
 	crashed := c.Lab.Nodes[len(c.Lab.Nodes)-1]
 	if err := c.Lab.StopNode(ctx, crashed, true); err != nil {
 		t.Fatal(err)
 	}
 	must[string](t)(c.Lab.Output(ctx, "scontrol", "reconfigure"))
-	if err := slurmlab.Poll(ctx, time.Minute, func() (bool, error) {
+	if err := slurm.Poll(ctx, time.Minute, func() (bool, error) {
 		st, err := c.Lab.NodeStates(ctx)
 		return st[crashed] != "idle", err
 	}); err != nil {
 		t.Fatalf("Slurm did not notice %s's slurmd is gone: %v", crashed, err)
 	}
-	runMain(t, c, slurmlab.JobSpec{Nodes: 1, Hold: time.Second})
+	runMain(t, c, slurm.JobSpec{Nodes: 1, Hold: time.Second})
 	if d := must[string](t)(c.In.PoolMismatch(ctx, c.Lab)); d == "" {
 		t.Fatal("the pool matches sinfo already: nothing was missed")
 	} else {
@@ -709,8 +704,8 @@ func missedEvents(t *testing.T, c *slurmlab.Cluster) {
 		t.Fatal(err)
 	}
 	long.Release()
-	info := must[slurmlab.JobInfo](t)(long.WaitEnded(ctx, time.Minute))
-	if bad := slurmlab.Normal(info, must[slurmlab.JobReport](t)(long.Report())); bad != "" {
+	info := must[slurm.JobInfo](t)(long.WaitEnded(ctx, time.Minute))
+	if bad := slurm.Normal(info, must[slurm.JobReport](t)(long.Report())); bad != "" {
 		t.Errorf("long job %s: %s", long.ID, bad)
 	}
 	if err := c.Lab.WaitIdle(ctx, time.Minute); err != nil {
@@ -727,16 +722,16 @@ func missedEvents(t *testing.T, c *slurmlab.Cluster) {
 	noDrain(t, c)
 }
 
-func sideBySide(t *testing.T, c *slurmlab.Cluster) {
+func sideBySide(t *testing.T, c *slurm.Cluster) {
 	trainertest.NeedTorch(t)
 	debugOnFailure(t, c)
 	ctx := context.Background()
 	reset(t, c)
-	bf, scav, err := slurmlab.SideBySide(ctx, c, slurmlab.SideOptions{})
+	bf, scav, err := slurm.SideBySide(ctx, c, slurm.SideOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range []slurmlab.SideResult{bf, scav} {
+	for _, r := range []slurm.SideResult{bf, scav} {
 		t.Logf("%-9s main job %s: sbatch to first line %.0f ms; reclaim %.0f ms; Trainer %.0f node-s and %.0f samples in the %v window",
 			r.Approach, r.Main.ID, ms(r.StartDelay), ms(r.Reclaim), r.NodeSeconds, r.Samples, 60*time.Second)
 	}
@@ -745,9 +740,9 @@ func sideBySide(t *testing.T, c *slurmlab.Cluster) {
 	if scav.Restarts == "" || scav.Restarts == "0" {
 		t.Errorf("the scavenger Trainer job was not requeued (Restarts=%q)", scav.Restarts)
 	}
-	during := func(r slurmlab.SideResult) float64 {
-		steps := must[[]slurmlab.Step](t)(slurmlab.ReadSteps(r.TrainerLog))
-		return slurmlab.NodeSeconds(steps, r.Report.First, r.Report.End)
+	during := func(r slurm.SideResult) float64 {
+		steps := must[[]slurm.Step](t)(slurm.ReadSteps(r.TrainerLog))
+		return slurm.NodeSeconds(steps, r.Report.First, r.Report.End)
 	}
 	if ns := during(bf); ns <= 0 {
 		t.Errorf("the bftrainer Trainer did not train while the main job ran")
@@ -794,14 +789,14 @@ func TestSlurmUserNotRoot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real Slurm cluster")
 	}
-	if err := slurmlab.Need(); err != nil {
+	if err := slurm.Need(); err != nil {
 		t.Skip(err)
 	}
 	if _, err := user.Lookup("slurm"); err != nil {
 		t.Skip("needs the slurm user (Debian's slurm-wlm packages create it)")
 	}
 	ctx := context.Background()
-	c, err := slurmlab.Up(ctx, slurmlab.ClusterOptions{Repo: trainertest.RepoRoot(t), Nodes: 3, SlurmUser: "slurm", Logf: t.Logf})
+	c, err := slurm.Up(ctx, slurm.ClusterOptions{Repo: trainertest.RepoRoot(t), Nodes: 3, SlurmUser: "slurm", Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -829,7 +824,7 @@ func TestSlurmUserNotRoot(t *testing.T) {
 	t.Cleanup(func() { service.Process.Kill(); service.Wait() })
 	sleepersEverywhere(t, c, "su")
 	startID := must[int64](t)(c.LastEventID(ctx))
-	runMain(t, c, slurmlab.JobSpec{Nodes: 2, Hold: time.Second}, slurmlab.JobSpec{Nodes: 1, Hold: time.Second})
+	runMain(t, c, slurm.JobSpec{Nodes: 2, Hold: time.Second}, slurm.JobSpec{Nodes: 1, Hold: time.Second})
 	// The controller's hooks, run as slurm, recorded themselves.
 	evs := must[[]store.Event](t)(c.In.Events(ctx, store.Filter{Kinds: []string{store.KindHook}, AfterID: startID}))
 	n := 0

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # selftest.sh - end-to-end check of lab.sh on a real Slurm (root, Debian slurm packages).
 #
-#   contrib/slurm/lab/selftest.sh [WORKDIR] [--loops N] [--slurm-user USER] [--quick]
+#   internal/lab/slurm/selftest.sh [WORKDIR] [--loops N] [--slurm-user USER] [--quick]
 #
 # 1. 6 nodes + a hook that logs every call: `sbatch -N 2 --wrap 'srun hostname'` plus 20 jobs of
 #    1-4 nodes at once; every job ran 1 PrologSlurmctld, 1 EpilogSlurmctld and one Prolog and

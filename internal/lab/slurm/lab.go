@@ -1,8 +1,10 @@
-// Package slurmlab drives bftrainer against a real Slurm cluster on one
-// machine, for the integration tests in contrib/slurm and for
-// `bftrainer-bench slurm`.
+// Package slurm is test infrastructure: it owns a real Slurm cluster on one
+// machine and drives bftrainer against it, for the end-to-end tests in this
+// directory (slurm_test.go: go test -v -timeout 30m ./internal/lab/slurm/,
+// as root) and for `bftrainer-bench slurm`. What sysadmins install is in
+// contrib/slurm.
 //
-// The cluster is contrib/slurm/lab/lab.sh's: one munged, one slurmctld
+// The cluster is lab.sh's (beside this file): one munged, one slurmctld
 // and one stock `slurmd -N NODE` per node, everything in one private
 // directory. On top of it this package builds bftrainer as the hook of
 // all four Slurm hook points (Prolog, Epilog, PrologSlurmctld,
@@ -13,7 +15,7 @@
 //
 // It needs root and Debian's slurmctld, slurmd, slurm-client and munge
 // packages; Need says what is missing.
-package slurmlab
+package slurm
 
 import (
 	"bufio"
@@ -51,7 +53,7 @@ func Need() error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("needs %s (Debian: apt-get install slurmctld slurmd slurm-client munge, or contrib/slurm/lab/lab.sh install-deps)",
+		return fmt.Errorf("needs %s (Debian: apt-get install slurmctld slurmd slurm-client munge, or internal/lab/slurm/lab.sh install-deps)",
 			strings.Join(missing, ", "))
 	}
 	return nil

@@ -1,4 +1,4 @@
-package slurmlab
+package slurm
 
 import (
 	"bytes"
@@ -29,17 +29,20 @@ import (
 // database, spool, registry and logs, all below Dir.
 type Install struct {
 	Dir      string
-	Bin      string // bftrainer, built with -X main.defaultConfig=Config
+	Bin      string // bftrainer, built with -X main.defaultConfig=Config and main.defaultHookLog=FallbackLog
 	Config   string
 	DB       string
 	HooksLog string
-	Spool    string
-	Registry string
-	LogDir   string // Trainer output
-	StateDir string // the runner's state
-	Work     string // shared scratch (mode 1777): Trainer programs, checkpoints, progress logs
-	Sinfo    string // sinfo with the lab's SLURM_CONF (the controller hooks get none)
-	Tag      string // prefix of every Trainer name: cleanup finds their processes by it
+	// FallbackLog is the binary's built-in hooks.log: where hooks log when
+	// the configuration does not load (not the system's /var/log).
+	FallbackLog string
+	Spool       string
+	Registry    string
+	LogDir      string // Trainer output
+	StateDir    string // the runner's state
+	Work        string // shared scratch (mode 1777): Trainer programs, checkpoints, progress logs
+	Sinfo       string // sinfo with the lab's SLURM_CONF (the controller hooks get none)
+	Tag         string // prefix of every Trainer name: cleanup finds their processes by it
 
 	labConf string
 	ports   [2]int
@@ -69,19 +72,20 @@ func NewInstall(ctx context.Context, repo, dir, labConf string) (_ *Install, err
 	tag := make([]byte, 2)
 	rand.Read(tag)
 	in := &Install{
-		Dir:      dir,
-		Bin:      filepath.Join(dir, "bin", "bftrainer"),
-		Config:   filepath.Join(dir, "etc", "bftrainer.toml"),
-		DB:       filepath.Join(dir, "db", "bftrainer.db"),
-		HooksLog: filepath.Join(dir, "log", "hooks.log"),
-		Spool:    filepath.Join(dir, "spool"),
-		Registry: filepath.Join(dir, "registry"),
-		LogDir:   filepath.Join(dir, "log", "trainers"),
-		StateDir: filepath.Join(dir, "runner"),
-		Work:     filepath.Join(dir, "work"),
-		Sinfo:    filepath.Join(dir, "bin", "sinfo"),
-		Tag:      "s" + hex.EncodeToString(tag),
-		labConf:  labConf,
+		Dir:         dir,
+		Bin:         filepath.Join(dir, "bin", "bftrainer"),
+		Config:      filepath.Join(dir, "etc", "bftrainer.toml"),
+		DB:          filepath.Join(dir, "db", "bftrainer.db"),
+		HooksLog:    filepath.Join(dir, "log", "hooks.log"),
+		FallbackLog: filepath.Join(dir, "log", "fallback-hooks.log"),
+		Spool:       filepath.Join(dir, "spool"),
+		Registry:    filepath.Join(dir, "registry"),
+		LogDir:      filepath.Join(dir, "log", "trainers"),
+		StateDir:    filepath.Join(dir, "runner"),
+		Work:        filepath.Join(dir, "work"),
+		Sinfo:       filepath.Join(dir, "bin", "sinfo"),
+		Tag:         "s" + hex.EncodeToString(tag),
+		labConf:     labConf,
 	}
 	// The registry lives on tmpfs, as its default /run/bftrainer does on
 	// a site: the node prolog's kill writes a fence and removes entries,
@@ -124,7 +128,7 @@ func NewInstall(ctx context.Context, repo, dir, labConf string) (_ *Install, err
 			return nil, err
 		}
 	}
-	if err := Build(ctx, repo, in.Bin, in.Config); err != nil {
+	if err := Build(ctx, repo, in.Bin, in.Config, in.FallbackLog); err != nil {
 		return nil, err
 	}
 	// The controller hooks get no SLURM_CONF (notes/slurm.md); a site's
@@ -174,9 +178,10 @@ func (in *Install) Remove() error {
 // Build builds bftrainer from the module at repo with its default
 // configuration path set to config: Slurm runs hooks with no arguments
 // and no environment of ours, so the path has to be in the binary (or at
-// the system default).
-func Build(ctx context.Context, repo, out, config string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-ldflags", "-X main.defaultConfig="+config, "-o", out, "./cmd/bftrainer")
+// the system default). hookLog is its built-in hooks.log, where hooks log
+// when the configuration does not load.
+func Build(ctx context.Context, repo, out, config, hookLog string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-ldflags", "-X main.defaultConfig="+config+" -X main.defaultHookLog="+hookLog, "-o", out, "./cmd/bftrainer")
 	cmd.Dir = repo
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build: %w\n%s", err, b)
@@ -220,7 +225,7 @@ func (in *Install) configText(s Settings) string {
 	if s.SSHConfig != "" {
 		ssh = fmt.Sprintf("ssh_config = %q\nconnect_timeout = \"3s\"\n", s.SSHConfig)
 	}
-	return fmt.Sprintf(`# Written by contrib/slurm/slurmlab for a test cluster.
+	return fmt.Sprintf(`# Written by internal/lab/slurm for a test cluster.
 database = %q
 spool = %q
 

@@ -1,4 +1,4 @@
-package slurmlab
+package slurm
 
 import (
 	"context"
