@@ -117,12 +117,16 @@ func BackendByName(name string) (Backend, error) {
 	return nil, fmt.Errorf("unknown milp backend %q (want %s)", name, strings.Join(known, ", "))
 }
 
-// lookPath finds a solver program: path if set, else name on PATH.
+// lookPath finds a solver program: path if set, else name on PATH. The
+// result is absolute: the solver runs in its work directory.
 func lookPath(backend, path, name, hint string) (string, error) {
 	if path != "" {
 		p, err := exec.LookPath(path)
 		if err != nil {
 			return "", fmt.Errorf("%s: %w: %s: not found or not executable; %s", backend, ErrBackendAbsent, path, hint)
+		}
+		if p, err = filepath.Abs(p); err != nil {
+			return "", fmt.Errorf("%s: %w", backend, err)
 		}
 		return p, nil
 	}

@@ -449,6 +449,52 @@ func TestHiGHSTimeLimit(t *testing.T) {
 	}
 }
 
+// TestRelativePath: a solver named by a relative path runs, although it
+// runs in its work directory.
+func TestRelativePath(t *testing.T) {
+	cwd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cbc, cbcErr := exec.LookPath("cbc")
+	tests := []struct {
+		name string
+		b    func() (milp.Backend, error)
+	}{
+		{"cbc", func() (milp.Backend, error) {
+			if cbcErr != nil {
+				return nil, cbcErr
+			}
+			rel, err := filepath.Rel(cwd, cbc)
+			return milp.CBC{Path: rel}, err
+		}},
+		{"highs-wasm", func() (milp.Backend, error) {
+			return milp.HiGHS{Path: filepath.Join("highs-wasm", "bftrainer-highs.mjs")}, nil
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := tt.b()
+			if err != nil {
+				t.Skipf("skipping: %v", err)
+			}
+			requireBackend(t, b)
+			p := alloctest.Summit(2, 6, 4, 1)
+			want, err := alloc.Exact{}.Solve(context.Background(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pl, err := milp.Solver{Backend: b, TimeLimit: time.Minute}.Solve(context.Background(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pl.Status != alloc.Optimal || !approx(pl.Objective, want.Objective, 1e-9) {
+				t.Fatalf("plan %v objective %v (%s), exact %v", pl.Status, pl.Objective, pl.Note, want.Objective)
+			}
+		})
+	}
+}
+
 // TestKeepDir: with Options.Dir the model and the solver's answer stay
 // there for inspection.
 func TestKeepDir(t *testing.T) {

@@ -79,6 +79,10 @@ func (h HiGHS) program() (string, []string, error) {
 	if err != nil {
 		real = path
 	}
+	// node runs in the solver's work directory.
+	if real, err = filepath.Abs(real); err != nil {
+		return "", nil, fmt.Errorf("highs: %w", err)
+	}
 	if !isScript(real) {
 		return path, nil, nil
 	}
