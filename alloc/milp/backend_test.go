@@ -328,6 +328,38 @@ func TestCancel(t *testing.T) {
 	}
 }
 
+// checkAbsent checks that b is absent, with an error naming hint, and
+// that solving with it fails the same way.
+func checkAbsent(t *testing.T, b milp.Backend, hint string) {
+	t.Helper()
+	err := b.Available()
+	if !errors.Is(err, milp.ErrBackendAbsent) || !strings.Contains(err.Error(), hint) {
+		t.Fatalf("Available() = %v, want ErrBackendAbsent with %q", err, hint)
+	}
+	_, err = milp.Solver{Backend: b}.Solve(context.Background(), alloctest.Summit(2, 4, 4, 1))
+	if !errors.Is(err, milp.ErrBackendAbsent) {
+		t.Fatalf("Solve: %v, want ErrBackendAbsent", err)
+	}
+}
+
+// checkSmall solves a small problem with b and checks the plan against
+// Exact's.
+func checkSmall(t *testing.T, b milp.Backend) {
+	t.Helper()
+	p := alloctest.Summit(2, 6, 4, 1)
+	want, err := alloc.Exact{}.Solve(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := milp.Solver{Backend: b, TimeLimit: time.Minute}.Solve(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl.Status != alloc.Optimal || !approx(pl.Objective, want.Objective, 1e-9) {
+		t.Fatalf("plan %v objective %v (%s), exact %v", pl.Status, pl.Objective, pl.Note, want.Objective)
+	}
+}
+
 func TestBackendAbsent(t *testing.T) {
 	tests := []struct {
 		name string
@@ -340,14 +372,7 @@ func TestBackendAbsent(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := tt.b.Available()
-			if !errors.Is(err, milp.ErrBackendAbsent) || !strings.Contains(err.Error(), tt.hint) {
-				t.Fatalf("Available() = %v, want ErrBackendAbsent with %q", err, tt.hint)
-			}
-			_, err = milp.Solver{Backend: tt.b}.Solve(context.Background(), alloctest.Summit(2, 4, 4, 1))
-			if !errors.Is(err, milp.ErrBackendAbsent) {
-				t.Fatalf("Solve: %v, want ErrBackendAbsent", err)
-			}
+			checkAbsent(t, tt.b, tt.hint)
 		})
 	}
 }
@@ -397,14 +422,7 @@ func TestHiGHSDriver(t *testing.T) {
 				}
 				t.Setenv("PATH", tt.path)
 			}
-			err := tt.b.Available()
-			if !errors.Is(err, milp.ErrBackendAbsent) || !strings.Contains(err.Error(), tt.hint) {
-				t.Fatalf("Available() = %v, want ErrBackendAbsent with %q", err, tt.hint)
-			}
-			_, err = milp.Solver{Backend: tt.b}.Solve(context.Background(), alloctest.Summit(2, 4, 4, 1))
-			if !errors.Is(err, milp.ErrBackendAbsent) {
-				t.Fatalf("Solve: %v, want ErrBackendAbsent", err)
-			}
+			checkAbsent(t, tt.b, tt.hint)
 		})
 	}
 	t.Run("linked onto PATH", func(t *testing.T) {
@@ -413,18 +431,7 @@ func TestHiGHSDriver(t *testing.T) {
 			t.Skip("skipping: a native highs on PATH comes first")
 		}
 		t.Setenv("PATH", link(t, driver)+":"+os.Getenv("PATH"))
-		p := alloctest.Summit(2, 6, 4, 1)
-		want, err := alloc.Exact{}.Solve(context.Background(), p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pl, err := milp.Solver{Backend: milp.HiGHS{}, TimeLimit: time.Minute}.Solve(context.Background(), p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if pl.Status != alloc.Optimal || !approx(pl.Objective, want.Objective, 1e-9) {
-			t.Fatalf("plan %v objective %v (%s), exact %v", pl.Status, pl.Objective, pl.Note, want.Objective)
-		}
+		checkSmall(t, milp.HiGHS{})
 	})
 }
 
@@ -478,19 +485,7 @@ func TestRelativePath(t *testing.T) {
 			if err != nil {
 				t.Skipf("skipping: %v", err)
 			}
-			requireBackend(t, b)
-			p := alloctest.Summit(2, 6, 4, 1)
-			want, err := alloc.Exact{}.Solve(context.Background(), p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pl, err := milp.Solver{Backend: b, TimeLimit: time.Minute}.Solve(context.Background(), p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if pl.Status != alloc.Optimal || !approx(pl.Objective, want.Objective, 1e-9) {
-				t.Fatalf("plan %v objective %v (%s), exact %v", pl.Status, pl.Objective, pl.Note, want.Objective)
-			}
+			checkSmall(t, requireBackend(t, b))
 		})
 	}
 }
