@@ -117,12 +117,16 @@ func BackendByName(name string) (Backend, error) {
 	return nil, fmt.Errorf("unknown milp backend %q (want %s)", name, strings.Join(known, ", "))
 }
 
-// lookPath finds a solver program: path if set, else name on PATH.
+// lookPath finds a solver program: path if set, else name on PATH. The
+// result is absolute: the solver runs in its work directory.
 func lookPath(backend, path, name, hint string) (string, error) {
 	if path != "" {
 		p, err := exec.LookPath(path)
 		if err != nil {
 			return "", fmt.Errorf("%s: %w: %s: not found or not executable; %s", backend, ErrBackendAbsent, path, hint)
+		}
+		if p, err = filepath.Abs(p); err != nil {
+			return "", fmt.Errorf("%s: %w", backend, err)
 		}
 		return p, nil
 	}
@@ -266,6 +270,10 @@ func lines(data []byte) []string {
 // kill it past the grace) around the parts that differ.
 type command struct {
 	name, path, prog, hint string
+	// find, if set, replaces the lookup of prog: it returns the program
+	// to run and the arguments that go before the solver's own (HiGHS'
+	// WebAssembly driver runs as "node driver.mjs …").
+	find func() (string, []string, error)
 	// args returns the program's arguments for the model file (writing any
 	// option file into dir) and the solution file it will write.
 	args func(dir, model string, o Options) ([]string, string, error)
@@ -275,7 +283,7 @@ type command struct {
 
 func (c command) solve(ctx context.Context, m *Model, o Options) (*Solution, error) {
 	start := time.Now()
-	prog, err := lookPath(c.name, c.path, c.prog, c.hint)
+	prog, pre, err := c.program()
 	if err != nil {
 		return nil, err
 	}
@@ -293,7 +301,7 @@ func (c command) solve(ctx context.Context, m *Model, o Options) (*Solution, err
 		return nil, fmt.Errorf("%s: %w", c.name, err)
 	}
 	os.Remove(sol) // a stale file from a kept Dir must not be read back
-	out, killed, ran, err := runTimed(ctx, o, dir, prog, args...)
+	out, killed, ran, err := runTimed(ctx, o, dir, prog, append(pre, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c.name, err)
 	}
@@ -309,4 +317,13 @@ func (c command) solve(ctx context.Context, m *Model, o Options) (*Solution, err
 	s.Raw = out
 	s.Wall = time.Since(start)
 	return s, nil
+}
+
+// program returns the program to run and its leading arguments.
+func (c command) program() (string, []string, error) {
+	if c.find != nil {
+		return c.find()
+	}
+	prog, err := lookPath(c.name, c.path, c.prog, c.hint)
+	return prog, nil, err
 }

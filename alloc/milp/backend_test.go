@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -168,8 +169,34 @@ func TestCBCMatchesExact(t *testing.T) {
 	propertyTest(t, b, 300, 250)
 }
 
+// wasmHiGHS is HiGHS compiled to WebAssembly through this repository's
+// driver (installed by "npm ci --prefix alloc/milp/highs-wasm", as .ci/run
+// does).
+func wasmHiGHS(tb testing.TB) milp.HiGHS {
+	tb.Helper()
+	path, err := filepath.Abs(filepath.Join("highs-wasm", "bftrainer-highs.mjs"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return milp.HiGHS{Path: path}
+}
+
+// TestHiGHSMatchesExact is TestCBCMatchesExact for HiGHS: the WebAssembly
+// build through the driver, and the native highs program where one is on
+// PATH. The driver starts node for each problem (0.2–0.4 s), so it runs
+// fewer problems than CBC.
 func TestHiGHSMatchesExact(t *testing.T) {
-	propertyTest(t, requireBackend(t, milp.HiGHS{}), 60, 40)
+	t.Run("wasm", func(t *testing.T) {
+		b := requireBackend(t, wasmHiGHS(t))
+		if testing.Short() {
+			propertyTest(t, b, 12, 8)
+			return
+		}
+		propertyTest(t, b, 60, 40)
+	})
+	t.Run("native", func(t *testing.T) {
+		propertyTest(t, requireBackend(t, milp.HiGHS{Path: "highs"}), 60, 40)
+	})
 }
 
 func TestGurobiMatchesExact(t *testing.T) {
@@ -301,6 +328,38 @@ func TestCancel(t *testing.T) {
 	}
 }
 
+// checkAbsent checks that b is absent, with an error naming hint, and
+// that solving with it fails the same way.
+func checkAbsent(t *testing.T, b milp.Backend, hint string) {
+	t.Helper()
+	err := b.Available()
+	if !errors.Is(err, milp.ErrBackendAbsent) || !strings.Contains(err.Error(), hint) {
+		t.Fatalf("Available() = %v, want ErrBackendAbsent with %q", err, hint)
+	}
+	_, err = milp.Solver{Backend: b}.Solve(context.Background(), alloctest.Summit(2, 4, 4, 1))
+	if !errors.Is(err, milp.ErrBackendAbsent) {
+		t.Fatalf("Solve: %v, want ErrBackendAbsent", err)
+	}
+}
+
+// checkSmall solves a small problem with b and checks the plan against
+// Exact's.
+func checkSmall(t *testing.T, b milp.Backend) {
+	t.Helper()
+	p := alloctest.Summit(2, 6, 4, 1)
+	want, err := alloc.Exact{}.Solve(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := milp.Solver{Backend: b, TimeLimit: time.Minute}.Solve(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl.Status != alloc.Optimal || !approx(pl.Objective, want.Objective, 1e-9) {
+		t.Fatalf("plan %v objective %v (%s), exact %v", pl.Status, pl.Objective, pl.Note, want.Objective)
+	}
+}
+
 func TestBackendAbsent(t *testing.T) {
 	tests := []struct {
 		name string
@@ -313,14 +372,120 @@ func TestBackendAbsent(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := tt.b.Available()
-			if !errors.Is(err, milp.ErrBackendAbsent) || !strings.Contains(err.Error(), tt.hint) {
-				t.Fatalf("Available() = %v, want ErrBackendAbsent with %q", err, tt.hint)
+			checkAbsent(t, tt.b, tt.hint)
+		})
+	}
+}
+
+// TestHiGHSDriver: the WebAssembly driver is found through a link on PATH
+// (node then loads the npm package from the link's target directory), and
+// without node or without its package it is absent, with a hint naming
+// the install command.
+func TestHiGHSDriver(t *testing.T) {
+	driver := wasmHiGHS(t).Path
+	script, err := os.ReadFile(driver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A copy of the driver with no node_modules beside it.
+	bareDir := t.TempDir()
+	bare := filepath.Join(bareDir, "bftrainer-highs.mjs")
+	if err := os.WriteFile(bare, script, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := func(t *testing.T, target string) string {
+		dir := t.TempDir()
+		if err := os.Symlink(target, filepath.Join(dir, "bftrainer-highs")); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	node, nodeErr := exec.LookPath("node")
+	empty := t.TempDir()
+	tests := []struct {
+		name string
+		b    milp.HiGHS
+		path string // PATH for the test; "" keeps it
+		hint string
+	}{
+		{"package missing", milp.HiGHS{Path: bare}, "", "npm ci --prefix " + bareDir},
+		{"package missing, linked onto PATH", milp.HiGHS{}, link(t, bare) + ":" + filepath.Dir(node), "npm ci --prefix " + bareDir},
+		{"node missing", milp.HiGHS{Path: driver}, empty, "apt install nodejs"},
+		{"driver missing", milp.HiGHS{Path: filepath.Join(empty, "bftrainer-highs.mjs")}, "", "npm ci --prefix alloc/milp/highs-wasm"},
+		{"nothing on PATH", milp.HiGHS{}, empty, "apt install highs"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.path != "" {
+				if nodeErr != nil && tt.path != empty {
+					t.Skipf("skipping: no node on PATH: %v", nodeErr)
+				}
+				t.Setenv("PATH", tt.path)
 			}
-			_, err = milp.Solver{Backend: tt.b}.Solve(context.Background(), alloctest.Summit(2, 4, 4, 1))
-			if !errors.Is(err, milp.ErrBackendAbsent) {
-				t.Fatalf("Solve: %v, want ErrBackendAbsent", err)
+			checkAbsent(t, tt.b, tt.hint)
+		})
+	}
+	t.Run("linked onto PATH", func(t *testing.T) {
+		requireBackend(t, wasmHiGHS(t))
+		if _, err := exec.LookPath("highs"); err == nil {
+			t.Skip("skipping: a native highs on PATH comes first")
+		}
+		t.Setenv("PATH", link(t, driver)+":"+os.Getenv("PATH"))
+		checkSmall(t, milp.HiGHS{})
+	})
+}
+
+// TestHiGHSTimeLimit: a problem HiGHS cannot finish in a second keeps the
+// current allocation, with a note naming the limit.
+func TestHiGHSTimeLimit(t *testing.T) {
+	b := requireBackend(t, wasmHiGHS(t))
+	p := alloctest.Summit(10, 2000, 64, 3)
+	s := milp.Solver{Backend: b, TimeLimit: time.Second}
+	start := time.Now()
+	pl, err := s.Solve(context.Background(), p)
+	elapsed := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("10 × 2000 with a 1s limit: %v after %v: %s", pl.Status, elapsed.Round(time.Millisecond), pl.Note)
+	if pl.Status != alloc.KeptCurrent || !strings.Contains(pl.Note, "time limit 1s") {
+		t.Fatalf("status %v (%s), want %v naming the time limit", pl.Status, pl.Note, alloc.KeptCurrent)
+	}
+	if err := alloc.Check(p, pl); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRelativePath: a solver named by a relative path runs, although it
+// runs in its work directory.
+func TestRelativePath(t *testing.T) {
+	cwd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cbc, cbcErr := exec.LookPath("cbc")
+	tests := []struct {
+		name string
+		b    func() (milp.Backend, error)
+	}{
+		{"cbc", func() (milp.Backend, error) {
+			if cbcErr != nil {
+				return nil, cbcErr
 			}
+			rel, err := filepath.Rel(cwd, cbc)
+			return milp.CBC{Path: rel}, err
+		}},
+		{"highs-wasm", func() (milp.Backend, error) {
+			return milp.HiGHS{Path: filepath.Join("highs-wasm", "bftrainer-highs.mjs")}, nil
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := tt.b()
+			if err != nil {
+				t.Skipf("skipping: %v", err)
+			}
+			checkSmall(t, requireBackend(t, b))
 		})
 	}
 }

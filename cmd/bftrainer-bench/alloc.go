@@ -16,25 +16,30 @@ import (
 	"github.com/bftrainer/bftrainer/alloc/milp"
 )
 
-// allocCommand times alloc.Exact against CBC on the paper's node-level
-// MILP, on Summit-scale instances (alloctest.Summit, seed 1), and prints
-// per instance:
+// allocCommand times alloc.Exact against CBC and HiGHS on the paper's
+// node-level MILP, on Summit-scale instances (alloctest.Summit, seed 1),
+// and prints per instance:
 //
 //	alloc instance=<name> trainers=<J> nodes=<N> exact_ms=<median>
 //	      cbc_ms=<median> speedup=<cbc/exact> same_objective=<true|false>
+//	      highs_ms=<median> highs_same_objective=<true|false>
 //
 // exact_ms is the wall time of alloc.Exact{}.Solve; cbc_ms that of
 // milp.Solver{Backend: CBC}.Solve — model build, MPS write, the cbc run
-// and reading its answer, the whole cost a user pays. Runs of the two
-// are interleaved and the medians reported. When CBC does not prove an
-// optimum within its limit, cbc_ms is timeout(<limit>) (or the plan's
-// status) and the comparison fields are n/a.
+// and reading its answer, the whole cost a user pays — and highs_ms the
+// same with the HiGHS backend (the native highs, or HiGHS compiled to
+// WebAssembly through its node driver, alloc/milp/highs-wasm). Runs of
+// the three are interleaved and the medians reported. When a MILP solver
+// does not prove an optimum within its limit, its _ms field is
+// timeout(<limit>) (or the plan's status, or error when it failed) and
+// its comparison fields are n/a; highs_ms=absent when HiGHS cannot run
+// (the reason is on stderr).
 type allocCommand struct {
 	stdout, stderr io.Writer
 }
 
-// benchInstance is one measured problem. limited instances take CBC's
-// limit from -cbc-limit; the others run to optimality (within an hour).
+// benchInstance is one measured problem. limited instances take the MILP
+// solvers' limit from -cbc-limit; the others run to optimality (within an hour).
 type benchInstance struct {
 	J, N, nmax int
 	limited    bool
@@ -52,18 +57,20 @@ var benchInstances = []benchInstance{
 	{J: 100, N: 4734, nmax: 64, limited: true},
 }
 
-// unlimited is CBC's time limit on the instances it is expected to finish.
+// unlimited is the MILP solvers' time limit on the instances they are
+// expected to finish.
 const unlimited = time.Hour
 
 // Run parses the flags and measures every instance.
 func (c *allocCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("alloc", flag.ContinueOnError)
 	fs.SetOutput(c.stderr)
-	runs := fs.Int("runs", 0, "runs per solver and instance (default 5 for exact, 3 for CBC)")
-	limit := fs.Duration("cbc-limit", 60*time.Second, "CBC's time limit on the 100-Trainer instance (the 10-Trainer ones run to optimality)")
-	quick := fs.Bool("quick", false, "only the two smallest instances, 3 exact runs and 1 CBC run")
+	runs := fs.Int("runs", 0, "runs per solver and instance (default 5 for exact, 3 for CBC and HiGHS)")
+	limit := fs.Duration("cbc-limit", 60*time.Second, "CBC's and HiGHS' time limit on the 100-Trainer instance (the 10-Trainer ones run to optimality)")
+	quick := fs.Bool("quick", false, "only the two smallest instances, 3 exact runs and 1 run per MILP solver")
+	highsPath := fs.String("highs", "", "the highs program or WebAssembly driver `PATH` (default: highs or bftrainer-highs on PATH, else "+repoHiGHS+")")
 	fs.Usage = func() {
-		fmt.Fprintf(c.stderr, "usage: bftrainer-bench alloc [-runs N] [-cbc-limit 60s] [-quick]\n\n")
+		fmt.Fprintf(c.stderr, "usage: bftrainer-bench alloc [-runs N] [-cbc-limit 60s] [-highs PATH] [-quick]\n\n")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -80,7 +87,12 @@ func (c *allocCommand) Run(ctx context.Context, args []string) error {
 	if err := cbc.Available(); err != nil {
 		return fmt.Errorf("alloc: %w", err)
 	}
-	fmt.Fprintf(c.stderr, "bftrainer-bench: alloc: %d exact and %d cbc runs per instance, GOMAXPROCS=%d; timings on a shared machine are noisy\n",
+	highs := benchHiGHS(*highsPath)
+	if err := highs.Available(); err != nil {
+		fmt.Fprintf(c.stderr, "bftrainer-bench: alloc: no HiGHS, highs_ms=absent: %v\n", err)
+		highs = nil
+	}
+	fmt.Fprintf(c.stderr, "bftrainer-bench: alloc: %d exact and %d cbc and highs runs per instance, GOMAXPROCS=%d; timings on a shared machine are noisy\n",
 		exactRuns, cbcRuns, runtime.GOMAXPROCS(0))
 	for _, in := range benchInstances {
 		if *quick && !in.quick {
@@ -90,7 +102,7 @@ func (c *allocCommand) Run(ctx context.Context, args []string) error {
 		if in.limited {
 			lim = *limit
 		}
-		line, err := c.measure(ctx, in, cbc, lim, exactRuns, cbcRuns)
+		line, err := c.measure(ctx, in, cbc, highs, lim, exactRuns, cbcRuns)
 		if err != nil {
 			return fmt.Errorf("alloc: %s: %w", in.name(), err)
 		}
@@ -99,15 +111,87 @@ func (c *allocCommand) Run(ctx context.Context, args []string) error {
 	return nil
 }
 
-// measure runs both solvers on one instance, interleaved, and returns the
-// result line.
-func (c *allocCommand) measure(ctx context.Context, in benchInstance, backend milp.Backend, limit time.Duration, exactRuns, cbcRuns int) (string, error) {
+// repoHiGHS is the WebAssembly driver in the source tree, relative to
+// the repository's top directory, where make bench runs.
+const repoHiGHS = "alloc/milp/highs-wasm/bftrainer-highs.mjs"
+
+// benchHiGHS is the HiGHS backend the bench times: path if given, else
+// the one on PATH, else the source tree's driver.
+func benchHiGHS(path string) milp.Backend {
+	if path != "" {
+		return milp.HiGHS{Path: path}
+	}
+	if (milp.HiGHS{}).Available() == nil {
+		return milp.HiGHS{}
+	}
+	return milp.HiGHS{Path: repoHiGHS}
+}
+
+// backendRuns are one MILP solver's runs on an instance.
+type backendRuns struct {
+	solver  milp.Solver
+	times   []time.Duration
+	obj     float64
+	stopped *alloc.Plan // a plan that is not a proven optimum: no more runs
+	failed  bool        // a run failed (said on stderr): no more runs
+}
+
+// run solves p once, unless an earlier run did not prove an optimum.
+func (r *backendRuns) run(ctx context.Context, stderr io.Writer, in benchInstance, p *alloc.Problem, i, n int) error {
+	if r.stopped != nil || r.failed {
+		return nil
+	}
+	name := r.solver.Name()
+	fmt.Fprintf(stderr, "bftrainer-bench: alloc: %s: %s run %d/%d (limit %v)\n", in.name(), name, i+1, n, r.solver.TimeLimit)
+	start := time.Now()
+	pl, err := r.solver.Solve(ctx, p)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil {
+		// One solver failing (HiGHS' WebAssembly build has a 4 GiB
+		// memory) leaves the others' figures standing.
+		fmt.Fprintf(stderr, "bftrainer-bench: alloc: %s: %v\n", in.name(), err)
+		r.failed = true
+		return nil
+	}
+	d := time.Since(start)
+	if pl.Status != alloc.Optimal {
+		fmt.Fprintf(stderr, "bftrainer-bench: alloc: %s: %s after %v\n", in.name(), pl.Note, d.Round(time.Millisecond))
+		r.stopped = pl
+		return nil
+	}
+	r.times = append(r.times, d)
+	r.obj = pl.Objective
+	return nil
+}
+
+// result is the median time, or why there is none, and whether the
+// objective equals exact's.
+func (r *backendRuns) result(exactObj float64) (took, same string) {
+	if r.failed {
+		return "error", "n/a"
+	}
+	if r.stopped != nil {
+		if r.stopped.Status != alloc.KeptCurrent {
+			return r.stopped.Status.String(), "n/a"
+		}
+		return "timeout(" + strconv.FormatFloat(r.solver.TimeLimit.Seconds(), 'g', -1, 64) + "s)", "n/a"
+	}
+	return fmtMS(ms(median(r.times))), strconv.FormatBool(math.Abs(r.obj-exactObj) <= 1e-9*math.Max(1, math.Abs(exactObj)))
+}
+
+// measure runs the exact solver, CBC and HiGHS (nil: absent) on one
+// instance, interleaved, and returns the result line.
+func (c *allocCommand) measure(ctx context.Context, in benchInstance, cbc, highs milp.Backend, limit time.Duration, exactRuns, milpN int) (string, error) {
 	p := alloctest.Summit(in.J, in.N, in.nmax, 1)
-	solver := milp.Solver{Backend: backend, TimeLimit: limit}
-	var exactT, cbcT []time.Duration
-	var exactObj, cbcObj float64
-	var stopped *alloc.Plan // a CBC plan that is not a proven optimum
-	for i := range max(exactRuns, cbcRuns) {
+	solvers := []*backendRuns{{solver: milp.Solver{Backend: cbc, TimeLimit: limit}}}
+	if highs != nil {
+		solvers = append(solvers, &backendRuns{solver: milp.Solver{Backend: highs, TimeLimit: limit}})
+	}
+	var exactT []time.Duration
+	var exactObj float64
+	for i := range max(exactRuns, milpN) {
 		if i < exactRuns {
 			start := time.Now()
 			pl, err := alloc.Exact{}.Solve(ctx, p)
@@ -117,35 +201,27 @@ func (c *allocCommand) measure(ctx context.Context, in benchInstance, backend mi
 			exactT = append(exactT, time.Since(start))
 			exactObj = pl.Objective
 		}
-		if i < cbcRuns && stopped == nil {
-			fmt.Fprintf(c.stderr, "bftrainer-bench: alloc: %s: cbc run %d/%d (limit %v)\n", in.name(), i+1, cbcRuns, limit)
-			start := time.Now()
-			pl, err := solver.Solve(ctx, p)
-			if err != nil {
-				return "", err
+		if i < milpN {
+			for _, r := range solvers {
+				if err := r.run(ctx, c.stderr, in, p, i, milpN); err != nil {
+					return "", err
+				}
 			}
-			d := time.Since(start)
-			if pl.Status != alloc.Optimal {
-				fmt.Fprintf(c.stderr, "bftrainer-bench: alloc: %s: %s after %v\n", in.name(), pl.Note, d.Round(time.Millisecond))
-				stopped = pl
-				continue
-			}
-			cbcT = append(cbcT, d)
-			cbcObj = pl.Objective
 		}
 	}
 	exactMS := ms(median(exactT))
-	head := fmt.Sprintf("alloc instance=%s trainers=%d nodes=%d exact_ms=%s", in.name(), in.J, in.N, fmtMS(exactMS))
-	if stopped != nil {
-		what := "timeout(" + strconv.FormatFloat(limit.Seconds(), 'g', -1, 64) + "s)"
-		if stopped.Status != alloc.KeptCurrent {
-			what = stopped.Status.String()
-		}
-		return head + " cbc_ms=" + what + " speedup=n/a same_objective=n/a", nil
+	line := fmt.Sprintf("alloc instance=%s trainers=%d nodes=%d exact_ms=%s", in.name(), in.J, in.N, fmtMS(exactMS))
+	cbcMS, same := solvers[0].result(exactObj)
+	speedup := "n/a"
+	if solvers[0].stopped == nil && !solvers[0].failed {
+		speedup = fmtRatio(ms(median(solvers[0].times)) / exactMS)
 	}
-	cbcMS := ms(median(cbcT))
-	same := math.Abs(cbcObj-exactObj) <= 1e-9*math.Max(1, math.Abs(exactObj))
-	return fmt.Sprintf("%s cbc_ms=%s speedup=%s same_objective=%t", head, fmtMS(cbcMS), fmtRatio(cbcMS/exactMS), same), nil
+	line += " cbc_ms=" + cbcMS + " speedup=" + speedup + " same_objective=" + same
+	highsMS, highsSame := "absent", "n/a"
+	if highs != nil {
+		highsMS, highsSame = solvers[1].result(exactObj)
+	}
+	return line + " highs_ms=" + highsMS + " highs_same_objective=" + highsSame, nil
 }
 
 func median(ds []time.Duration) time.Duration {

@@ -24,7 +24,7 @@ const usage = `usage: bftrainer-bench <command> [flags]
 
 commands:
   all      every command below with its default flags (make bench)
-  alloc    time the exact allocator against CBC on the paper's MILP
+  alloc    time the exact allocator against CBC and HiGHS on the paper's MILP
   replay   time a whole Summit replay (hps-1000J), exact and CBC
   hook     time the real binary as a scheduler hook, exec to exit
   rescale  seconds a real torchrun Trainer loses per scale-up, scale-down

@@ -35,13 +35,14 @@ func (c cleanup) Run() int {
 // testdata/script: each sets a scheduler's hook environment or runs a
 // command, and asserts stdout, stderr and the exit code.
 func TestScripts(t *testing.T) {
-	testscript.Run(t, testscript.Params{
-		Dir: "testdata/script",
-		Setup: func(env *testscript.Env) error {
-			// A config per test, in its own work directory.
-			env.Setenv("BFTRAINER_CONFIG", env.WorkDir+"/bftrainer.toml")
-			env.Setenv("BFTRAINER_TEST_HOOKLOG", env.WorkDir+"/fallback-hooks.log")
-			return os.WriteFile(env.WorkDir+"/bftrainer.toml", []byte(`database = "`+env.WorkDir+`/db/bftrainer.db"
+	testscript.Run(t, testscript.Params{Dir: "testdata/script", Setup: scriptSetup})
+}
+
+// scriptSetup writes a config per test, in its own work directory.
+func scriptSetup(env *testscript.Env) error {
+	env.Setenv("BFTRAINER_CONFIG", env.WorkDir+"/bftrainer.toml")
+	env.Setenv("BFTRAINER_TEST_HOOKLOG", env.WorkDir+"/fallback-hooks.log")
+	return os.WriteFile(env.WorkDir+"/bftrainer.toml", []byte(`database = "`+env.WorkDir+`/db/bftrainer.db"
 spool = "`+env.WorkDir+`/spool"
 [hooks]
 log = "`+env.WorkDir+`/hooks.log"
@@ -51,6 +52,4 @@ registry = "`+env.WorkDir+`/registry"
 log_dir = "`+env.WorkDir+`/trainer-logs"
 state_dir = "`+env.WorkDir+`/runner"
 `), 0o644)
-		},
-	})
 }
