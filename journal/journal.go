@@ -70,13 +70,14 @@
 package journal
 
 import (
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/bftrainer/bftrainer/store"
 )
@@ -136,11 +137,20 @@ var ErrUnsafe = errors.New("journal directory is unsafe")
 // ID identifies a record: 128 random bits chosen by the writer.
 type ID [16]byte
 
-// NewID returns a random ID.
+// NewID returns a random ID, from the kernel's random source (getrandom
+// straight away: crypto/rand's first call in a process costs a hook more
+// than the whole write).
 func NewID() (ID, error) {
 	var id ID
-	if _, err := rand.Read(id[:]); err != nil {
-		return ID{}, fmt.Errorf("record id: %w", err)
+	for n := 0; n < len(id); {
+		k, err := unix.Getrandom(id[n:], 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return ID{}, fmt.Errorf("record id: %w", err)
+		}
+		n += k
 	}
 	return id, nil
 }

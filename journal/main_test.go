@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,7 +27,42 @@ func TestMain(m *testing.M) {
 	if role := os.Getenv(roleEnv); role != "" {
 		os.Exit(runRole(role))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if helper.dir != "" {
+		os.RemoveAll(helper.dir)
+	}
+	os.Exit(code)
+}
+
+// helper is the binary the helper processes run: this one, or under the
+// race detector a plain build of the same tests, made once.
+var helper struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+func helperExe(tb testing.TB) string {
+	tb.Helper()
+	helper.once.Do(func() {
+		if !raceEnabled {
+			helper.path, helper.err = os.Executable()
+			return
+		}
+		if helper.dir, helper.err = os.MkdirTemp("", "journal-helper-"); helper.err != nil {
+			return
+		}
+		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		helper.path = filepath.Join(helper.dir, "journal.test")
+		out, err := exec.Command(goBin, "test", "-c", "-o", helper.path, "github.com/bftrainer/bftrainer/journal").CombinedOutput()
+		if err != nil {
+			helper.err = fmt.Errorf("build the helper binary without -race: %v\n%s", err, out)
+		}
+	})
+	if helper.err != nil {
+		tb.Fatal(helper.err)
+	}
+	return helper.path
 }
 
 func runRole(role string) int {
@@ -147,11 +184,7 @@ func roleReadLock() error {
 // role returns the test binary run as role with the given settings.
 func role(tb testing.TB, role string, env ...string) *exec.Cmd {
 	tb.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cmd := exec.Command(exe)
+	cmd := exec.Command(helperExe(tb))
 	cmd.Env = append(os.Environ(), append([]string{roleEnv + "=" + role}, env...)...)
 	return cmd
 }
