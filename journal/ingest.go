@@ -77,15 +77,25 @@ func (j *Journal) Ingest(ctx context.Context, db *store.DB, now time.Time) (Resu
 	owners := newOwners()
 	var recs []*file
 	for _, f := range good {
-		if err := j.read(f, owners); err != nil {
-			f.bad = err.Error()
+		err := j.read(f, owners)
+		var b badFile
+		switch {
+		case err == nil:
+			recs = append(recs, f)
+		case errors.As(err, &b):
+			f.bad = b.reason
 			if strings.HasPrefix(f.name, tmpPrefix) {
 				f.bad = "left by a hook that died while writing it: " + f.bad
 			}
 			bad = append(bad, f)
-			continue
+		case errors.Is(err, os.ErrNotExist):
+			// Gone meanwhile (another Ingest).
+		default:
+			// Not the file's fault (out of file descriptors, the user
+			// database unreachable): it stays for the next call.
+			res.Left++
+			errs = append(errs, fmt.Errorf("journal: %w", err))
 		}
-		recs = append(recs, f)
 	}
 	slices.SortStableFunc(recs, func(a, b *file) int {
 		return cmp.Or(cmp.Compare(a.rec.At.UnixNano(), b.rec.At.UnixNano()), bytes.Compare(a.rec.ID[:], b.rec.ID[:]))
@@ -181,14 +191,23 @@ func (j *Journal) scan(dir string, now time.Time) (good, bad []*file, inflight i
 	return good, bad, inflight, nil
 }
 
+// badFile is what makes a file bad: its content or its metadata, not a
+// failure to read it.
+type badFile struct{ reason string }
+
+func (b badFile) Error() string { return b.reason }
+
+func badf(format string, a ...any) error { return badFile{fmt.Sprintf(format, a...)} }
+
 // read reads one record file, without following links and without
 // believing anything its name or content says that the file system does
-// not confirm.
+// not confirm. A badFile error condemns the file; any other leaves it for
+// a later try.
 func (j *Journal) read(f *file, owners *owners) error {
 	fd, err := os.OpenFile(f.path(), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		if errors.Is(err, syscall.ELOOP) {
-			return errors.New("a symbolic link")
+			return badf("a symbolic link")
 		}
 		return err
 	}
@@ -199,20 +218,25 @@ func (j *Journal) read(f *file, owners *owners) error {
 	}
 	f.info = fi
 	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return errors.New("no owner information")
+	}
+	may, err := owners.may(st.Uid, f.dir)
+	if err != nil {
+		return err
+	}
 	switch {
 	case !fi.Mode().IsRegular():
-		return fmt.Errorf("not a regular file (%v)", fi.Mode().Type())
-	case !ok:
-		return errors.New("no owner information")
+		return badf("not a regular file (%v)", fi.Mode().Type())
 	case st.Nlink != 1:
-		return fmt.Errorf("%d links: a record has one", st.Nlink)
-	case !owners.may(st.Uid, f.dir):
-		return fmt.Errorf("owned by uid %d, who may not write the journal", st.Uid)
+		return badf("%d links: a record has one", st.Nlink)
+	case !may:
+		return badf("owned by uid %d, who may not write the journal", st.Uid)
 	case fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid) != 0 || fi.Mode().Perm()&^0o644 != 0:
-		return fmt.Errorf("mode %v: a record is %v", fi.Mode(), fs.FileMode(fileMode))
+		return badf("mode %v: a record is %v", fi.Mode(), fs.FileMode(fileMode))
 	case fi.Size() > MaxRecord:
 		f.huge = true
-		return fmt.Errorf("%d bytes, more than %d", fi.Size(), MaxRecord)
+		return badf("%d bytes, more than %d", fi.Size(), MaxRecord)
 	}
 	b, err := io.ReadAll(io.LimitReader(fd, MaxRecord+1))
 	if err != nil {
@@ -220,21 +244,21 @@ func (j *Journal) read(f *file, owners *owners) error {
 	}
 	if len(b) > MaxRecord {
 		f.huge = true
-		return fmt.Errorf("more than %d bytes", MaxRecord)
+		return badf("more than %d bytes", MaxRecord)
 	}
 	rec, err := decode(b)
 	if err != nil {
 		if len(b) == 0 {
-			return errors.New("empty (a power loss before the record reached the disk?)")
+			return badf("empty (a power loss before the record reached the disk?)")
 		}
-		return err
+		return badFile{err.Error()}
 	}
 	if at, id, ok := parseName(f.name); ok {
 		if id != rec.ID || at != rec.At.UnixNano() {
-			return fmt.Errorf("record %s at %d does not match its name", rec.ID, rec.At.UnixNano())
+			return badf("record %s at %d does not match its name", rec.ID, rec.At.UnixNano())
 		}
 	} else if f.name != tmpPrefix+rec.ID.String() {
-		return fmt.Errorf("record %s does not match its temporary name", rec.ID)
+		return badf("record %s does not match its temporary name", rec.ID)
 	}
 	f.rec = rec
 	return nil
@@ -251,42 +275,55 @@ func newOwners() *owners {
 	return &owners{dirs: map[string]*syscall.Stat_t{}, users: map[[2]uint32]bool{}}
 }
 
-func (o *owners) may(uid uint32, dir string) bool {
+func (o *owners) may(uid uint32, dir string) (bool, error) {
 	if uid == 0 || int(uid) == os.Geteuid() {
-		return true
+		return true, nil
 	}
 	st, ok := o.dirs[dir]
 	if !ok {
-		if fi, err := os.Lstat(dir); err == nil {
-			st, _ = fi.Sys().(*syscall.Stat_t)
+		fi, err := os.Lstat(dir)
+		if err != nil {
+			return false, err
+		}
+		if st, ok = fi.Sys().(*syscall.Stat_t); !ok {
+			return false, errors.New("no owner information")
 		}
 		o.dirs[dir] = st
 	}
-	if st == nil {
-		return false
-	}
 	if uid == st.Uid {
-		return true
+		return true, nil
 	}
 	key := [2]uint32{uid, st.Gid}
 	if v, ok := o.users[key]; ok {
-		return v
+		return v, nil
 	}
-	o.users[key] = inGroup(uid, st.Gid)
-	return o.users[key]
+	v, err := inGroup(uid, st.Gid)
+	if err != nil {
+		return false, err
+	}
+	o.users[key] = v
+	return v, nil
 }
 
-func inGroup(uid, gid uint32) bool {
+// inGroup tells whether the user uid is in the group gid; an unknown
+// user is in none.
+func inGroup(uid, gid uint32) (bool, error) {
 	u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10))
 	if err != nil {
-		return false
+		if errors.As(err, new(user.UnknownUserIdError)) {
+			return false, nil
+		}
+		return false, fmt.Errorf("owner uid %d: %w", uid, err)
 	}
 	g := strconv.FormatUint(uint64(gid), 10)
 	if u.Gid == g {
-		return true
+		return true, nil
 	}
 	gids, err := u.GroupIds()
-	return err == nil && slices.Contains(gids, g)
+	if err != nil {
+		return false, fmt.Errorf("groups of %s: %w", u.Username, err)
+	}
+	return slices.Contains(gids, g), nil
 }
 
 // errorRows are the error rows for the bad files: one each for the first

@@ -1,9 +1,11 @@
 package journal
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -446,4 +448,57 @@ func TestBacklog(t *testing.T) {
 	if n != 2 || !oldest.Equal(t0) || err != nil {
 		t.Fatalf("backlog %d, oldest %v, %v; want 2, %v", n, oldest, err, t0)
 	}
+}
+
+// TestIngestKilled: an ingester killed -9 at arbitrary points, again and
+// again, then run to the end, records every record exactly once.
+func TestIngestKilled(t *testing.T) {
+	j, db := mustJournal(t), mustDB(t)
+	const n = 600
+	for i := range n {
+		mustWrite(t, j, hookRecord(itoa(i), t0.Add(time.Duration(i)*time.Millisecond)))
+	}
+	kills := 0
+	for round := 0; ; round++ {
+		if round > 100 {
+			t.Fatal("the journal never emptied")
+		}
+		cmd := role(t, "ingest", "JOURNAL_TEST_DIR="+j.Dir, "JOURNAL_TEST_DB="+db.Path(), "JOURNAL_TEST_BATCH=7")
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Let it finish a few batches (1 to 4), then kill it wherever it
+		// is in the next one.
+		r := bufio.NewReader(out)
+		finished := false
+		for range 1 + round%4 {
+			if _, err := r.ReadString('\n'); err != nil {
+				finished = true // it emptied the journal and exited
+				break
+			}
+		}
+		if !finished {
+			cmd.Process.Signal(syscall.SIGKILL)
+			kills++
+		}
+		io.Copy(io.Discard, r)
+		cmd.Wait()
+		if len(entries(t, j.Dir)) == 0 {
+			break
+		}
+	}
+	counts := jobCounts(t, db)
+	for i := range n {
+		if c := counts[itoa(i)]; c != [2]int{1, 1} {
+			t.Fatalf("job %d recorded %v times (hook, leave), want once each", i, c)
+		}
+	}
+	if kills == 0 {
+		t.Fatal("the ingester was never killed: the test proved nothing")
+	}
+	t.Logf("%d records, ingester killed %d times, each recorded once", n, kills)
 }

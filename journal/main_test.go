@@ -76,6 +76,8 @@ func runRole(role string) int {
 		err = roleBurn()
 	case "rdlock":
 		err = roleReadLock()
+	case "ingest":
+		err = roleIngest()
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
@@ -179,6 +181,32 @@ func roleReadLock() error {
 	fmt.Println("locked")
 	io.Copy(io.Discard, os.Stdin)
 	return nil
+}
+
+// roleIngest ingests JOURNAL_TEST_DIR into JOURNAL_TEST_DB, a few
+// records at a time, saying "batch" after each call, until it is empty.
+func roleIngest() error {
+	batch, err := strconv.Atoi(os.Getenv("JOURNAL_TEST_BATCH"))
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	db, err := store.Open(ctx, os.Getenv("JOURNAL_TEST_DB"), store.Options{})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	j := &Journal{Dir: os.Getenv("JOURNAL_TEST_DIR"), maxBatch: batch}
+	for {
+		res, err := j.Ingest(ctx, db, time.Now())
+		if err != nil {
+			return err
+		}
+		fmt.Println("batch")
+		if res.Left == 0 {
+			return nil
+		}
+	}
 }
 
 // role returns the test binary run as role with the given settings.
