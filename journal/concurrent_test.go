@@ -2,8 +2,9 @@ package journal
 
 import (
 	"bytes"
+	"fmt"
 	"os"
-	"path/filepath"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -30,8 +31,13 @@ func TestThousandConcurrentHooks(t *testing.T) {
 	for rep := range reps {
 		j := mustJournal(t)
 		repStart := time.Now()
-		steps := runConcurrent(t, j, rep, callers)
+		b := runConcurrent(t, callers, "write", func(i int) []string {
+			return []string{"JOURNAL_TEST_DIR=" + j.Dir, "JOURNAL_TEST_JOB=" + repJob(rep, i)}
+		})
 		writeWall := time.Since(repStart)
+		if len(b.failed) > 0 {
+			t.Fatalf("rep %d: %d hooks failed: %s", rep, len(b.failed), strings.Join(b.failed[:min(5, len(b.failed))], "; "))
+		}
 		ingestStart := time.Now()
 		res := mustIngest(t, j, db, time.Now())
 		ingestWall := time.Since(ingestStart)
@@ -51,9 +57,10 @@ func TestThousandConcurrentHooks(t *testing.T) {
 		if left := entries(t, j.Dir); len(left) != 0 {
 			t.Fatalf("rep %d: %d files left after ingest", rep, len(left))
 		}
-		p50, p99 := quantiles(steps)
-		t.Logf("hook context=prolog_slurmctld callers=%d load=%d lost=%d dup=%d median_ms=%.3f p99_ms=%.3f (journal write; rep %d: all %d processes %v, one ingest %v)",
-			callers, runtime.NumCPU(), lost, dup, p50, p99, rep, callers, writeWall.Round(time.Millisecond), ingestWall.Round(time.Millisecond))
+		p50, p99 := quantiles(b.steps)
+		c50, c99 := quantiles(b.cpu)
+		t.Logf("hook context=prolog_slurmctld callers=%d load=%d lost=%d dup=%d median_ms=%.3f p99_ms=%.3f (journal write step; rep %d: process cpu p50=%.1fms p99=%.1fms, all %d processes %v, one ingest %v)",
+			callers, runtime.NumCPU(), lost, dup, p50, p99, rep, c50, c99, callers, writeWall.Round(time.Millisecond), ingestWall.Round(time.Millisecond))
 		if lost != 0 || dup != 0 {
 			t.Fatalf("rep %d: %d calls lost, %d recorded more than once", rep, lost, dup)
 		}
@@ -63,9 +70,16 @@ func TestThousandConcurrentHooks(t *testing.T) {
 
 func repJob(rep, i int) string { return strconv.Itoa(rep*100000 + i) }
 
-// runConcurrent starts n writer processes held on one pipe, releases
-// them at once, and returns each one's write time; every one must exit 0.
-func runConcurrent(t *testing.T, j *Journal, rep, n int) []time.Duration {
+// burst is what a burst of concurrent hook processes did.
+type burst struct {
+	steps  []time.Duration // the write step, as each process measured it
+	cpu    []time.Duration // each process's CPU time, user and system
+	failed []string        // the processes that exited non-zero, and why
+}
+
+// runConcurrent starts n processes of a role held on one pipe, releases
+// them at once and waits for them all.
+func runConcurrent(t testing.TB, n int, name string, env func(i int) []string) burst {
 	t.Helper()
 	gate, release, err := os.Pipe()
 	if err != nil {
@@ -73,39 +87,37 @@ func runConcurrent(t *testing.T, j *Journal, rep, n int) []time.Duration {
 	}
 	defer gate.Close()
 	defer release.Close()
-	var procs []*bytes.Buffer
-	var errs []*bytes.Buffer
-	var waits []func() error
+	var cmds []*exec.Cmd
+	var outs, errs []*bytes.Buffer
 	for i := range n {
-		cmd := role(t, "write", "JOURNAL_TEST_DIR="+j.Dir, "JOURNAL_TEST_JOB="+repJob(rep, i), "JOURNAL_TEST_WAIT=1")
-		cmd.Args[0] = filepath.Base(cmd.Path) + "-writer"
+		cmd := role(t, name, append(env(i), "JOURNAL_TEST_WAIT=1")...)
+		cmd.Args[0] = name + "-hook"
 		var out, stderr bytes.Buffer
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = gate, &out, &stderr
 		if err := cmd.Start(); err != nil {
 			release.Close()
-			for _, w := range waits {
-				w()
+			for _, c := range cmds {
+				c.Wait()
 			}
-			t.Fatalf("start writer %d: %v", i, err)
+			t.Fatalf("start %s %d: %v", name, i, err)
 		}
-		procs, errs, waits = append(procs, &out), append(errs, &stderr), append(waits, cmd.Wait)
+		cmds, outs, errs = append(cmds, cmd), append(outs, &out), append(errs, &stderr)
 	}
-	release.Close() // every writer is alive: go
-	var steps []time.Duration
-	for i, w := range waits {
-		if err := w(); err != nil {
-			t.Errorf("writer %d: %v: %s", i, err, strings.TrimSpace(errs[i].String()))
-			continue
-		}
-		ns, err := strconv.ParseInt(strings.TrimSpace(procs[i].String()), 10, 64)
+	release.Close() // every one is alive: go
+	var b burst
+	for i, cmd := range cmds {
+		err := cmd.Wait()
+		b.cpu = append(b.cpu, cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime())
 		if err != nil {
-			t.Errorf("writer %d printed %q", i, procs[i].String())
+			b.failed = append(b.failed, fmt.Sprintf("%s %d: %v: %s", name, i, err, strings.TrimSpace(errs[i].String())))
 			continue
 		}
-		steps = append(steps, time.Duration(ns))
+		ns, err := strconv.ParseInt(strings.TrimSpace(outs[i].String()), 10, 64)
+		if err != nil {
+			b.failed = append(b.failed, fmt.Sprintf("%s %d printed %q", name, i, outs[i].String()))
+			continue
+		}
+		b.steps = append(b.steps, time.Duration(ns))
 	}
-	if t.Failed() {
-		t.FailNow()
-	}
-	return steps
+	return b
 }

@@ -5,7 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,6 +57,15 @@ func writers(tb testing.TB, j *Journal, dbPath string, busy time.Duration) []wri
 	}
 }
 
+// drain is the reconciler's part, off the hooks' path: it keeps the
+// directory and the log as short as they are in service.
+func drain(b *testing.B, j *Journal, db *store.DB) {
+	if _, err := j.Ingest(context.Background(), db, time.Now()); err != nil {
+		b.Fatal(err)
+	}
+	db.Checkpoint(context.Background())
+}
+
 var writerLabels = []string{"journal", "journal_fsync", "sqlite"}
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -77,14 +86,8 @@ func quantiles(ds []time.Duration) (p50, p99 float64) {
 //
 //	flock /tmp/bft-heavy.lock go test -run '^$' -bench HookWrite -benchtime 300x ./journal/
 func BenchmarkHookWrite(b *testing.B) {
-	// Not t.TempDir's /tmp if that is a tmpfs: the database's disk.
-	base := b.TempDir()
-	j := &Journal{Dir: filepath.Join(base, "journal")}
-	if err := Create(j.Dir, -1); err != nil {
-		b.Fatal(err)
-	}
-	dbPath := filepath.Join(base, "bftrainer.db")
-	db := mustOpen(b, dbPath)
+	j, db := mustJournal(b), mustDB(b)
+	dbPath := db.Path()
 	ws := writers(b, j, dbPath, 2*time.Second)
 	steps := make([][]time.Duration, len(ws))
 	walls := make([][]time.Duration, len(ws))
@@ -98,12 +101,7 @@ func BenchmarkHookWrite(b *testing.B) {
 			steps[k], walls[k] = append(steps[k], step), append(walls[k], wall)
 		}
 		if i%100 == 99 {
-			// The reconciler's part, off the hooks' path: keep the
-			// directory and the log as short as they are in service.
-			if _, err := j.Ingest(context.Background(), db, time.Now()); err != nil {
-				b.Fatal(err)
-			}
-			db.Checkpoint(context.Background())
+			drain(b, j, db)
 		}
 	}
 	b.StopTimer()
@@ -185,5 +183,50 @@ func TestReadLockDoesNotDelayHook(t *testing.T) {
 		if c := counts[itoa(i+1)]; c != [2]int{1, 1} {
 			t.Fatalf("job %d recorded %v times, want once each", i+1, c)
 		}
+	}
+}
+
+// BenchmarkHookBurst: a burst of 200 concurrent hook processes with
+// every core busy, three ways: the journal; a direct SQLite append that
+// never waits (busy timeout 0, the journal's fallback if it were kept);
+// and today's append, waiting up to 1 s (hooks.deadline/2). It reports how
+// many of the non-waiting appends would have fallen back to the journal,
+// and the write steps' p50 and p99. Run it alone:
+//
+//	flock /tmp/bft-heavy.lock go test -run '^$' -bench HookBurst -benchtime 3x ./journal/
+func BenchmarkHookBurst(b *testing.B) {
+	const n = 200
+	burners(b, runtime.NumCPU(), 10*time.Minute)
+	j, db := mustJournal(b), mustDB(b)
+	dbPath := db.Path()
+	type way struct {
+		label, role string
+		env         func(i int) []string
+	}
+	ways := []way{
+		{"journal", "write", func(i int) []string { return []string{"JOURNAL_TEST_DIR=" + j.Dir, "JOURNAL_TEST_JOB=" + itoa(i)} }},
+		{"sqlite_busy0", "sqlite", func(i int) []string {
+			return []string{"JOURNAL_TEST_DB=" + dbPath, "JOURNAL_TEST_JOB=" + itoa(i), "JOURNAL_TEST_BUSY=0s"}
+		}},
+		{"sqlite_busy1s", "sqlite", func(i int) []string {
+			return []string{"JOURNAL_TEST_DB=" + dbPath, "JOURNAL_TEST_JOB=" + itoa(i), "JOURNAL_TEST_BUSY=1s"}
+		}},
+	}
+	steps := make([][]time.Duration, len(ways))
+	failed := make([]int, len(ways))
+	b.ResetTimer()
+	for range b.N {
+		for k, w := range ways {
+			r := runConcurrent(b, n, w.role, w.env)
+			steps[k], failed[k] = append(steps[k], r.steps...), failed[k]+len(r.failed)
+		}
+		drain(b, j, db)
+	}
+	b.StopTimer()
+	for k, w := range ways {
+		p50, p99 := quantiles(steps[k])
+		b.ReportMetric(float64(failed[k])/float64(n*b.N), w.label+"_failed/call")
+		b.Logf("hook burst=%d load=%d write=%s calls=%d failed=%d step_p50_ms=%.3f step_p99_ms=%.3f",
+			n, runtime.NumCPU(), w.label, n*b.N, failed[k], p50, p99)
 	}
 }

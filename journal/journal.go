@@ -23,7 +23,7 @@
 //	               in the hooks' order (timestamp, then id)
 //	.tmp-<id>      a record being written (or left by a hook that died)
 //	bad/           files that were not records, moved aside (the newest
-//	               keepBad), and the count of those not listed one by one
+//	               100 kept), and the count of those not yet given a row
 //
 // A record file is one JSON object and a newline, mode 0640:
 //
@@ -64,9 +64,12 @@
 // junk, a symlink or other non-regular file, a foreign owner, a wrong mode,
 // other links, larger than MaxRecord) is recorded as an error and moved
 // aside (removed when too large), and never holds up the good ones; the
-// error rows are limited to errorBudget an hour, the rest counted in one
-// summary row. A temporary file older than tempAge is a hook that died
-// while writing: if it holds a whole record it is ingested, else it is bad.
+// error rows are limited to 10 an hour, the rest counted in one summary
+// row (over budget, counted until the budget is back). A file that merely
+// cannot be read now (out of descriptors, the user database unreachable)
+// stays for the next round. A temporary file older than a minute is a hook
+// that died while writing: if it holds a whole record it is recorded, else
+// it is bad. At most 10,000 records per call; Result.Left asks for more.
 package journal
 
 import (

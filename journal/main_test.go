@@ -128,6 +128,11 @@ func roleSQLite() error {
 	if err != nil {
 		return err
 	}
+	if busy == 0 {
+		// store.Options reads 0 as its default; 1 ns is _busy_timeout=0
+		// (whole milliseconds): one attempt, no waiting.
+		busy = time.Nanosecond
+	}
 	waitGo()
 	start := time.Now()
 	ctx := context.Background()
