@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -57,6 +59,34 @@ func writers(tb testing.TB, j *Journal, dbPath string, busy time.Duration) []wri
 	}
 }
 
+// busyDisk rewrites 64 MiB of path and syncs it, over and over, until
+// cleanup.
+func busyDisk(b *testing.B, path string) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 1<<20)
+		for {
+			f, err := os.Create(path)
+			if err != nil {
+				return
+			}
+			for range 64 {
+				f.Write(buf)
+			}
+			f.Sync()
+			f.Close()
+			select {
+			case <-stop:
+				os.Remove(path)
+				return
+			default:
+			}
+		}
+	}()
+	b.Cleanup(func() { close(stop); <-done })
+}
+
 // drain is the reconciler's part, off the hooks' path: it keeps the
 // directory and the log as short as they are in service.
 func drain(b *testing.B, j *Journal, db *store.DB) {
@@ -85,9 +115,19 @@ func quantiles(ds []time.Duration) (p50, p99 float64) {
 // write step as the process measured it, and exec to exit. Run it alone:
 //
 //	flock /tmp/bft-heavy.lock go test -run '^$' -bench HookWrite -benchtime 300x ./journal/
-func BenchmarkHookWrite(b *testing.B) {
+func BenchmarkHookWrite(b *testing.B) { hookWrite(b, false) }
+
+// BenchmarkHookWriteDiskBusy is BenchmarkHookWrite while another process
+// on the machine writes to the same disk and syncs (as slurmctld saving
+// its state does): what an fsync on the hook's path would wait for.
+func BenchmarkHookWriteDiskBusy(b *testing.B) { hookWrite(b, true) }
+
+func hookWrite(b *testing.B, diskBusy bool) {
 	j, db := mustJournal(b), mustDB(b)
 	dbPath := db.Path()
+	if diskBusy {
+		busyDisk(b, filepath.Join(b.TempDir(), "busy"))
+	}
 	ws := writers(b, j, dbPath, 2*time.Second)
 	steps := make([][]time.Duration, len(ws))
 	walls := make([][]time.Duration, len(ws))
