@@ -169,8 +169,6 @@ func (j *Journal) scan(dir string, now time.Time) (good, bad []*file, inflight i
 		f := &file{dir: dir, name: e.Name(), info: info}
 		name := e.Name()
 		switch _, _, isRecord := parseName(name); {
-		case name == badDir && ownDir(info):
-			continue
 		case !info.Mode().IsRegular():
 			f.bad = fmt.Sprintf("not a regular file (%v)", info.Mode().Type())
 			bad = append(bad, f)
@@ -374,16 +372,22 @@ func badRow(f *file, now time.Time) store.Event {
 		Origin: fmt.Sprintf("bad.%d.%d.%s", ino, f.info.ModTime().UnixNano(), f.name)}
 }
 
-// ownDir tells the journal's own bad/ directory from an entry someone
-// else made under that name.
+// badPath is where the bad files of the journal dir go: beside it, not
+// in it, so that an empty journal is an empty directory (a service can be
+// started by its being not empty).
+func badPath(dir string) string { return filepath.Clean(dir) + badSuffix }
+
+// ownDir tells the journal's own bad-file directory from an entry
+// someone else made under that name.
 func ownDir(fi fs.FileInfo) bool {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	return ok && fi.IsDir() && int(st.Uid) == os.Geteuid() && fi.Mode().Perm()&0o077 == 0
 }
 
-// moveAside moves a bad file into bad/, named by when it was moved.
+// moveAside moves a bad file beside the journal, named by when it was
+// moved.
 func moveAside(f *file, now time.Time) error {
-	dir := filepath.Join(f.dir, badDir)
+	dir := badPath(f.dir)
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
@@ -393,9 +397,9 @@ func moveAside(f *file, now time.Time) error {
 	return os.Rename(f.path(), filepath.Join(dir, fmt.Sprintf("%019d-%s", now.UnixNano(), f.name)))
 }
 
-// trimBad keeps the newest keepBad files in dir/bad.
+// trimBad keeps the newest keepBad bad files of dir.
 func trimBad(dir string) {
-	dir = filepath.Join(dir, badDir)
+	dir = badPath(dir)
 	if fi, err := os.Lstat(dir); err != nil || !ownDir(fi) {
 		return
 	}
@@ -414,12 +418,12 @@ func trimBad(dir string) {
 	}
 }
 
-// unlistedFile, in the journal's bad/, counts bad files not yet given a
+// unlistedFile, among the journal's bad files, counts bad files not yet given a
 // row, across Ingests.
 const unlistedFile = ".unlisted"
 
 func (j *Journal) unlisted() int {
-	b, err := os.ReadFile(filepath.Join(j.Dir, badDir, unlistedFile))
+	b, err := os.ReadFile(filepath.Join(badPath(j.Dir), unlistedFile))
 	if err != nil {
 		return 0
 	}
@@ -428,7 +432,7 @@ func (j *Journal) unlisted() int {
 }
 
 func (j *Journal) saveUnlisted(n int) {
-	dir := filepath.Join(j.Dir, badDir)
+	dir := badPath(j.Dir)
 	path := filepath.Join(dir, unlistedFile)
 	if n == 0 {
 		os.Remove(path)

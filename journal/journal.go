@@ -15,15 +15,18 @@
 // (or the reconciler's user), group the SlurmUser's group, mode 2770
 // (DirMode; Create makes it so). Writer and reader both refuse a directory
 // that is a symlink, is owned by anyone else or is writable by others
-// (ErrUnsafe). It holds:
+// (ErrUnsafe). It holds only:
 //
 //	<at>-<id>.ev   one committed record: at is the hook's timestamp in
 //	               Unix nanoseconds, 19 digits, and id the 128-bit random
 //	               id the hook chose, 32 lowercase hex digits; names sort
 //	               in the hooks' order (timestamp, then id)
 //	.tmp-<id>      a record being written (or left by a hook that died)
-//	bad/           files that were not records, moved aside (the newest
-//	               100 kept), and the count of those not yet given a row
+//
+// so it is empty when everything is recorded (a systemd path unit's
+// DirectoryNotEmpty= can start the reconciler). Bad files are moved beside
+// it, into <Dir>.bad (mode 0700, the reader's; the newest 100 kept, with
+// the count of those not yet given a row).
 //
 // A record file is one JSON object and a newline, mode 0640:
 //
@@ -138,8 +141,8 @@ const (
 	defaultTempAge     = time.Minute // hooks.deadline is at most 10 min, 2 s by default
 	defaultErrorBudget = 10
 	defaultErrorWindow = time.Hour
-	keepBad            = 100 // files kept in bad/
-	badDir             = "bad"
+	keepBad            = 100    // bad files kept
+	badSuffix          = ".bad" // beside the journal: its bad files
 	tmpPrefix          = ".tmp-"
 	recordSuffix       = ".ev"
 )

@@ -304,7 +304,7 @@ func TestBadFiles(t *testing.T) {
 	if left := entries(t, j.Dir); len(left) != 0 {
 		t.Fatalf("files left in the journal: %v", left)
 	}
-	aside := entries(t, filepath.Join(j.Dir, badDir))
+	aside := entries(t, badPath(j.Dir))
 	if len(aside) != res.Bad-1 {
 		t.Fatalf("%d files moved aside, want %d (all but the huge one): %v", len(aside), res.Bad-1, aside)
 	}
@@ -362,7 +362,7 @@ func TestErrorBudget(t *testing.T) {
 	if len(got) != 1 || got[0].Value != 20 {
 		t.Fatalf("rows an hour later: %+v, want one counting 20", got)
 	}
-	if n := len(entries(t, filepath.Join(j.Dir, badDir))); n > keepBad {
+	if n := len(entries(t, badPath(j.Dir))); n > keepBad {
 		t.Fatalf("%d files kept aside, more than %d", n, keepBad)
 	}
 	if counts := jobCounts(t, db); len(counts) != 2 {
