@@ -59,6 +59,9 @@ type Event struct {
 	HasMs   bool
 	Detail  json.RawMessage
 	Error   string
+	// Origin is an id the writer chose, unique among all events (see
+	// AppendOnce); empty for events written directly.
+	Origin string
 }
 
 // Append adds events to the history in one transaction and returns the
@@ -76,19 +79,56 @@ func (s *DB) Append(ctx context.Context, evs ...Event) (int64, error) {
 	return last, nil
 }
 
-const insertEvent = `INSERT INTO events (at, kind, source, context, job, trainer, user, nodes, node_count, value, ms, detail, error)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+// AppendOnce adds, in one transaction and in order, the events whose
+// Origin is not recorded yet, and returns how many it added. Every event
+// must carry an Origin. Writing the same events again adds nothing: that
+// makes ingesting a journal record whose file outlived a crash harmless.
+func (s *DB) AppendOnce(ctx context.Context, evs ...Event) (added int, err error) {
+	for i := range evs {
+		if evs[i].Origin == "" {
+			return 0, fmt.Errorf("append events once: event %d (%s) has no origin", i, evs[i].Kind)
+		}
+	}
+	err = s.tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		added, err = insertEvents(ctx, tx, insertEventOnce, evs)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("append events once: %w", err)
+	}
+	return added, nil
+}
+
+const insertEvent = `INSERT INTO events (at, kind, source, context, job, trainer, user, nodes, node_count, value, ms, detail, error, origin)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// insertEventOnce skips an event whose origin is recorded (the conflict
+// target repeats the partial index's WHERE, as SQLite requires).
+const insertEventOnce = insertEvent + ` ON CONFLICT (origin) WHERE origin IS NOT NULL DO NOTHING`
 
 func appendEvents(ctx context.Context, tx *sql.Tx, evs []Event) (int64, error) {
+	if _, err := insertEvents(ctx, tx, insertEvent, evs); err != nil {
+		return 0, err
+	}
 	if len(evs) == 0 {
 		return 0, nil
 	}
-	st, err := tx.PrepareContext(ctx, insertEvent)
+	return evs[len(evs)-1].ID, nil
+}
+
+// insertEvents inserts evs with the statement q, sets the ID of each one
+// inserted and returns how many were.
+func insertEvents(ctx context.Context, tx *sql.Tx, q string, evs []Event) (int, error) {
+	if len(evs) == 0 {
+		return 0, nil
+	}
+	st, err := tx.PrepareContext(ctx, q)
 	if err != nil {
 		return 0, err
 	}
 	defer st.Close()
-	var last int64
+	added := 0
 	for i := range evs {
 		e := &evs[i]
 		if e.At.IsZero() {
@@ -101,18 +141,27 @@ func appendEvents(ctx context.Context, tx *sql.Tx, evs []Event) (int64, error) {
 		if e.HasMs {
 			ms = e.Ms
 		}
+		var origin any
+		if e.Origin != "" {
+			origin = e.Origin
+		}
 		detail := string(e.Detail)
 		res, err := st.ExecContext(ctx, formatTime(e.At), e.Kind, e.Source, e.Context, e.Job, e.Trainer, e.User,
-			strings.Join(e.Nodes, " "), max(len(e.Nodes), e.Count), val, ms, detail, e.Error)
+			strings.Join(e.Nodes, " "), max(len(e.Nodes), e.Count), val, ms, detail, e.Error, origin)
 		if err != nil {
 			return 0, err
 		}
-		if last, err = res.LastInsertId(); err != nil {
+		if n, err := res.RowsAffected(); err != nil {
+			return 0, err
+		} else if n == 0 {
+			continue // already recorded (insertEventOnce)
+		}
+		if e.ID, err = res.LastInsertId(); err != nil {
 			return 0, err
 		}
-		e.ID = last
+		added++
 	}
-	return last, nil
+	return added, nil
 }
 
 // Filter selects history rows. Zero fields match everything.
@@ -166,7 +215,7 @@ func (s *DB) Events(ctx context.Context, f Filter) ([]Event, error) {
 	if f.AfterID > 0 {
 		where, args = append(where, "id > ?"), append(args, f.AfterID)
 	}
-	q := "SELECT id, at, kind, source, context, job, trainer, user, nodes, node_count, value, ms, detail, error FROM events"
+	q := "SELECT id, at, kind, source, context, job, trainer, user, nodes, node_count, value, ms, detail, error, coalesce(origin, '') FROM events"
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -206,7 +255,7 @@ func queryEvents(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]Even
 		var e Event
 		var at, nodes, detail string
 		var val, ms sql.NullFloat64
-		if err := rows.Scan(&e.ID, &at, &e.Kind, &e.Source, &e.Context, &e.Job, &e.Trainer, &e.User, &nodes, &e.Count, &val, &ms, &detail, &e.Error); err != nil {
+		if err := rows.Scan(&e.ID, &at, &e.Kind, &e.Source, &e.Context, &e.Job, &e.Trainer, &e.User, &nodes, &e.Count, &val, &ms, &detail, &e.Error, &e.Origin); err != nil {
 			return nil, err
 		}
 		if e.At, err = parseTime(at); err != nil {
