@@ -29,8 +29,9 @@ package alloc
 // measured count. With one measured count the fit is linear scaling with
 // wide error bars; every further count narrows them. The uncertainty of a
 // prediction is the fit's (the inverse of the penalised normal matrix,
-// scaled up by the reduced χ² when the points disagree with the model)
-// plus Drift per octave from the nearest measured count.
+// scaled up by the reduced χ² of points and prior when they disagree with
+// the model) plus Drift per octave from the nearest measured count, at most
+// a factor e (maxSD).
 //
 // Assembly, per count of the estimate (a geometric grid 1, 2, 3, 4, 6, 8,
 // 12, … up to Max, plus Min, Max, the measured counts and the prior's):
@@ -461,8 +462,13 @@ func (l CurveLearner) calibrate(prior *Curve, meas []measuredRate, noise float64
 	return -sum / prec, 1 / prec
 }
 
+// maxSD is the largest relative standard deviation an estimate carries:
+// beyond a factor e either way a rate is simply unknown, and wider bands
+// would only inflate the value of probing it.
+const maxSD = 1.0
+
 // precisionSum combines estimates in log space by precision; an exact one
-// (SD 0) overrides every inexact one.
+// (SD 0) overrides every inexact one; none is vaguer than maxSD.
 type precisionSum struct {
 	w, wv    float64
 	exact    int
@@ -470,6 +476,7 @@ type precisionSum struct {
 }
 
 func (p *precisionSum) add(v, sd float64) {
+	sd = min(sd, maxSD)
 	if sd <= 0 {
 		p.exact++
 		p.exactSum += v
@@ -665,20 +672,20 @@ func fitCurveModel(pts []fitPoint, nref float64) curveModel {
 	}
 	// Scale the covariance up when the points disagree with the model more
 	// than their errors say.
-	chi2, used := 0.0, 0
+	// The prior's pseudo-observations count too: data far outside it (two
+	// nodes much slower than one) widen the predictions.
+	chi2 := 0.0
 	for _, p := range pts {
 		tau := float64(p.n) / p.rate
 		sd := max(p.sd, fitFloor) * tau
 		fit := float64(p.n) / m.rate(float64(p.n))
 		chi2 += (tau - fit) * (tau - fit) / (sd * sd)
 	}
-	for k := range m.theta {
-		if m.theta[k] > 0 {
-			used++
-		}
+	for k := 1; k < nModel; k++ {
+		chi2 += (m.theta[k] / lam[k]) * (m.theta[k] / lam[k])
 	}
 	scale := 1.0
-	if dof := len(pts) - used; dof > 0 {
+	if dof := len(pts) - 1; dof > 0 { // points + priors − parameters
 		scale = max(1, chi2/float64(dof))
 	}
 	for i := range inv {

@@ -322,7 +322,7 @@ func TestCurveUncertaintyGrowsWithDistance(t *testing.T) {
 		if p.Source != alloc.FromModel {
 			t.Fatalf("point %+v should come from the model", p)
 		}
-		if p.SD <= prev {
+		if p.SD < prev || p.SD == prev && p.SD < 1 { // 1: the cap, a factor e
 			t.Fatalf("sd at %d nodes %.3f, not above %.3f nearer the measured counts", p.Nodes, p.SD, prev)
 		}
 		prev = p.SD
@@ -345,8 +345,8 @@ func TestCurvePriorIsCalibratedAndRefined(t *testing.T) {
 	if got := e.Curve(); !reflect.DeepEqual(got.Throughput[len(got.Throughput)-1], prior.Throughput[5]) {
 		t.Fatalf("with nothing measured the curve is not the prior: %+v", got)
 	}
-	if _, sd := e.At(32); math.Abs(sd-math.Hypot(0.25, 1)) > 1e-9 {
-		t.Fatalf("prior sd %v, want hypot(PriorSD 0.25, level 1)", sd)
+	if _, sd := e.At(32); sd != 1 {
+		t.Fatalf("prior sd %v, want hypot(PriorSD 0.25, level 1) capped at 1", sd)
 	}
 	ts := &trainerSim{r: rand.New(rand.NewPCG(13, 6)), l: l, s: s, truth: truth, noise: 0.05}
 	ts.run(t, 2, 1200)
