@@ -9,18 +9,21 @@ package alloc
 // pooled until it holds MinSample seconds; at most MaxCounts counts (the
 // least recently observed is forgotten first); the user's curve, if any;
 // the exploration ledger (learn_explore.go). Nothing else: every estimate is
-// recomputed from it, so a saved and reloaded state gives the same curve.
+// recomputed from it (a per-count summary is cached beside it, not saved),
+// so a saved and reloaded state gives the same curve.
 //
 // What it assumes, stated once:
 //   - An interval's measured rate is trusted only after Settle seconds since
 //     the Trainer's last rescale (restart, rendezvous, reloading); an
 //     interval that starts earlier counts for its settled part only, one
 //     wholly inside is kept only while the count has nothing better, as a
-//     loose lower bound.
-//   - At one count, the samples are draws of one true rate with relative
-//     noise common to the Trainer's counts; stragglers and hiccups are
-//     outliers. A count's rate is the settled-time-weighted mean of its
-//     samples within 3 noise scales of their weighted median.
+//     loose lower bound (relative SD at least 0.5).
+//   - At one count, the samples are draws of one true rate; the noise, the
+//     same relative SD at every count, is learnt from the Trainer's own
+//     samples. Stragglers, stalls and hiccups are outliers: first trimmed
+//     within a count (3 noise scales about the weighted median), then vetted
+//     against what the neighbouring counts predict (vet), which catches an
+//     outlier even in a count measured once or twice.
 //   - Between and beyond measured counts the model of learn_fit.go fills in;
 //     a user-given curve is a prior, calibrated in level by the
 //     measurements and weighed against them and the model by precision.
@@ -32,8 +35,8 @@ import (
 )
 
 // CurveLearner holds the settings of the curve estimator and of its priced
-// exploration. The zero value is the default; a zero field means its
-// default, a negative Settle or Drift means none.
+// exploration. The zero value is the default: a zero field means its
+// default, a negative one (Settle, Drift, …) means 0.
 type CurveLearner struct {
 	// Settle is how long after a rescale a Trainer's throughput is not yet
 	// representative, in seconds (default 30: torchrun restarts measured
@@ -58,8 +61,8 @@ type CurveLearner struct {
 	// on top of the fit's own uncertainty: the model is not the truth.
 	Drift float64
 
-	// ProbeEvery is how many decisions at least separate two probes of one
-	// Trainer, counting from its first decision (default 20).
+	// ProbeEvery: at most one probe in any ProbeEvery consecutive decisions
+	// of one Trainer, none before its ProbeEvery-th (default 20).
 	ProbeEvery int
 	// ProbeInterval is how many seconds at least separate two probes of one
 	// Trainer (default 1800).
@@ -249,7 +252,7 @@ func (l CurveLearner) Observe(s *CurveState, o CurveObs) error {
 	}
 	if last := len(c.Rates) - 1; continues && c.Seconds[last] < l.MinSample {
 		w := c.Seconds[last] + settled
-		c.Rates[last] = (c.Rates[last]*c.Seconds[last] + o.Rate*settled) / w
+		c.Rates[last] += (o.Rate - c.Rates[last]) * (settled / w) // the weighted mean, without overflow
 		c.Seconds[last] = w
 		return nil
 	}

@@ -188,7 +188,9 @@ func (l CurveLearner) Estimate(s *CurveState) CurveEstimate {
 		nref = max(nref, anchors[len(anchors)-1].n)
 	}
 	model := fitCurveModel(anchors, float64(nref))
-	est.Model = model.theta
+	if model.ok {
+		est.Model = model.theta
+	}
 	resid := make([]float64, len(anchors))
 	for i, a := range anchors {
 		resid[i] = math.Log(a.rate) - math.Log(model.rate(float64(a.n)))
@@ -236,7 +238,8 @@ func (l CurveLearner) Estimate(s *CurveState) CurveEstimate {
 				// Beyond the user's curve, with nothing measured: the
 				// model fitted to the user's curve extends it.
 				p.Source = FromModel | FromPrior
-				acc.add(math.Log(model.rate(float64(n)))+residualAt(anchors, resid, n), l.modelSD(model, anchors, n))
+				sd := l.modelSD(model, anchors, n)
+				acc.add(math.Log(model.rate(float64(n)))+residualAt(anchors, resid, n), math.Sqrt(sd*sd+levelVar))
 			}
 		}
 		if acc.empty() {
