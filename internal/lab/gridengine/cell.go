@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/bftrainer/bftrainer/internal/lab"
 )
 
 // writeCell writes the cell's bootstrap and act_qmaster and initialises
@@ -153,7 +155,7 @@ func (c *Cell) tryQmaster(ctx context.Context, timeout time.Duration) error {
 	if c.qm, err = startProc("sge_qmaster", cmd); err != nil {
 		return err
 	}
-	return Poll(ctx, timeout, func() (bool, error) {
+	return lab.Poll(ctx, timeout, func() (bool, error) {
 		if c.qm.exited() {
 			return false, fmt.Errorf("sge_qmaster exited: %v", c.qm.err)
 		}
@@ -347,7 +349,7 @@ func (c *Cell) StartExecd(ctx context.Context, host string) error {
 	if err := c.startExecd(host); err != nil {
 		return err
 	}
-	return Poll(ctx, readyTimeout, func() (bool, error) {
+	return lab.Poll(ctx, readyTimeout, func() (bool, error) {
 		qs, err := c.Instances(ctx)
 		if err != nil {
 			return false, err

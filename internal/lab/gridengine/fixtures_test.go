@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bftrainer/bftrainer/internal/lab"
 	"github.com/bftrainer/bftrainer/trainer/trainertest"
 )
 
@@ -184,7 +185,7 @@ func endJob(ctx context.Context, j *Job) error {
 
 // waitState waits until a host's queue instance shows a state letter.
 func waitState(ctx context.Context, c *Cell, host, letter string) error {
-	return Poll(ctx, time.Minute, func() (bool, error) {
+	return lab.Poll(ctx, time.Minute, func() (bool, error) {
 		qs, err := c.Instances(ctx)
 		for _, q := range qs {
 			if q.Host == host {
@@ -210,7 +211,7 @@ func lastInterval(c *Cell) (string, error) {
 // resources for the job, and returns that interval.
 func waitReservation(ctx context.Context, c *Cell, job string, timeout time.Duration) (string, error) {
 	var last string
-	err := Poll(ctx, timeout, func() (bool, error) {
+	err := lab.Poll(ctx, timeout, func() (bool, error) {
 		var err error
 		last, err = lastInterval(c)
 		return err == nil && strings.Contains(last, "\n"+job+":1:RESERVING:"), nil

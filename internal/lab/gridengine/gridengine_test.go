@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bftrainer/bftrainer/internal/lab"
 )
 
 var (
@@ -196,7 +198,7 @@ func TestSerialJob(t *testing.T) {
 	host := c.Hosts[1]
 	j := must[*Job](t)(c.Submit(ctx, JobSpec{Name: "serial", Hosts: []string{host}, User: "nobody", Env: []string{"BFT_MARK=1"}}))
 	recs := must[[]Record](t)(j.WaitEnded(ctx, time.Minute))
-	r := must[JobReport](t)(j.Report())
+	r := must[lab.Report](t)(j.Report())
 	if bad := Normal(recs, r, []string{host}); bad != "" {
 		t.Fatalf("job %s: %s", j.ID, bad)
 	}
@@ -265,17 +267,17 @@ func TestParallelJob(t *testing.T) {
 	if st.Master != hosts[0] || !slices.Equal(st.Hosts, hosts) {
 		t.Errorf("running on %v (master %s), want %v (master %s)", st.Hosts, st.Master, hosts, hosts[0])
 	}
-	must[JobReport](t)(j.WaitChecked(ctx, time.Minute))
+	must[lab.Report](t)(j.WaitChecked(ctx, time.Minute))
 	if err := j.Release(); err != nil {
 		t.Fatal(err)
 	}
 	recs := must[[]Record](t)(j.WaitEnded(ctx, time.Minute))
-	r := must[JobReport](t)(j.Report())
+	r := must[lab.Report](t)(j.Report())
 	if bad := Normal(recs, r, hosts); bad != "" {
 		t.Fatalf("job %s: %s", j.ID, bad)
 	}
-	if r.Master != hosts[0] {
-		t.Errorf("job script ran on %s, want %s", r.Master, hosts[0])
+	if r.Host != hosts[0] {
+		t.Errorf("job script ran on %s, want %s", r.Host, hosts[0])
 	}
 	calls := must[[]HookCall](t)(rec.WaitJobCalls(ctx, j.ID, 4, 30*time.Second))
 	want := []string{"prolog@" + hosts[0], "pestart@" + hosts[0], "pestop@" + hosts[0], "epilog@" + hosts[0]}
@@ -324,7 +326,7 @@ func TestPrologFailure(t *testing.T) {
 		}
 	}()
 	must[[]HookCall](t)(rec.WaitJobCalls(ctx, j.ID, 1, time.Minute))
-	err := Poll(ctx, time.Minute, func() (bool, error) {
+	err := lab.Poll(ctx, time.Minute, func() (bool, error) {
 		qs, err := c.Instances(ctx)
 		for _, q := range qs {
 			if q.Host == host {

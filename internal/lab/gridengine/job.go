@@ -1,10 +1,7 @@
 package gridengine
 
 import (
-	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/xml"
 	"fmt"
 	"os"
@@ -16,44 +13,19 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/bftrainer/bftrainer/trainer/trainertest"
+	"github.com/bftrainer/bftrainer/internal/lab"
 )
 
-// mainScript is a main job. Its first line is the moment it started;
-// then the task script runs once on every host of the job (qrsh -inherit
-// reaches the other hosts of a parallel job, under Grid Engine's
-// control, after the master host's prolog), so the output says where the
-// job ran and what it found there. Then it holds its hosts (BFT_HOLD
-// seconds, or until the file BFT_RELEASE exists, at most 10 minutes) and
-// says when it ends.
-const mainScript = `#!/bin/sh
-echo "first $(date +%s.%N) host=$(hostname)"
-if [ -n "${PE_HOSTFILE:-}" ]; then
-	for h in $(cut -d' ' -f1 "$PE_HOSTFILE"); do qrsh -inherit -nostdin "$h" "$BFT_TASK" & done
+// launch runs the check once on every host of a main job: qrsh -inherit
+// reaches the other hosts of a parallel job, under Grid Engine's control,
+// after the master host's prolog (-nostdin: a backgrounded qrsh reading
+// its standard input was seen killed by SIGHUP, failing the job).
+const launch = `if [ -n "${PE_HOSTFILE:-}" ]; then
+	for h in $(cut -d' ' -f1 "$PE_HOSTFILE"); do qrsh -inherit -nostdin "$h" "$BFT_CHECK" & done
 	wait
 else
-	"$BFT_TASK"
-fi
-echo "checked $(date +%s.%N)"
-if [ -n "${BFT_RELEASE:-}" ]; then
-	i=0
-	while [ ! -e "$BFT_RELEASE" ] && [ $i -lt 6000 ]; do sleep 0.1; i=$((i + 1)); done
-else
-	sleep "${BFT_HOLD:-0}"
-fi
-echo "end $(date +%s.%N)"
-`
-
-// taskScript runs on each host of a main job: it names the host and the
-// live processes whose bftrainer run token (BFTRAINER_RUN=TRAINER/NODE/…,
-// inherited by every descendant) names this host: Trainer processes
-// still running where the main job runs.
-const taskScript = `#!/bin/sh
-n=$(hostname)
-procs=$(grep -alz "^BFTRAINER_RUN=[^/]*/$n/" /proc/[0-9]*/environ 2>/dev/null | sed 's|^/proc/||; s|/environ$||' | tr '\n' ',')
-procs=${procs%,}
-echo "task host=$n job=$JOB_ID procs=${procs:-none}"
-`
+	"$BFT_CHECK"
+fi`
 
 // JobSpec is a job to submit.
 type JobSpec struct {
@@ -89,13 +61,13 @@ type Job struct {
 func (c *Cell) Submit(ctx context.Context, s JobSpec) (*Job, error) {
 	dir := c.JobsDir()
 	script := s.Script
-	task := filepath.Join(dir, "bft-task.sh")
+	check := filepath.Join(dir, "bft-check.sh")
 	if script == "" {
 		script = filepath.Join(dir, "bft-main.sh")
-		if err := writeOnce(script, mainScript); err != nil {
+		if err := lab.WriteOnce(script, lab.MainScript(launch)); err != nil {
 			return nil, err
 		}
-		if err := writeOnce(task, taskScript); err != nil {
+		if err := lab.WriteOnce(check, lab.CheckScript("$(hostname)")); err != nil {
 			return nil, err
 		}
 	}
@@ -103,11 +75,9 @@ func (c *Cell) Submit(ctx context.Context, s JobSpec) (*Job, error) {
 		s.Name = "main"
 	}
 	j := &Job{cell: c, Name: s.Name}
-	env := append([]string{"BFT_TASK=" + task, fmt.Sprintf("BFT_HOLD=%.3f", s.Hold.Seconds())}, s.Env...)
+	env := append([]string{"BFT_CHECK=" + check, fmt.Sprintf("BFT_HOLD=%.3f", s.Hold.Seconds())}, s.Env...)
 	if s.Held {
-		b := make([]byte, 6)
-		rand.Read(b)
-		j.release = filepath.Join(dir, "release-"+hex.EncodeToString(b))
+		j.release = lab.ReleaseFile(dir)
 		env = append(env, "BFT_RELEASE="+j.release)
 	}
 	args := []string{"-terse", "-N", s.Name, "-wd", dir, "-j", "y", "-o", filepath.Join(dir, "$JOB_ID.out"), "-v", strings.Join(env, ",")}
@@ -156,17 +126,6 @@ func (c *Cell) Submit(ctx context.Context, s JobSpec) (*Job, error) {
 	return j, nil
 }
 
-func writeOnce(path, body string) error {
-	if b, err := os.ReadFile(path); err == nil && string(b) == body {
-		return nil
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(body), 0o755); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
 // Release lets a Held job end.
 func (j *Job) Release() error {
 	if j.release == "" {
@@ -181,59 +140,14 @@ func (j *Job) Delete(ctx context.Context) error {
 	return err
 }
 
-// JobReport is what a main job wrote.
-type JobReport struct {
-	First, Checked, End time.Time
-	Master              string            // the host its script ran on
-	Procs               map[string]string // host → Trainer processes found there ("none", or pids)
-}
-
 // Report reads the job's output so far.
-func (j *Job) Report() (JobReport, error) {
-	r := JobReport{Procs: map[string]string{}}
-	f, err := os.Open(j.Out)
-	if err != nil {
-		return r, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) < 2 {
-			continue
-		}
-		kv := map[string]string{}
-		for _, f := range fs[1:] {
-			if k, v, ok := strings.Cut(f, "="); ok {
-				kv[k] = v
-			}
-		}
-		switch fs[0] {
-		case "first", "checked", "end":
-			t, err := trainertest.ParseUnix(fs[1])
-			if err != nil {
-				return r, fmt.Errorf("%s: %q: %w", j.Out, sc.Text(), err)
-			}
-			switch fs[0] {
-			case "first":
-				r.First, r.Master = t, kv["host"]
-			case "checked":
-				r.Checked = t
-			default:
-				r.End = t
-			}
-		case "task":
-			r.Procs[kv["host"]] = kv["procs"]
-		}
-	}
-	return r, sc.Err()
-}
+func (j *Job) Report() (lab.Report, error) { return lab.ReadReport(j.Out) }
 
 // WaitChecked waits, at most timeout, until the job has run its task on
 // every host, and returns its report.
-func (j *Job) WaitChecked(ctx context.Context, timeout time.Duration) (JobReport, error) {
-	var r JobReport
-	err := Poll(ctx, timeout, func() (bool, error) {
+func (j *Job) WaitChecked(ctx context.Context, timeout time.Duration) (lab.Report, error) {
+	var r lab.Report
+	err := lab.Poll(ctx, timeout, func() (bool, error) {
 		var err error
 		r, err = j.Report()
 		if os.IsNotExist(err) {
@@ -307,7 +221,7 @@ func (j *Job) Status(ctx context.Context) (JobStatus, error) {
 // status, and returns it.
 func (j *Job) WaitStatus(ctx context.Context, timeout time.Duration, what string, cond func(JobStatus) bool) (JobStatus, error) {
 	var st JobStatus
-	err := Poll(ctx, timeout, func() (bool, error) {
+	err := lab.Poll(ctx, timeout, func() (bool, error) {
 		var err error
 		st, err = j.Status(ctx)
 		return err == nil && cond(st), err
@@ -354,7 +268,7 @@ func (j *Job) WaitEnded(ctx context.Context, timeout time.Duration) ([]Record, e
 		return nil, err
 	}
 	var recs []Record
-	err := Poll(ctx, timeout, func() (bool, error) {
+	err := lab.Poll(ctx, timeout, func() (bool, error) {
 		var err error
 		recs, err = j.Accounting(ctx)
 		return err == nil && len(recs) > 0, nil
@@ -366,31 +280,15 @@ func (j *Job) WaitEnded(ctx context.Context, timeout time.Duration) ([]Record, e
 }
 
 // Normal reports what was not normal about an ended main job: every
-// accounting record must say failed 0 and exit status 0, the job must
-// have run its task on exactly the given hosts and found no Trainer
-// process on any. "" when all is well.
-func Normal(recs []Record, r JobReport, hosts []string) string {
+// accounting record must say failed 0 and exit status 0, and the job must
+// have checked exactly the given hosts and found no Trainer process on
+// any. "" when all is well.
+func Normal(recs []Record, r lab.Report, hosts []string) string {
 	var bad []string
 	for _, rec := range recs {
 		if rec["failed"] != "0" || rec["exit_status"] != "0" {
 			bad = append(bad, fmt.Sprintf("%s: failed %q exit_status %q", rec["hostname"], rec["failed"], rec["exit_status"]))
 		}
 	}
-	if r.First.IsZero() || r.End.IsZero() {
-		bad = append(bad, "no first or end line")
-	}
-	for _, h := range hosts {
-		switch p, ok := r.Procs[h]; {
-		case !ok:
-			bad = append(bad, h+" not checked")
-		case p != "none":
-			bad = append(bad, "Trainer processes on "+h+": "+p)
-		}
-	}
-	for h := range r.Procs {
-		if !slices.Contains(hosts, h) {
-			bad = append(bad, "ran on "+h+" too")
-		}
-	}
-	return strings.Join(bad, "; ")
+	return strings.Join(append(bad, r.Abnormal(hosts)...), "; ")
 }

@@ -383,28 +383,3 @@ func (c *Cell) logTails() string {
 	}
 	return ""
 }
-
-// Poll calls cond every 100 ms until it reports true, returns an error,
-// or timeout passes (an error saying so, with cond's last error).
-func Poll(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	var last error
-	for {
-		ok, err := cond()
-		if ok && err == nil {
-			return nil
-		}
-		last = err
-		if time.Now().After(deadline) {
-			if last != nil {
-				return fmt.Errorf("not reached after %v: %w", timeout, last)
-			}
-			return fmt.Errorf("not reached after %v", timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}

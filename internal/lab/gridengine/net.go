@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/bftrainer/bftrainer/internal/lab"
 )
 
 // network is the cell's private IPv4 /24: a bridge in the machine's
@@ -199,7 +201,7 @@ func (c *Cell) holder(ctx context.Context, host string, flags ...string) error {
 	}
 	c.ns[host] = p
 	comm := filepath.Join("/proc", strconv.Itoa(p.pid()), "comm")
-	return Poll(ctx, 10*time.Second, func() (bool, error) {
+	return lab.Poll(ctx, 10*time.Second, func() (bool, error) {
 		if p.exited() {
 			return false, fmt.Errorf("namespaces of %s: %v: %s", host, p.err, strings.TrimSpace(out.String()))
 		}

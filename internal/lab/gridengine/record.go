@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bftrainer/bftrainer/internal/lab"
 	"github.com/bftrainer/bftrainer/trainer/trainertest"
 )
 
@@ -152,7 +153,7 @@ func (r *Recorder) JobCalls(job string) ([]HookCall, error) {
 // finished calls, and returns them.
 func (r *Recorder) WaitJobCalls(ctx context.Context, job string, n int, timeout time.Duration) ([]HookCall, error) {
 	var calls []HookCall
-	err := Poll(ctx, timeout, func() (bool, error) {
+	err := lab.Poll(ctx, timeout, func() (bool, error) {
 		var err error
 		calls, err = r.JobCalls(job)
 		return len(calls) >= n, err

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/bftrainer/bftrainer/internal/lab"
 )
 
 // Instance is one queue instance (a cluster queue on one host) as
@@ -114,7 +116,7 @@ func (c *Cell) IdleHosts(ctx context.Context) ([]string, error) {
 // exactly idle; the error says which were not.
 func (c *Cell) WaitIdle(ctx context.Context, timeout time.Duration) error {
 	var last []Instance
-	err := Poll(ctx, timeout, func() (bool, error) {
+	err := lab.Poll(ctx, timeout, func() (bool, error) {
 		qs, err := c.Instances(ctx)
 		if err != nil {
 			return false, err
