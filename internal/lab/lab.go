@@ -1,7 +1,7 @@
 // Package lab holds what every scheduler lab of the tests shares (the
 // Grid Engine cell in lab/gridengine; the Slurm cluster's lab can use it
-// too): the main job's scripts and the report they write, and bounded
-// waits on a condition.
+// too): the main job's scripts and the report they write, bounded waits
+// on a condition, and where the schedulers' programs are found.
 //
 // A main job is the scheduler's own job in a scenario: it says when it
 // started, runs a check on every node it holds (which names the live
@@ -153,6 +153,22 @@ func (r Report) Abnormal(nodes []string) []string {
 		}
 	}
 	return bad
+}
+
+// SbinPath is the PATH of the labs' commands and daemons: the
+// schedulers' daemons live in /usr/sbin, which a non-login root shell
+// may lack.
+const SbinPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// LookPath finds an executable program on SbinPath.
+func LookPath(name string) (string, error) {
+	for _, d := range filepath.SplitList(SbinPath) {
+		p := filepath.Join(d, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s not found in %s", name, SbinPath)
 }
 
 // Poll calls cond every 100 ms until it reports true, returns an error,

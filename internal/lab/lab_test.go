@@ -108,3 +108,12 @@ func TestMainJob(t *testing.T) {
 		t.Errorf("Abnormal(nil) = %q", r.Abnormal(nil))
 	}
 }
+
+func TestLookPath(t *testing.T) {
+	if p, err := LookPath("sh"); err != nil || !filepath.IsAbs(p) {
+		t.Errorf("LookPath(sh) = %q, %v", p, err)
+	}
+	if _, err := LookPath("no-such-program-bft"); err == nil {
+		t.Error("LookPath found a program that does not exist")
+	}
+}

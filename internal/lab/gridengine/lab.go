@@ -45,13 +45,14 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/bftrainer/bftrainer/internal/lab"
 )
 
 // sbinPath is the PATH of every command this package runs and of the
 // daemons (and so of the hooks and jobs, which inherit the execd's
-// environment): the daemons live in /usr/sbin, which a non-login root
-// shell may lack.
-const sbinPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+// environment).
+const sbinPath = lab.SbinPath
 
 // Where Debian 12's packages put what the lab runs.
 const (
@@ -86,7 +87,7 @@ func Need() error {
 	}
 	for _, p := range []string{"qconf", "qsub", "qstat", "qhost", "qacct", "qdel", "qmod", "qrsh",
 		"unshare", "nsenter", "ip", "mount", "hostname", "sleep"} {
-		if _, err := lookPath(p); err != nil {
+		if _, err := lab.LookPath(p); err != nil {
 			missing = append(missing, p)
 		}
 	}
@@ -98,17 +99,6 @@ func Need() error {
 		return fmt.Errorf("needs network, UTS and mount namespaces: unshare: %w: %s", err, bytes.TrimSpace(out))
 	}
 	return nil
-}
-
-// lookPath finds a program on sbinPath.
-func lookPath(name string) (string, error) {
-	for _, d := range filepath.SplitList(sbinPath) {
-		p := filepath.Join(d, name)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s not found in %s", name, sbinPath)
 }
 
 // Options says what cell to start.
