@@ -10,9 +10,9 @@ import (
 	"strings"
 )
 
-// Packages are Debian 12's Grid Engine packages the cell runs
+// packages are Debian 12's Grid Engine packages the cell runs
 // (Son of Grid Engine 8.1.9).
-var Packages = []string{"gridengine-master", "gridengine-exec", "gridengine-client"}
+var packages = []string{"gridengine-master", "gridengine-exec", "gridengine-client"}
 
 // debconfAnswers keep the packages from configuring a cell of their own
 // in /var/lib/gridengine (the lab makes its own, privately); the other
@@ -27,7 +27,7 @@ gridengine-common shared/gridenginemaster string localhost
 // sge_execd, sge_qmaster or the MTA that mailx pulls in).
 const policyRC = "/usr/sbin/policy-rc.d"
 
-// Install installs Packages with apt-get, as root, unless they are
+// Install installs packages with apt-get, as root, unless they are
 // present: it answers debconf first, puts a policy-rc.d in place while
 // it runs (unless one is already there, which it leaves alone), waits up
 // to 15 minutes for another dpkg to finish, and runs apt-get update
@@ -62,7 +62,7 @@ func Install(ctx context.Context, logf func(format string, args ...any)) error {
 		}
 		return nil
 	}
-	install := append([]string{"install", "-y", "-q", "-o", "DPkg::Lock::Timeout=900", "--no-install-recommends"}, Packages...)
+	install := append([]string{"install", "-y", "-q", "-o", "DPkg::Lock::Timeout=900", "--no-install-recommends"}, packages...)
 	logf("gridengine: apt-get %s", strings.Join(install, " "))
 	if err := apt(install...); err != nil {
 		logf("gridengine: %v; updating the package lists", err)

@@ -44,9 +44,9 @@ type XMLJob struct {
 	Master string `xml:"master"` // with -g t: MASTER or SLAVE
 }
 
-// QstatXML is `qstat -f -xml`'s document: the queue instances with their
+// qstatXML is `qstat -f -xml`'s document: the queue instances with their
 // running jobs, then the pending jobs.
-type QstatXML struct {
+type qstatXML struct {
 	Queues []struct {
 		Name  string   `xml:"name"`
 		Used  int      `xml:"slots_used"`
@@ -62,7 +62,7 @@ type QstatXML struct {
 // ParseQstatXML reads `qstat -f -xml` into its queue instances and its
 // pending jobs.
 func ParseQstatXML(b []byte) ([]Instance, []XMLJob, error) {
-	var doc QstatXML
+	var doc qstatXML
 	if err := xml.Unmarshal(b, &doc); err != nil {
 		return nil, nil, fmt.Errorf("qstat -xml: %w", err)
 	}
