@@ -106,6 +106,7 @@ class LocalRunner:
         if wid in self.workers:
             raise ValueError(f"worker id {wid} used twice (ids are unique per launch)")
         e = dict(self.env)
+        e["NODE_TAG"] = wid  # each worker plays one node
         e.update(env or {})
         e.update(BFTRAINER_ELASTIC_STORE=self.store_addr, BFTRAINER_ELASTIC_ID=wid)
         out, err = (os.path.join(self.dir, f"{wid}.{x}") for x in ("out", "err"))
