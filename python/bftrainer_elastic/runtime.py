@@ -40,6 +40,10 @@ ENV_JOIN_TIMEOUT = "BFTRAINER_ELASTIC_JOIN_TIMEOUT"
 
 _FORMED, _ABORTED, _REMOVED = "formed", "aborted", "removed"
 
+
+class _Finished(Exception):
+    """The job completed while this worker waited for a membership."""
+
 # Substrings of the errors gloo, NCCL and c10d raise when a peer is gone or hangs. Any other
 # exception from the training step is the script's own and is raised again.
 _COMM_ERRORS = ("gloo", "nccl", "connection closed", "connection reset", "broken pipe",
@@ -86,12 +90,16 @@ class State:
             self.extra[name] = value
 
     def state_dict(self):
-        """A deep copy: tensors cloned, so later steps do not change it."""
+        """A deep copy: tensors cloned, so later steps do not change it. An extra with
+        state_dict/load_state_dict methods (an LR scheduler, a data sampler) is saved through
+        them; any other extra must be picklable."""
+        extra = {k: ({"__stateful__": v.state_dict()} if _stateful(v) else v)
+                 for k, v in self.extra.items()}
         return copy.deepcopy({
             "step": self.step,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
-            "extra": self.extra,
+            "extra": extra,
         })
 
     def load_state_dict(self, sd):
@@ -99,7 +107,15 @@ class State:
         if self.optimizer is not None and sd.get("optimizer") is not None:
             self.optimizer.load_state_dict(sd["optimizer"])  # deep-copies
         object.__setattr__(self, "step", int(sd["step"]))
-        object.__setattr__(self, "extra", copy.deepcopy(sd.get("extra") or {}))
+        for k, v in copy.deepcopy(sd.get("extra") or {}).items():
+            if isinstance(v, dict) and set(v) == {"__stateful__"} and _stateful(self.extra.get(k)):
+                self.extra[k].load_state_dict(v["__stateful__"])
+            else:
+                self.extra[k] = v
+
+
+def _stateful(v):
+    return callable(getattr(v, "state_dict", None)) and callable(getattr(v, "load_state_dict", None))
 
 
 class Runtime:
@@ -178,10 +194,15 @@ class Runtime:
                                                    "host": socket.gethostname(), "time": p.now()}))
         self._say("ready, waiting to be listed")
         seen = 0
-        while True:  # epochs published before the runner listed us are not ours to judge
-            seen = self._wait_epoch(after=seen)
-            if self.id in p.members(self.store, seen):
-                break
+        try:
+            while True:  # epochs published before the runner listed us are not ours to judge
+                seen = self._wait_epoch(after=seen)
+                if self.id in p.members(self.store, seen):
+                    break
+        except _Finished:
+            self._say("the job finished before this worker was listed: leaving")
+            self.active = False
+            return self
         if self._form_loop(seen) == _REMOVED:
             self.active = False
         return self
@@ -271,21 +292,30 @@ class Runtime:
         return self._form_loop(target)
 
     def _form_loop(self, target):
-        while True:
-            r = self._try_form(target)
-            if r != _ABORTED:
-                return r
-            target = self._wait_epoch(after=target)
+        try:
+            while True:
+                r = self._try_form(target)
+                if r != _ABORTED:
+                    return r
+                target = self._wait_epoch(after=target)
+        except _Finished:
+            self._say("the job finished meanwhile: leaving")
+            return _REMOVED
 
     def _wait_epoch(self, after):
-        """The latest epoch once it is after `after` (the runner's next membership)."""
+        """The latest epoch once it is after `after` (the runner's next membership). Raises
+        _Finished if the job completes meanwhile (a newcomer listed too late)."""
         t0 = time.monotonic()
-        said = t0
+        said = checked = t0
         while True:
             e = p.latest_epoch(self.store)
             if e > after:
                 return e
             now = time.monotonic()
+            if now - checked > 0.1:
+                checked = now
+                if p.peek(self.store, p.K_FINISHED) is not None:
+                    raise _Finished()
             if now - t0 > self.wait_timeout:
                 raise RuntimeError(f"bftrainer-elastic: no membership after epoch {after} "
                                    f"within {self.wait_timeout:g} s")
@@ -415,7 +445,11 @@ class Runtime:
         self._switch = None
         target = p.latest_epoch(self.store)
         if target <= g:
-            target = self._wait_epoch(after=g)
+            try:
+                target = self._wait_epoch(after=g)
+            except _Finished:  # the others completed the job without us
+                self.active = False
+                return
         if self._form_loop(target) == _REMOVED:
             self.active = False
 

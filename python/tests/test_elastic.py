@@ -196,6 +196,72 @@ class ElasticTest(unittest.TestCase):
         self.assertEqual(first[5], saved + 1, "the new start resumes right after the checkpoint")
         self.assert_matches_reference(steps)
 
+    def test_member_that_never_joins(self):
+        """A listed newcomer hangs before joining: the members give that epoch up after the join
+        deadline (fate abort, STATUS shows who joined), and the runner's next membership,
+        without it, forms with the state intact."""
+        r, steps = self.runner, 150
+        r.grow({"a": self.argv(steps)}, env={"BFTRAINER_ELASTIC_JOIN_TIMEOUT": "2"})
+        self.wait_step(5)
+        r.start("x", self.argv(steps))
+        r.wait_ready(["x"])
+        r.signal("x", signal.SIGSTOP)  # ready, then hung: it will never register for epoch 2
+        e = r.publish(["a", "x"])
+        deadline = time.monotonic() + 60
+        while (st := r.ctl.status())["fate"] != "abort":
+            self.assertLess(time.monotonic(), deadline, f"epoch {e} never given up: {st}")
+            self.assertNotEqual(st["fate"], "go", "formed without x?")
+            time.sleep(0.02)
+        self.assertEqual((st["epoch"], st["formed"], st["joined"]), (e, 1, ["a"]))
+        r.kill("x")  # the runner's rule: drop the members that did not join
+        r.wait_formed(r.publish(["a"]))
+        self.assertLess(self.last_step(), steps, "the run ended before the change")
+        self.wait_done(["a"])
+        self.assertEqual([(e, w) for e, w in self.assert_contiguous(steps)], [(1, 1), (3, 1)])
+        self.assert_matches_reference(steps)
+
+    def test_example_trainer(self):
+        """contrib/trainer/train.py under the runtime: 1 -> 2 -> reclaim of rank 0 -> 1. Its
+        sample counter is part of the State: it must equal the sum of batch x world over the
+        steps, each counted once, across the changes."""
+        r = self.runner
+        train = os.path.join(os.path.dirname(os.path.dirname(HERE)), "contrib", "trainer",
+                             "train.py")
+        argv = [sys.executable, train, "--steps", "150", "--sleep", "0.05", "--batch", "32",
+                "--ckpt-dir", os.path.join(self.dir, "ckpt"), "--log", self.log,
+                "--print-every", "0"]
+        def rows():
+            out = []
+            with open(self.log) as f:
+                for line in f:
+                    if not line.endswith("\n"):
+                        continue
+                    kv = dict(x.split("=", 1) for x in line.split()[1:] if "=" in x)
+                    out.append((kv["node"], int(kv["world"]), int(kv["step"]),
+                                int(kv["samples"]), line.rstrip().endswith("done")))
+            return out
+
+        r.grow({"a": argv})
+        r.grow({"b": argv})
+        deadline = time.monotonic() + 60
+        while sum(1 for row in rows() if row[1] == 2) < 10:  # a few steps at world 2
+            self.assertLess(time.monotonic(), deadline, "no steps at world 2")
+            time.sleep(0.01)
+        r.reclaim(["a"])  # rank 0
+        self.wait_done(["b"])
+        rows = rows()
+        worlds = []
+        for _, w, _, _, done in rows:
+            if not done and (not worlds or worlds[-1] != w):
+                worlds.append(w)
+        self.assertEqual(worlds, [1, 2, 1])
+        world_of = {step: w for _, w, step, _, done in rows if not done}
+        self.assertEqual(sorted(world_of), list(range(1, 151)))
+        self.assertEqual(rows[-1][0::2], ("b", 150, True))
+        self.assertEqual(rows[-1][3], sum(32 * w for w in world_of.values()))
+        with open(r.workers["b"].out) as f:
+            self.assertIn("done step=150", f.read())
+
     def test_hung_peer_times_out(self):
         """A peer that hangs (SIGSTOP: a partitioned node) cannot close its connections; the
         survivor is told the new membership and its collective times out (the backstop)."""

@@ -135,6 +135,21 @@ class StoreSemanticsTest(unittest.TestCase):
         self.assertEqual(p.peek(real, "m"), "stop")
 
 
+class ShardTest(unittest.TestCase):
+    def test_shards_cover_the_batch_once(self):
+        from bftrainer_elastic.runtime import Runtime, State
+        rt = Runtime(State(model=None), log=None)
+        for n in (0, 1, 7, 12, 13):
+            for world in (1, 2, 3, 4, 5):
+                with self.subTest(n=n, world=world):
+                    rt.world = world
+                    got = []
+                    for rank in range(world):
+                        rt.rank = rank
+                        got.extend(range(n)[rt.shard(n)])
+                    self.assertEqual(got, list(range(n)))
+
+
 class ControlTest(unittest.TestCase):
     """The runner's line protocol, end to end over TCP, against server.handle."""
 
