@@ -2,7 +2,6 @@
 semantics of torch's TCPStore server (checked against the real one in test_store_semantics)."""
 
 import os
-import socketserver
 import sys
 import threading
 import unittest
