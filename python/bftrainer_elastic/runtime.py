@@ -114,6 +114,22 @@ class State:
                 self.extra[k] = v
 
 
+def _load(f):
+    """torch.load of state this runtime wrote itself. weights_only=False: the extras may be any
+    picklable object, and torch >= 2.6 would refuse them by default."""
+    import torch
+    return torch.load(f, map_location="cpu", weights_only=False)
+
+
+def _bytes(t):
+    """A uint8 CPU tensor's bytes (through numpy, as torch's own object collectives do; a slow
+    path without it)."""
+    try:
+        return t.numpy().tobytes()
+    except (ImportError, RuntimeError):
+        return bytes(t.tolist())
+
+
 def _stateful(v):
     return callable(getattr(v, "state_dict", None)) and callable(getattr(v, "load_state_dict", None))
 
@@ -431,7 +447,7 @@ class Runtime:
             data = torch.empty(int(size.item()), dtype=torch.uint8, device=dev)
         dist.broadcast(data, src)
         if self.rank != src:
-            sd = torch.load(io.BytesIO(data.cpu().numpy().tobytes()), map_location="cpu")
+            sd = _load(io.BytesIO(_bytes(data.cpu())))
             self.state.load_state_dict(sd)
         return int(size.item()) * (self.world - 1)
 
@@ -496,10 +512,9 @@ class Runtime:
             self._writer = None
 
     def _load_checkpoint(self):
-        import torch
         if not self.checkpoint or not os.path.exists(self.checkpoint):
             return False
-        self.state.load_state_dict(torch.load(self.checkpoint, map_location="cpu"))
+        self.state.load_state_dict(_load(self.checkpoint))
         return True
 
     # ----------------------------------------------------------------------- plumbing
