@@ -9,7 +9,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.defaultConfig=$(CONFIG)
 # package initialisation every hook call would otherwise pay.
 TAGS    := urfave_cli_no_docs
 
-.PHONY: build test test-short bench demo install clean
+.PHONY: build test test-short test-python bench demo install clean
 
 build:
 	$(GO) build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o bin/bftrainer ./cmd/bftrainer
@@ -21,6 +21,12 @@ build:
 test:
 	$(GO) vet ./...
 	$(GO) test -race -timeout 60m ./...
+
+# The elastic runtime's Python tests (python/tests): real worker processes on
+# loopback with Debian's torch; without torch they skip and say why.
+PYTHON  ?= /usr/bin/python3
+test-python:
+	$(PYTHON) -m unittest discover -s python/tests -v
 
 # The fast subset, for a quick edit-test loop.
 test-short:

@@ -1,8 +1,12 @@
 #!/usr/bin/python3
-"""Example elastic Trainer for bftrainer: a tiny DDP regression job, CPU + gloo, run by torchrun.
+"""Example elastic Trainer for bftrainer: a tiny DDP regression job, CPU + gloo, run by torchrun
+or by bftrainer's elastic runtime.
 
-Every node runs the same torchrun agent; each (re)start of the workers (scale-up, scale-down,
-failure) restarts this script from the top, so it
+With the elastic runtime (chosen by --elastic, or when bftrainer sets $BFTRAINER_ELASTIC_STORE)
+the workers stay alive across membership changes: see main_elastic(), which is the whole port.
+
+With torchrun, every node runs the same torchrun agent; each (re)start of the workers
+(scale-up, scale-down, failure) restarts this script from the top, so it
   * restores step, sample count, model and optimizer from a checkpoint on a filesystem that all
     nodes share (--ckpt-dir), written atomically by rank 0 every --ckpt-every steps;
   * uses a short gloo timeout (--pg-timeout) so a hung peer costs seconds, not 30 minutes;
@@ -80,7 +84,11 @@ def parse_args(argv=None):
     p.add_argument("--print-every", type=int, default=10, help="print to stdout every N steps")
     p.add_argument("--report-interval", type=float, default=None,
                    help="seconds between progress reports (default: $BFTRAINER_PROGRESS_INTERVAL or 5)")
+    p.add_argument("--elastic", action="store_true",
+                   help="use bftrainer's elastic runtime (default when $BFTRAINER_ELASTIC_STORE is "
+                        "set); alone, without it, a world of one")
     a = p.parse_args(argv)
+    a.elastic = a.elastic or bool(os.environ.get("BFTRAINER_ELASTIC_STORE"))
     if a.steps <= 0 and a.samples <= 0:
         p.error("give --steps and/or --samples")
     if a.ckpt_every < 1:
@@ -114,8 +122,98 @@ class ProgressLog:
             os.write(self.fd, f"{time.time():.3f} {self.prefix} {rest}\n".encode())
 
 
+def build(args):
+    """The model, its optimizer and the true weights: the same on every worker."""
+    import torch
+    torch.manual_seed(args.seed)  # same initial weights everywhere (DDP broadcasts rank 0's anyway)
+    model = torch.nn.Sequential(torch.nn.Linear(IN_DIM, HIDDEN), torch.nn.ReLU(),
+                                torch.nn.Linear(HIDDEN, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    w_true = torch.randn(IN_DIM, 1, generator=torch.Generator().manual_seed(1234 + args.seed))
+    return model, opt, w_true
+
+
+def data(args, step, rank, w_true):
+    """This rank's batch of a step: seeded by (step, rank), so a restart repeats it."""
+    import torch
+    g = torch.Generator().manual_seed(args.seed * 1_000_003 + step * 1000 + rank)
+    x = torch.randn(args.batch, IN_DIM, generator=g)
+    return x, x @ w_true + 0.01 * torch.randn(args.batch, 1, generator=g)
+
+
+def import_elastic():
+    """bftrainer_elastic from the path, else from this repository's python/ directory."""
+    try:
+        import bftrainer_elastic
+    except ImportError:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                        "python"))
+        import bftrainer_elastic
+    return bftrainer_elastic
+
+
+def main_elastic(args):
+    """The same training under the elastic runtime. What changes against main(): no
+    init_process_group, no checkpoint code, no DDP; the model, optimizer and counters go into
+    one State, and the loop body becomes a step function the runtime calls."""
+    import torch
+    elastic = import_elastic()
+
+    torch.set_num_threads(1)
+    model, opt, w_true = build(args)
+    state = elastic.State(model, opt, samples=0)  # model, optimizer, step, and our counter
+    rt = elastic.Runtime(state, checkpoint=os.path.join(args.ckpt_dir, "elastic.pt"),
+                         checkpoint_every=args.ckpt_every, timeout=args.pg_timeout)
+    node = os.environ.get("NODE_TAG") or socket.gethostname()
+    log = ProgressLog(args.log, {"node": node, "pid": os.getpid()})
+    last = {}
+
+    def train_step(rt):  # one optimizer step on rt.model (DDP over the current group)
+        x, y = data(args, state.step, rt.rank, w_true)
+        if args.sleep > 0:
+            time.sleep(args.sleep)  # emulated compute
+        loss = torch.nn.functional.mse_loss(rt.model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        state.samples += args.batch * rt.world  # every part of the state changes in here
+        last["loss"] = loss.item()
+
+    def finished():
+        return ((args.steps > 0 and state.step >= args.steps)
+                or (args.samples > 0 and state.samples >= args.samples))
+
+    rt.start()
+    print(f"start node={node} id={rt.id} rank={rt.rank} world={rt.world} step={state.step}",
+          flush=True)
+    while rt.active and not finished():
+        if not rt.step(train_step):
+            continue  # a change or a failure was handled instead; state.step says where we are
+        log.write(f"rank={rt.rank} world={rt.world} restart=0 epoch={rt.epoch} step={state.step} "
+                  f"samples={state.samples} loss={last['loss']:.6f}")
+        if rt.rank == 0:
+            bftrainer_progress.report(state.samples, interval=args.report_interval)
+        if args.print_every > 0 and state.step % args.print_every == 0:
+            print(f"step={state.step} samples={state.samples} world={rt.world} "
+                  f"loss={last['loss']:.6f}", flush=True)
+    if not rt.active:  # bftrainer took this node away; the others go on
+        print(f"left step={state.step} samples={state.samples}", flush=True)
+        return 0
+    rank = rt.rank
+    rt.finish()  # final checkpoint, then every worker leaves
+    log.write(f"rank={rank} world={rt.world} restart=0 epoch={rt.epoch} step={state.step} "
+              f"samples={state.samples} done")
+    print(f"done step={state.step} samples={state.samples}", flush=True)
+    if rank == 0:
+        bftrainer_progress.report(state.samples, force=True)
+        bftrainer_progress.flush()
+    return 0
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.elastic:
+        return main_elastic(args)
 
     import torch
     import torch.distributed as dist
@@ -134,11 +232,7 @@ def main(argv=None):
     log = ProgressLog(args.log, {"node": node, "pid": os.getpid(), "rank": rank, "world": world,
                                  "restart": restart})
 
-    torch.manual_seed(args.seed)  # same initial weights everywhere (DDP broadcasts rank 0's anyway)
-    model = torch.nn.Sequential(torch.nn.Linear(IN_DIM, HIDDEN), torch.nn.ReLU(),
-                                torch.nn.Linear(HIDDEN, 1))
-    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
-    w_true = torch.randn(IN_DIM, 1, generator=torch.Generator().manual_seed(1234 + args.seed))
+    model, opt, w_true = build(args)
 
     # Restore. Rank 0 reads the file and broadcasts it, so every rank resumes from the same
     # checkpoint even if the file is replaced meanwhile (e.g. by a straggler of the old group).
@@ -201,9 +295,7 @@ def main(argv=None):
           f"samples={samples} ({'restored' if state is not None else 'fresh'})", flush=True)
     try:
         while not finished():
-            g = torch.Generator().manual_seed(args.seed * 1_000_003 + step * 1000 + rank)
-            x = torch.randn(args.batch, IN_DIM, generator=g)
-            y = x @ w_true + 0.01 * torch.randn(args.batch, 1, generator=g)
+            x, y = data(args, step, rank, w_true)
             if args.sleep > 0:
                 time.sleep(args.sleep)  # emulated compute
             loss = torch.nn.functional.mse_loss(ddp(x), y)

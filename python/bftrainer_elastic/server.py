@@ -1,0 +1,109 @@
+"""The store process of an elastic Trainer: the workers' c10d TCPStore and the runner's control
+port, in one process on the controller (a host that is never reclaimed).
+
+    /usr/bin/python3 -m bftrainer_elastic.server --port P --control-port C
+
+prints `store ready port=P control=C` (one line, flushed) once both listen; a port given as 0
+is chosen by the kernel and shows in that line. Exits 0 on SIGTERM, SIGINT or SIGHUP.
+
+Why a control port instead of the runner writing store keys itself: TCPStore's wire format
+changed between torch releases (1.13 sends bare requests; 2.x prefixes a magic number and has
+other request codes), so a runner speaking it would have to track torch. This process uses
+torch's own client, whatever the version, and the runner speaks the line protocol below
+(docs/elastic.md has the whole specification):
+
+    PING                         -> OK
+    MEMBERS <epoch> <id> ...     -> OK                 publish a membership
+    STATUS                       -> OK <json>          epoch, formed, joined, failed, finished
+    WORKERS <id> ...             -> OK <json>          per id: ready and left records
+    anything wrong               -> ERR <message>
+
+The control port listens on --control-host (default 127.0.0.1: the runner runs on this host);
+neither port has authentication, as with torchrun's store.
+"""
+
+import argparse
+import signal
+import socketserver
+import sys
+import threading
+from datetime import timedelta
+
+from . import protocol as p
+
+
+def handle(store, lock, line):
+    """One request line to one reply line (without the newline)."""
+    words = line.split()
+    if not words:
+        return "ERR empty request"
+    cmd, args = words[0].upper(), words[1:]
+    try:
+        with lock:
+            if cmd == "PING":
+                return "OK"
+            if cmd == "MEMBERS":
+                if len(args) < 2:
+                    return "ERR usage: MEMBERS <epoch> <id> [<id>...]"
+                p.publish(store, int(args[0]), args[1:])
+                return "OK"
+            if cmd == "STATUS":
+                return "OK " + p.dump(p.status(store))
+            if cmd == "WORKERS":
+                p.check_ids(args)
+                return "OK " + p.dump(p.workers(store, args))
+    except ValueError as e:
+        return f"ERR {e}"
+    return f"ERR unknown request {cmd}"
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    def handle(self):
+        for raw in self.rfile:
+            reply = handle(self.server.store, self.server.lock, raw.decode("utf-8", "replace"))
+            self.wfile.write(reply.encode() + b"\n")
+            self.wfile.flush()
+
+
+class _Control(socketserver.ThreadingTCPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="elastic Trainer store: c10d TCPStore + control port")
+    ap.add_argument("--host", default="0.0.0.0", help="address workers use (default 0.0.0.0)")
+    ap.add_argument("--port", type=int, default=29400, help="TCPStore port (0: kernel's choice)")
+    ap.add_argument("--control-host", default="127.0.0.1", help="control address (default 127.0.0.1)")
+    ap.add_argument("--control-port", type=int, default=0, help="control port (0: kernel's choice)")
+    ap.add_argument("--timeout", type=float, default=300.0, help="store operation timeout, s")
+    a = ap.parse_args(argv)
+
+    stop = threading.Event()
+
+    def on_signal(_sig, _frame):
+        stop.set()
+
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, on_signal)
+
+    from torch.distributed import TCPStore  # ~1 s
+
+    # is_master: this process owns the listening socket; wait_for_workers=False: workers come
+    # and go. The object is also a client of its own server, used by the control requests.
+    store = TCPStore(a.host, a.port, None, True, timedelta(seconds=a.timeout),
+                     wait_for_workers=False)
+    store.set(p.key("version"), str(p.VERSION))
+    ctl = _Control((a.control_host, a.control_port), _Handler)
+    ctl.store, ctl.lock = store, threading.Lock()
+    threading.Thread(target=ctl.serve_forever, name="control", daemon=True).start()
+    print(f"store ready port={store.port} control={ctl.server_address[1]}", flush=True)
+    while not stop.wait(3600):
+        pass
+    ctl.shutdown()
+    del store
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

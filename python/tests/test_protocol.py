@@ -1,0 +1,194 @@
+"""The store keys and the control protocol, without torch: an in-memory store with the
+semantics of torch's TCPStore server (checked against the real one in test_store_semantics)."""
+
+import os
+import sys
+import threading
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bftrainer_elastic import protocol as p  # noqa: E402
+from bftrainer_elastic import server  # noqa: E402
+from bftrainer_elastic.control import Control, ControlError  # noqa: E402
+
+
+class FakeStore:
+    """TCPStore's server semantics (torch 1.13 TCPStore.cpp, 2.x TCPStoreLibUvBackend.cpp):
+    add parses the stored decimal; compare_set on a missing key sets it only when the
+    expected value is empty, and otherwise answers with the expected value."""
+
+    def __init__(self):
+        self.kv = {}
+
+    def set(self, k, v):
+        self.kv[k] = v.encode() if isinstance(v, str) else bytes(v)
+
+    def get(self, k):
+        if k not in self.kv:
+            raise KeyError(f"{k} (a real store would block)")
+        return self.kv[k]
+
+    def add(self, k, d):
+        v = int(self.kv.get(k, b"0")) + d
+        self.kv[k] = str(v).encode()
+        return v
+
+    def compare_set(self, k, expected, desired):
+        expected, desired = expected.encode(), desired.encode()
+        if k not in self.kv:
+            if expected == b"":
+                self.kv[k] = desired
+                return desired
+            return expected
+        if self.kv[k] == expected:
+            self.kv[k] = desired
+        return self.kv[k]
+
+
+class ProtocolTest(unittest.TestCase):
+    def test_publish_writes_members_before_epoch(self):
+        s = FakeStore()
+        self.assertEqual(p.latest_epoch(s), 0)
+        p.publish(s, 1, ["a", "b"])
+        self.assertEqual(p.latest_epoch(s), 1)
+        self.assertEqual(p.members(s, 1), ["a", "b"])
+        for name, epoch, ids in [
+            ("same epoch", 1, ["a"]),
+            ("older epoch", 0, ["a"]),
+            ("no members", 2, []),
+            ("duplicate", 2, ["a", "a"]),
+            ("space in id", 2, ["a b"]),
+            ("slash in id", 2, ["a/b"]),
+        ]:
+            with self.subTest(name):
+                with self.assertRaises(ValueError):
+                    p.publish(s, epoch, ids)
+        self.assertEqual(p.latest_epoch(s), 1, "a refused membership changes nothing")
+        p.publish(s, 5, ["b"])  # epochs need only increase
+        self.assertEqual((p.latest_epoch(s), p.members(s, 5)), (5, ["b"]))
+
+    def test_peek_never_creates(self):
+        s = FakeStore()
+        self.assertIsNone(p.peek(s, "bft/x"))
+        self.assertNotIn("bft/x", s.kv)
+        s.set("bft/x", "v")
+        self.assertEqual(p.peek(s, "bft/x"), "v")
+
+    def test_first_writer_wins(self):
+        s = FakeStore()
+        self.assertEqual(p.cas_first(s, p.k_fate(3), "go"), "go")
+        self.assertEqual(p.cas_first(s, p.k_fate(3), "abort"), "go")
+        self.assertEqual(p.cas_first(s, p.k_switch(2), "41 3"), "41 3")
+        self.assertEqual(p.cas_first(s, p.k_switch(2), "42 4"), "41 3")
+
+    def test_status_and_workers(self):
+        s = FakeStore()
+        st = p.status(s)
+        self.assertEqual((st["epoch"], st["formed"], st["members"], st["finished"]), (0, 0, [], None))
+        p.publish(s, 1, ["a", "b"])
+        s.set(p.k_ready("a"), p.dump({"pid": 1}))
+        s.add(p.k_join(1, "a"), 1)
+        st = p.status(s)
+        self.assertEqual((st["epoch"], st["formed"], st["joined"], st["fate"]), (1, 0, ["a"], None))
+        s.add(p.k_join(1, "b"), 1)
+        p.cas_first(s, p.k_fate(1), "go")
+        s.set(p.k_formed(1), p.dump({"step": 0, "time": 1.0}))
+        p.publish(s, 2, ["a", "b", "c"])
+        st = p.status(s)
+        self.assertEqual((st["epoch"], st["formed"], st["formed_step"], st["joined"]), (2, 1, 0, []))
+        s.set(p.k_failed(1, "b"), p.dump({"step": 7, "error": "Connection closed by peer"}))
+        self.assertEqual(p.status(s)["failed"], ["b"])
+        w = p.workers(s, ["a", "b"])
+        self.assertEqual(w["a"]["ready"], {"pid": 1})
+        self.assertIsNone(w["b"]["ready"])
+        self.assertIsNone(w["a"]["left"])
+
+
+try:
+    from torch.distributed import TCPStore
+    NO_TORCH = None
+except ImportError as e:
+    NO_TORCH = f"needs torch ({e}); run with /usr/bin/python3 (Debian's python3-torch)"
+
+
+@unittest.skipIf(NO_TORCH, NO_TORCH)
+class StoreSemanticsTest(unittest.TestCase):
+    """FakeStore answers as torch's TCPStore does, for every operation the protocol uses."""
+
+    def test_same_answers(self):
+        from datetime import timedelta
+        master = TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10), wait_for_workers=False)
+        real = TCPStore("127.0.0.1", master.port, None, False, timedelta(seconds=10))
+        fake = FakeStore()
+        ops = [("add", "c", 0), ("add", "c", 2), ("set", "k", "v"), ("get", "k"),
+               ("compare_set", "m", "x", "y"), ("compare_set", "m", "", "go"),
+               ("compare_set", "m", "", "abort"), ("compare_set", "m", "go", "stop"),
+               ("compare_set", "k", "\x00s", "\x00s"), ("compare_set", "n", "\x00s", "\x00s"),
+               ("set", "e", "7"), ("add", "e", 0)]
+        for op, *args in ops:
+            with self.subTest(op=op, args=args):
+                got, want = getattr(real, op)(*args), getattr(fake, op)(*args)
+                self.assertEqual(got, want)
+        self.assertEqual(p.peek(real, "n"), None)
+        self.assertEqual(p.peek(real, "m"), "stop")
+
+
+class ShardTest(unittest.TestCase):
+    def test_shards_cover_the_batch_once(self):
+        from bftrainer_elastic.runtime import Runtime, State
+        rt = Runtime(State(model=None), log=None)
+        for n in (0, 1, 7, 12, 13):
+            for world in (1, 2, 3, 4, 5):
+                with self.subTest(n=n, world=world):
+                    rt.world = world
+                    got = []
+                    for rank in range(world):
+                        rt.rank = rank
+                        got.extend(range(n)[rt.shard(n)])
+                    self.assertEqual(got, list(range(n)))
+
+
+class ControlTest(unittest.TestCase):
+    """The runner's line protocol, end to end over TCP, against server.handle."""
+
+    def setUp(self):
+        self.store = FakeStore()
+        srv = server._Control(("127.0.0.1", 0), server._Handler)
+        srv.store, srv.lock = self.store, threading.Lock()
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        self.srv = srv
+        self.c = Control("127.0.0.1", srv.server_address[1], timeout=10)
+
+    def tearDown(self):
+        self.c.close()
+        self.srv.shutdown()
+        self.srv.server_close()
+
+    def test_requests(self):
+        self.c.ping()
+        self.c.members(1, ["n1-x", "n2-y"])
+        self.assertEqual(self.c.status()["members"], ["n1-x", "n2-y"])
+        with self.assertRaisesRegex(ControlError, "not after the latest"):
+            self.c.members(1, ["n1-x"])
+        with self.assertRaisesRegex(ControlError, "unknown request"):
+            self.c.request("FROB")
+        with self.assertRaisesRegex(ControlError, "usage"):
+            self.c.request("MEMBERS 2")
+        with self.assertRaisesRegex(ControlError, "empty"):
+            self.c.request("")
+        self.store.set(p.k_left("n2-y"), p.dump({"epoch": 2, "step": 9}))
+        self.assertEqual(self.c.workers(["n2-y"])["n2-y"]["left"]["step"], 9)
+        # The connection survives errors: one reply per request line.
+        self.assertEqual(self.c.status()["epoch"], 1)
+
+    def test_handle_is_one_line(self):
+        for line in ["PING\n", "status", "MEMBERS x a", "WORKERS", "WORKERS bad/id"]:
+            with self.subTest(line):
+                reply = server.handle(self.store, threading.Lock(), line)
+                self.assertNotIn("\n", reply)
+                self.assertRegex(reply, r"^(OK|ERR)( |$)")
+
+
+if __name__ == "__main__":
+    unittest.main()
