@@ -21,6 +21,7 @@ build:
 test:
 	$(GO) vet ./...
 	$(GO) test -race -timeout 60m ./...
+	$(PYTHON) -m unittest discover -s python/tests
 
 # The elastic runtime's Python tests (python/tests): real worker processes on
 # loopback with Debian's torch; without torch they skip and say why.
