@@ -12,7 +12,6 @@
 package sidecar
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -328,18 +327,7 @@ func checkLaunch(id string, l store.Launch) error {
 	if err := names.ValidateTrainer(id); err != nil {
 		return err
 	}
-	switch l.Launcher {
-	case trainer.Torchrun, trainer.Horovod, trainer.Exec:
-	default:
-		return fmt.Errorf("launcher %q: want torchrun, horovod or exec", l.Launcher)
-	}
-	var spec trainer.Spec
-	dec := json.NewDecoder(bytes.NewReader(l.Spec))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&spec); err != nil {
-		return fmt.Errorf("launch spec: %w", err)
-	}
-	return trainer.ValidateSpec(spec)
+	return trainer.CheckLaunch(l.Launcher, l.Spec)
 }
 
 // check asks the runner which Trainers ended by themselves and records
@@ -486,7 +474,7 @@ func (r *Reconciler) apply(ctx context.Context, st pool.State, saved, fresh map[
 		if !ok {
 			l = saved[t.ID]
 		}
-		w := trainer.Want{ID: t.ID, Owner: t.Owner, Launcher: l.Launcher, Spec: l.Spec, Min: t.Min, Max: t.Max}
+		w := trainer.Want{ID: t.ID, Owner: t.Owner, Launcher: l.Launcher, Spec: l.Spec, Min: t.Min, Max: t.Max, Since: t.Submit}
 		for _, n := range t.Nodes {
 			w.Nodes = append(w.Nodes, n.Name)
 		}

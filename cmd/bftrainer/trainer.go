@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -57,7 +58,7 @@ The Trainer is yours: its processes run as you, and only you (or root) may
 cancel it.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "name", Usage: "Trainer `NAME` (letters, digits, - _ .); default: generated"},
-			&cli.StringFlag{Name: "launcher", Value: trainer.Torchrun, Usage: "torchrun, horovod or exec"},
+			&cli.StringFlag{Name: "launcher", Value: trainer.Torchrun, Usage: "a registered launcher: " + strings.Join(trainer.Kinds(), ", ")},
 			&cli.IntFlag{Name: "min", Value: 1, Usage: "fewest nodes it can run on"},
 			&cli.IntFlag{Name: "max", Usage: "most nodes it can use (default: the curve's last point)"},
 			&cli.StringFlag{Name: "curve", Required: true, Usage: "scaling curve `N:RATE,…` (samples/s at N nodes)"},
@@ -122,10 +123,8 @@ func submitAction(c *cli.Context) error {
 		return usageError{err}
 	}
 	launcher := c.String("launcher")
-	switch launcher {
-	case trainer.Torchrun, trainer.Horovod, trainer.Exec:
-	default:
-		return usagef("--launcher %q: want torchrun, horovod or exec", launcher)
+	if !slices.Contains(trainer.Kinds(), launcher) {
+		return usagef("--launcher %q: want one of %s", launcher, strings.Join(trainer.Kinds(), ", "))
 	}
 	max := c.Int("max")
 	if max == 0 {
@@ -357,7 +356,7 @@ the host file the runner replaces atomically each round
 			}
 			// Horovod calls this every second: the file, when there is
 			// one, spares the database that many readers.
-			if b, err := os.ReadFile(trainer.HostFile(cfg.Trainer.StateDir, id)); err == nil {
+			if b, err := trainer.ReadHosts(cfg.Trainer.StateDir, id); err == nil {
 				_, err = c.App.Writer.Write(b)
 				return err
 			}
