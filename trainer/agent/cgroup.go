@@ -233,7 +233,10 @@ func (c *Cgroups) Create(trainer, node, nonce string, lim Limits) (*Created, err
 			}
 		case c.v1[l.ctl] != "":
 			d := c.v1Dir(c.v1[l.ctl], dir)
-			err := mkdirs(filepath.Dir(d), d)
+			err := os.MkdirAll(filepath.Dir(d), 0o755)
+			if err == nil {
+				err = mkdirs(filepath.Dir(d), d)
+			}
 			if err == nil {
 				cr.V1 = append(cr.V1, d)
 				err = os.WriteFile(filepath.Join(d, l.v1file), v, 0)

@@ -51,7 +51,6 @@ func (a *Agent) reclaim(ctx context.Context, node string, fence, unfence bool) (
 	if err := names.ValidateNode(node); err != nil {
 		return wire.KillReport{}, err
 	}
-	start := time.Now()
 	// The lock keeps a start from slipping between the kill and the
 	// fence. Waiting for it is bounded: past half of what is left, kill
 	// without it.
@@ -59,31 +58,7 @@ func (a *Agent) reclaim(ctx context.Context, node string, fence, unfence bool) (
 	lk, lerr := a.Registry.Lock(lctx, node)
 	cancel()
 	defer lk.Unlock()
-	rep, err := a.kill(ctx, node, "", nil)
-	var after []error
-	if lerr != nil {
-		after = append(after, fmt.Errorf("killed without the node's lock: %w", lerr))
-	}
-	t := time.Now()
-	if fence {
-		if ferr := a.Registry.Fence(node, a.now()); ferr != nil {
-			after = append(after, fmt.Errorf("fence: %w", ferr))
-		}
-	}
-	if unfence {
-		if uerr := a.Registry.Unfence(node); uerr != nil {
-			after = append(after, fmt.Errorf("lift the fence: %w", uerr))
-		}
-	}
-	if fence || unfence {
-		rep.Stages["fence"] = ms(time.Since(t))
-	}
-	for _, e := range after {
-		rep.Errors = append(rep.Errors, e.Error())
-		rep.Clean = false
-	}
-	rep.Ms = ms(time.Since(start))
-	return rep, errors.Join(append([]error{err}, after...)...)
+	return a.killWith(ctx, node, "", nil, afterKill{fence: fence, unfence: unfence, lockErr: lerr})
 }
 
 // lockWait is how long a reclaim waits for the node's lock.
@@ -121,6 +96,18 @@ type killing struct {
 // held (or not obtainable). extra are entries not (or no longer) in the
 // registry. The stages run in order; none stops the next.
 func (a *Agent) kill(ctx context.Context, node, trainer string, extra []wire.Entry) (wire.KillReport, error) {
+	return a.killWith(ctx, node, trainer, extra, afterKill{})
+}
+
+// afterKill is what a reclaim writes once its processes are gone: the
+// fence (or its lifting), before the registry is tidied — on a full
+// filesystem the fence matters more.
+type afterKill struct {
+	fence, unfence bool
+	lockErr        error // the node's lock could not be had: killed without it
+}
+
+func (a *Agent) killWith(ctx context.Context, node, trainer string, extra []wire.Entry, m afterKill) (wire.KillReport, error) {
 	k := &killing{a: a, node: node, trainer: trainer, start: time.Now(), groups: map[int]int{}}
 	k.stage = k.start
 	k.rep = wire.KillReport{Node: node, Trainer: trainer, Stages: map[string]float64{}}
@@ -135,6 +122,7 @@ func (a *Agent) kill(ctx context.Context, node, trainer string, extra []wire.Ent
 	k.killGroups()
 	k.scan()
 	k.wait()
+	k.mark(m)
 	k.removeCgroups()
 	k.forget()
 	k.finish()
@@ -276,6 +264,30 @@ func (k *killing) wait() {
 	}
 }
 
+// mark writes the fence, or lifts it, after the kill. What fails here is
+// an error of the report, never a kill not done.
+func (k *killing) mark(m afterKill) {
+	defer k.done("fence")
+	var after []error
+	if m.lockErr != nil {
+		after = append(after, fmt.Errorf("killed without the node's lock: %w", m.lockErr))
+	}
+	if m.fence {
+		if err := k.a.Registry.Fence(k.node, k.a.now()); err != nil {
+			after = append(after, fmt.Errorf("fence: %w", err))
+		}
+	}
+	if m.unfence {
+		if err := k.a.Registry.Unfence(k.node); err != nil {
+			after = append(after, fmt.Errorf("lift the fence: %w", err))
+		}
+	}
+	for _, e := range after {
+		k.rep.Errors = append(k.rep.Errors, e.Error())
+	}
+	k.errs = append(k.errs, after...)
+}
+
 // removeCgroups removes the empty cgroups.
 func (k *killing) removeCgroups() {
 	defer k.done("rmdir")
@@ -337,7 +349,7 @@ func (k *killing) finish() {
 	k.degraded = slices.Compact(k.degraded)
 	if len(k.degraded) == 0 {
 		k.rep.Containment = wire.Cgroup
-		k.rep.Clean = len(k.errs) == 0 && len(k.rep.Survivors) == 0
+		k.rep.Clean = len(k.errs) == 0 && len(k.rep.Survivors) == 0 // an error after the kill too: said, not hidden
 	} else {
 		k.rep.Containment = degraded(strings.Join(k.degraded, "; "))
 		k.rep.Escapes = wire.DegradedEscapes

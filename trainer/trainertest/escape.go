@@ -23,6 +23,8 @@ type Escape struct {
 	// Exits: the main program ends by itself (0 or not) and leaves its
 	// children behind; it writes ready itself.
 	Exits bool
+	// Ready: the script writes ready itself and runs on.
+	Ready bool
 	// Pids is how many pids the trick writes (some from background
 	// processes): the program waits for them before it is ready.
 	Pids int
@@ -76,7 +78,7 @@ while time.time() < deadline:
 // (unless the trick's main program exits) the main program running on.
 func (e Escape) Program() string {
 	switch {
-	case e.Exits:
+	case e.Exits, e.Ready:
 		return e.Script
 	case e.Storm:
 		return e.Script + "\nexec /bin/sleep 600\n" // the storm says ready before it starts
@@ -185,4 +187,21 @@ func OpenUp(tb testing.TB, dir string) {
 			tb.Fatal(err)
 		}
 	}
+}
+
+// ManyEnv is n processes (each in a session of its own, out of the
+// Trainer's group) with an environment of size bytes each, split in
+// variables below the kernel's 128 KiB bound on one string: the /proc scan
+// of a degraded kill must read them all within a hook's deadline.
+func ManyEnv(n, size int) Escape {
+	return Escape{Kind: fmt.Sprintf("procs-%d-env-%d", n, size), Ready: true, Script: fmt.Sprintf(`exec /usr/bin/python3 -c 'import os, subprocess
+d, n, size = os.environ["ESC_DIR"], %d, %d
+env = dict(os.environ)
+chunk = 96 * 1024
+for i in range(size // chunk + 1):
+    env["BIG%%d" %% i] = "x" * min(chunk, size - i * chunk)
+pids = [subprocess.Popen(["/bin/sleep", "600"], env=env, start_new_session=True).pid for _ in range(n)]
+open(d + "/pids", "w").write("".join("%%d\n" %% p for p in pids))
+open(d + "/ready", "w").close()
+os.execv("/bin/sleep", ["sleep", "600"])'`, n, size)}
 }
