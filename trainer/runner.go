@@ -44,7 +44,6 @@ type Runner struct {
 	NodeConfig string   // BFTRAINER_CONFIG in Trainer processes; "" leaves it out
 	Parallel   int      // node operations at once; 0 means 16
 	Log        *log.Logger
-	Now        func() time.Time
 }
 
 // runState is the state file.
@@ -75,13 +74,6 @@ type Launched struct {
 	Exit    *int      `json:"exit,omitempty"`    // exited by itself with this code
 	Hosted  bool      `json:"hosted,omitempty"`  // a host given (Horovod): nothing started
 	Pending bool      `json:"pending,omitempty"` // asked for, answer not yet recorded
-}
-
-func (r *Runner) now() time.Time {
-	if r.Now != nil {
-		return r.Now()
-	}
-	return time.Now()
 }
 
 func (r *Runner) logf(format string, args ...any) {

@@ -343,9 +343,6 @@ func (c *Cgroups) Runs(node, trainer string) ([]string, error) {
 	return out, nil
 }
 
-// trainerOf is the Trainer a launch cgroup belongs to.
-func (c *Cgroups) trainerOf(dir string) string { return filepath.Base(filepath.Dir(dir)) }
-
 // cgroupPIDs lists the processes in a cgroup (not its descendants: the
 // leaves have none).
 func cgroupPIDs(dir string) ([]int, error) {

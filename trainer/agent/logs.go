@@ -61,7 +61,8 @@ func (a *Agent) openLog(l wire.Launch, own owner) (path string, f *os.File, runD
 	}
 	if created && own.switchTo {
 		// Our files are in it: now it may be the owner's.
-		if err := unix.Fchown(dfd, own.uid, own.gid); err == nil {
+		err := unix.Fchown(dfd, own.uid, own.gid)
+		if err == nil {
 			err = unix.Fchmod(dfd, 0o750)
 		}
 		if err != nil {
