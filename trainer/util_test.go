@@ -2,25 +2,15 @@ package trainer
 
 import (
 	"os"
-	"os/user"
 	"strings"
-	"testing"
 
 	"github.com/bftrainer/bftrainer/trainer/trainertest"
 )
 
-func currentUserName(tb testing.TB) string {
-	tb.Helper()
-	u, err := user.Current()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return u.Username
-}
-
 var (
-	tokenProcs = trainertest.Procs
-	waitFor    = trainertest.WaitFor
+	currentUserName = trainertest.CurrentUser
+	tokenProcs      = trainertest.Procs
+	waitFor         = trainertest.WaitFor
 )
 
 // readFile returns a file's content, "" when absent.

@@ -3,13 +3,11 @@ package slurm_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -114,7 +112,7 @@ func reclaimEscape(t *testing.T, c *slurmlab.Cluster, look, mode string, e train
 	pids := trainertest.WaitEscape(t, dir, 60*time.Second)
 	if e.Kind == "registry-full" {
 		filler := filepath.Join(c.In.Registry, "filler")
-		fillUp(t, filler)
+		trainertest.Fill(t, filler)
 		t.Cleanup(func() { os.Remove(filler) })
 	}
 	job := must[*slurmlab.Job](t)(c.Lab.Submit(ctx, slurmlab.JobSpec{Nodes: 1, Script: look}))
@@ -167,23 +165,4 @@ func killReport(t *testing.T, c *slurmlab.Cluster, job string) wire.KillReport {
 		t.Fatalf("kill report %s: %v", evs[0].Detail, err)
 	}
 	return rep
-}
-
-// fillUp writes to path until its filesystem is full.
-func fillUp(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 4096)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			return
-		}
-	}
 }

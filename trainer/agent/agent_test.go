@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -28,19 +27,10 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func currentUser(tb testing.TB) string {
-	tb.Helper()
-	u, err := user.Current()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return u.Username
-}
-
 // launch is a test launch of a shell script on a node.
 func launch(tb testing.TB, trainer, node, script string) wire.Launch {
 	tb.Helper()
-	return wire.Launch{Trainer: trainer, Node: node, Owner: currentUser(tb), Run: "ab", Argv: []string{"/bin/sh", "-c", script},
+	return wire.Launch{Trainer: trainer, Node: node, Owner: trainertest.CurrentUser(tb), Run: "ab", Argv: []string{"/bin/sh", "-c", script},
 		Workdir: tb.TempDir(), Token: wire.NewToken(trainer, node).String()}
 }
 
@@ -56,10 +46,10 @@ func mustToken(tb testing.TB, s string) wire.Token {
 }
 
 // modes runs a test once with the machine's containment (cgroup where
-// it can) and once degraded.
-func modes(t *testing.T, f func(t *testing.T, off bool)) {
-	t.Run("auto", func(t *testing.T) { f(t, false) })
-	t.Run("off", func(t *testing.T) { f(t, true) })
+// it can) and once degraded; mode configures the agent for it.
+func modes(t *testing.T, f func(t *testing.T, degraded bool, mode func(*trainertest.AgentConfig))) {
+	t.Run("auto", func(t *testing.T) { f(t, false, func(*trainertest.AgentConfig) {}) })
+	t.Run("off", func(t *testing.T) { f(t, true, off) })
 }
 
 func off(c *trainertest.AgentConfig) { c.Containment = agent.ContainOff }
@@ -69,12 +59,8 @@ func off(c *trainertest.AgentConfig) { c.Containment = agent.ContainOff }
 // double-forked daemon — and checks that a stop leaves none of them,
 // reports them, and forgets the entry; in both containment modes.
 func TestStopKillsGroupAndEscapees(t *testing.T) {
-	modes(t, func(t *testing.T, degraded bool) {
-		var opts []func(*trainertest.AgentConfig)
-		if degraded {
-			opts = append(opts, off)
-		}
-		a := trainertest.MustAgent(t, opts...)
+	modes(t, func(t *testing.T, degraded bool, mode func(*trainertest.AgentConfig)) {
+		a := trainertest.MustAgent(t, mode)
 		ctx := context.Background()
 		dir := t.TempDir()
 		script := fmt.Sprintf(`sleep 300 &
@@ -240,12 +226,8 @@ func TestExitRecorded(t *testing.T) {
 // (a prolog that fell back to another registry) reads as gone, never as
 // an exit — with a cgroup, without a look at /proc.
 func TestListGone(t *testing.T) {
-	modes(t, func(t *testing.T, degraded bool) {
-		var opts []func(*trainertest.AgentConfig)
-		if degraded {
-			opts = append(opts, off)
-		}
-		a := trainertest.MustAgent(t, opts...)
+	modes(t, func(t *testing.T, degraded bool, mode func(*trainertest.AgentConfig)) {
+		a := trainertest.MustAgent(t, mode)
 		ctx := context.Background()
 		s, err := a.Start(ctx, launch(t, "t1", a.N("n1"), "exec sleep 300"))
 		if err != nil {

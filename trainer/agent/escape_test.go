@@ -68,12 +68,8 @@ func TestEscapes(t *testing.T) {
 			continue // TestForkStorm
 		}
 		t.Run(e.Kind, func(t *testing.T) {
-			modes(t, func(t *testing.T, degraded bool) {
-				var opts []func(*trainertest.AgentConfig)
-				if degraded {
-					opts = append(opts, off)
-				}
-				a := trainertest.MustAgent(t, opts...)
+			modes(t, func(t *testing.T, degraded bool, mode func(*trainertest.AgentConfig)) {
+				a := trainertest.MustAgent(t, mode)
 				dir := trainertest.EscapeDir(t, u.UID, u.GID)
 				if _, err := a.Start(context.Background(), escapeLaunch(a, u, e, dir)); err != nil {
 					t.Fatal(err)
@@ -153,24 +149,20 @@ func pidsMaxFile(s wire.Started) string {
 // reported after the kill, never a kill not done.
 func TestFullRegistry(t *testing.T) {
 	u := trainertest.MustUser(t, "bftfull")
-	modes(t, func(t *testing.T, degraded bool) {
+	modes(t, func(t *testing.T, degraded bool, mode func(*trainertest.AgentConfig)) {
 		dir := t.TempDir()
 		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k,mode=0755", "tmpfs", dir).CombinedOutput(); err != nil {
 			t.Skipf("cannot mount a tmpfs: %v %s", err, out)
 		}
 		t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
-		opts := []func(*trainertest.AgentConfig){func(c *trainertest.AgentConfig) { c.Registry = filepath.Join(dir, "registry") }}
-		if degraded {
-			opts = append(opts, off)
-		}
-		a := trainertest.MustAgent(t, opts...)
+		a := trainertest.MustAgent(t, mode, func(c *trainertest.AgentConfig) { c.Registry = filepath.Join(dir, "registry") })
 		esc := trainertest.Escapes[0] // setsid env -i
 		escDir := trainertest.EscapeDir(t, u.UID, u.GID)
 		if _, err := a.Start(context.Background(), escapeLaunch(a, u, esc, escDir)); err != nil {
 			t.Fatal(err)
 		}
 		pids := trainertest.WaitEscape(t, escDir, 10*time.Second)
-		fill(t, filepath.Join(dir, "filler"))
+		trainertest.Fill(t, filepath.Join(dir, "filler"))
 		rep, err := reclaim(t, a)
 		if err == nil || !errors.Is(err, syscall.ENOSPC) {
 			t.Fatalf("reclaim on a full registry: %v, want the fence's ENOSPC reported (%s)", err, rep)
@@ -186,42 +178,19 @@ func TestFullRegistry(t *testing.T) {
 	})
 }
 
-// fill writes to path until its filesystem is full.
-func fill(tb testing.TB, path string) {
-	tb.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 4096)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				tb.Fatal(err)
-			}
-			return
-		}
-	}
-}
-
 // TestDeviceHolders: the report lists the processes that held a device
 // file (a stand-in for /dev/nvidia0), and the kill returns once they are
 // gone.
 func TestDeviceHolders(t *testing.T) {
 	u := trainertest.MustUser(t, "bftgpu")
-	modes(t, func(t *testing.T, degraded bool) {
+	modes(t, func(t *testing.T, degraded bool, mode func(*trainertest.AgentConfig)) {
 		devs := t.TempDir()
 		trainertest.OpenUp(t, devs)
 		dev := filepath.Join(devs, "nvidia0")
 		if err := os.WriteFile(dev, nil, 0o666); err != nil {
 			t.Fatal(err)
 		}
-		opts := []func(*trainertest.AgentConfig){func(c *trainertest.AgentConfig) { c.DeviceGlob = filepath.Join(devs, "nvidia*") }}
-		if degraded {
-			opts = append(opts, off)
-		}
-		a := trainertest.MustAgent(t, opts...)
+		a := trainertest.MustAgent(t, mode, func(c *trainertest.AgentConfig) { c.DeviceGlob = filepath.Join(devs, "nvidia*") })
 		escDir := trainertest.EscapeDir(t, u.UID, u.GID)
 		holder := trainertest.Escape{Kind: "gpu", Pids: 1, Script: `setsid env -i /bin/sh -c 'exec 3<` + dev + `; exec /bin/sleep 600' & echo $! >> "$ESC_DIR/pids"`}
 		if _, err := a.Start(context.Background(), escapeLaunch(a, u, holder, escDir)); err != nil {
@@ -249,12 +218,8 @@ func TestDeviceHolders(t *testing.T) {
 // so, or its cgroup is not ours), and the reclaim leaves it alone.
 func TestSchedulerJobSpared(t *testing.T) {
 	u := trainertest.MustUser(t, "bftjob")
-	modes(t, func(t *testing.T, degraded bool) {
-		var opts []func(*trainertest.AgentConfig)
-		if degraded {
-			opts = append(opts, off)
-		}
-		a := trainertest.MustAgent(t, opts...)
+	modes(t, func(t *testing.T, degraded bool, mode func(*trainertest.AgentConfig)) {
+		a := trainertest.MustAgent(t, mode)
 		escDir := trainertest.EscapeDir(t, u.UID, u.GID)
 		if _, err := a.Start(context.Background(), escapeLaunch(a, u, trainertest.Escapes[0], escDir)); err != nil {
 			t.Fatal(err)
@@ -290,12 +255,8 @@ func TestManyLargeEnvironments(t *testing.T) {
 		t.Skip("300 processes with 1.9 MB environments (570 MB)")
 	}
 	u := trainertest.MustUser(t, "bftenv")
-	modes(t, func(t *testing.T, degraded bool) {
-		var opts []func(*trainertest.AgentConfig)
-		if degraded {
-			opts = append(opts, off)
-		}
-		a := trainertest.MustAgent(t, opts...)
+	modes(t, func(t *testing.T, degraded bool, mode func(*trainertest.AgentConfig)) {
+		a := trainertest.MustAgent(t, mode)
 		escDir := trainertest.EscapeDir(t, u.UID, u.GID)
 		many := trainertest.ManyEnv(300, 1900<<10)
 		if _, err := a.Start(context.Background(), escapeLaunch(a, u, many, escDir)); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -307,25 +308,35 @@ func (a *Agent) startSupervisor(p *prepared, cr *Created) (sup, pid int, err err
 		inW.Close()
 	}()
 	go cmd.Wait() // reap it if we outlive it (tests, a long-lived caller)
-
-	ackR.SetReadDeadline(time.Now().Add(10 * time.Second))
-	var ak wire.Ack
-	line, rerr := bufio.NewReader(ackR).ReadBytes('\n')
-	if rerr == nil {
-		rerr = json.Unmarshal(line, &ak)
-	}
-	if rerr != nil || ak.Error != "" || ak.PID <= 0 {
+	pid, err = waitAck(ackR)
+	if err != nil {
+		// Nothing of a launch that did not start may stay.
 		if cr != nil {
 			killCgroup(cr.Dir)
 			waitEmpty(cr.Dir, time.Now().Add(a.killWait()))
 		}
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		if ak.Error != "" {
-			return 0, 0, fmt.Errorf("%s", ak.Error)
-		}
-		return 0, 0, fmt.Errorf("no word from the supervisor: %v", rerr)
+		return 0, 0, err
 	}
-	return cmd.Process.Pid, ak.PID, nil
+	return cmd.Process.Pid, pid, nil
+}
+
+// waitAck reads the supervisor's first word: the program's pid, or why
+// it could not start it.
+func waitAck(r *os.File) (int, error) {
+	r.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var ak wire.Ack
+	line, err := bufio.NewReader(r).ReadBytes('\n')
+	if err == nil {
+		err = json.Unmarshal(line, &ak)
+	}
+	switch {
+	case ak.Error != "":
+		return 0, errors.New(ak.Error)
+	case err != nil || ak.PID <= 0:
+		return 0, fmt.Errorf("no word from the supervisor: %v", err)
+	}
+	return ak.PID, nil
 }
 
 // envList is the program's environment: the run token first (a scan of

@@ -1,11 +1,13 @@
 package trainertest
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -204,4 +206,23 @@ pids = [subprocess.Popen(["/bin/sleep", "600"], env=env, start_new_session=True)
 open(d + "/pids", "w").write("".join("%%d\n" %% p for p in pids))
 open(d + "/ready", "w").close()
 os.execv("/bin/sleep", ["sleep", "600"])'`, n, size)}
+}
+
+// Fill writes to path until its filesystem is full (a full registry).
+func Fill(tb testing.TB, path string) {
+	tb.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				tb.Fatal(err)
+			}
+			return
+		}
+	}
 }
