@@ -90,6 +90,7 @@ type TrainerConfig struct {
 
 	memoryMax int64                       // MemoryMax in bytes
 	launchers map[string]trainer.Launcher // built from their settings
+	sweep     bool                        // kill without a configuration (fallbackConfig)
 }
 
 // FileMode is a permission written as an octal string ("0644") in TOML.

@@ -77,7 +77,7 @@ func runHook(args []string, stdout, stderr io.Writer, sched string) int {
 		// no configuration —: a broken file must not leave a Trainer
 		// beside the scheduler's job.
 		logger.Printf("hook: %v", cfgErr)
-		cfg, killOnly = defaults(), true
+		cfg, killOnly = fallbackConfig(), true
 	}
 	deadline := cfg.Hooks.Deadline.Duration
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)

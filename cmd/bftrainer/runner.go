@@ -110,7 +110,17 @@ func nodeAgent(cfg Config) *agent.Agent {
 		CgroupRoot:     t.CgroupRoot,
 		Limits:         agent.Limits{Pids: t.PidsMax, Memory: t.memoryMax},
 		DeviceGlob:     t.DeviceGlob,
+		Sweep:          t.sweep,
 	}
+}
+
+// fallbackConfig is what a hook kills with when its configuration does
+// not load: the built-in paths, and a sweep of /proc for the node's run
+// tokens, since the launches' registry and cgroups may be elsewhere.
+func fallbackConfig() Config {
+	c := defaults()
+	c.Trainer.sweep = true
+	return c
 }
 
 // nodeContainment says how this machine contains Trainer processes:

@@ -45,7 +45,11 @@ type Agent struct {
 	// DeviceGlob names the device files (GPUs) a kill reports holders of
 	// and waits to be released; "" checks none.
 	DeviceGlob string
-	Now        func() time.Time
+	// Sweep also scans /proc for every run token of the node, whatever the
+	// containment: for a kill whose configuration did not load, which
+	// cannot know where the launches' registry and cgroups are.
+	Sweep bool
+	Now   func() time.Time
 
 	cg       *Cgroups
 	cgReason string

@@ -345,6 +345,9 @@ func (k *killing) finish() {
 	if _, reason := k.a.cgroups(); reason != "" {
 		k.degraded = append([]string{reason}, k.degraded...)
 	}
+	if k.a.Sweep {
+		k.degraded = append([]string{"no configuration: built-in paths and a scan for run tokens"}, k.degraded...)
+	}
 	slices.Sort(k.degraded[min(1, len(k.degraded)):])
 	k.degraded = slices.Compact(k.degraded)
 	if len(k.degraded) == 0 {

@@ -48,7 +48,7 @@ type scanPlan struct {
 func (k *killing) plan() *scanPlan {
 	p := &scanPlan{me: os.Getpid(), leaderless: map[int]wire.Entry{}, hosted: map[string]bool{},
 		owners: map[int]uint64{}, envUIDs: map[int]bool{}, otherPGID: map[int]bool{}}
-	need := k.cg == nil
+	need := k.cg == nil || k.a.Sweep
 	for _, e := range k.ents {
 		switch {
 		case e.Hosted:
@@ -71,7 +71,7 @@ func (k *killing) plan() *scanPlan {
 	if !need {
 		return nil
 	}
-	if k.cg == nil {
+	if k.cg == nil || k.a.Sweep {
 		// Nothing may be known of what runs here (a registry lost, a
 		// configuration that pointed elsewhere): read everyone's marks.
 		p.envAll = true
