@@ -145,7 +145,7 @@ func reclaimEscape(t *testing.T, c *slurmlab.Cluster, look, mode string, e train
 	if e.Kind == "registry-full" && (len(rep.Errors) == 0 || !strings.Contains(rep.Errors[0], "no space left")) {
 		t.Errorf("the fence that could not be written is not in the report: %s", rep)
 	}
-	t.Logf("%s: containment %s, clean %v, killed %d in %.1f ms (stages %v)", e.Kind, rep.Containment, rep.Clean, rep.Count(), rep.Ms, rep.Stages)
+	t.Logf("%s: containment %s, clean %v, killed %d of %d in %.1f ms (groups %d, one by one %d; stages %v)", e.Kind, rep.Containment, rep.Clean, rep.Count(), len(pids), rep.Ms, len(rep.Groups), len(rep.Procs), rep.Stages)
 	must[string](t)(c.In.RunAs(ctx, c.User, "trainer", "cancel", name))
 	must[string](t)(c.Run(ctx, "reconcile"))
 	if err := slurmlab.Poll(ctx, time.Minute, func() (bool, error) { return len(trainertest.UIDProcs(c.User.UID)) == 0, nil }); err != nil {
