@@ -425,7 +425,7 @@ func (r *Reconciler) apply(ctx context.Context, st pool.State, saved, fresh map[
 		if !ok {
 			l = saved[t.ID]
 		}
-		w := trainer.Want{ID: t.ID, Owner: t.Owner, Launcher: l.Launcher, Spec: l.Spec, Min: t.Min, Max: t.Max}
+		w := trainer.Want{ID: t.ID, Owner: t.Owner, Launcher: l.Launcher, Spec: l.Spec, Min: t.Min, Max: t.Max, Since: t.Submit}
 		for _, n := range t.Nodes {
 			w.Nodes = append(w.Nodes, n.Name)
 		}

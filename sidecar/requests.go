@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -54,18 +53,7 @@ func checkSubmit(cfg pool.Config, id string, req *SubmitRequest) error {
 	if err := names.ValidateTrainer(id); err != nil {
 		return err
 	}
-	switch req.Launch.Launcher {
-	case trainer.Torchrun, trainer.Horovod, trainer.Exec:
-	default:
-		return fmt.Errorf("launcher %q: want torchrun, horovod or exec", req.Launch.Launcher)
-	}
-	var spec trainer.Spec
-	dec := json.NewDecoder(bytes.NewReader(req.Launch.Spec))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&spec); err != nil {
-		return fmt.Errorf("launch spec: %w", err)
-	}
-	if err := trainer.ValidateSpec(spec); err != nil {
+	if err := trainer.CheckLaunch(req.Launch.Launcher, req.Launch.Spec); err != nil {
 		return err
 	}
 	return cfg.CheckSpec(req.spec("", time.Time{}))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 
@@ -181,7 +180,7 @@ func (c *Core) Hosts(ctx context.Context, id string) ([]byte, error) {
 		return nil, invalid(err) // a name becomes a path below
 	}
 	if c.o.RunnerState != "" {
-		if b, err := os.ReadFile(trainer.HostFile(c.o.RunnerState, id)); err == nil {
+		if b, err := trainer.ReadHosts(c.o.RunnerState, id); err == nil {
 			return b, nil
 		}
 	}

@@ -345,6 +345,13 @@ func saveTrainers(ctx context.Context, tx *sql.Tx, r *Round) error {
 		if err != nil {
 			return err
 		}
+		// A name reused by a new submission is a new record: the ended
+		// one it would overwrite keeps its row (and its owner), renamed
+		// NAME~SEQ — no Trainer name has a '~'.
+		if _, err := tx.ExecContext(ctx, `UPDATE trainers SET id = id || '~' || seq
+			WHERE id = ? AND submitted != ? AND status IN ('finished', 'cancelled', 'failed')`, t.ID, formatTime(t.Submit)); err != nil {
+			return err
+		}
 		seq++ // ignored on update: seq keeps its first value
 		_, err = up.ExecContext(ctx, t.ID, t.Owner, string(t.Status), launch.Launcher, t.Min, t.Max, t.Samples,
 			finiteOr0(t.Done), finiteOr0(t.Rate), len(t.Nodes), t.RescaleLoss, t.PreemptLoss, t.Rescales, t.Preemptions,

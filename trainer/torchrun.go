@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +13,95 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bftrainer/bftrainer/trainer/wire"
 )
+
+// torchrunKind runs a TorchElastic Trainer: the same torchrun --nnodes=MIN:MAX
+// on every node it holds, rendezvousing on a c10d store that runs on the
+// controller. Adding a node starts an agent there; removing one kills that
+// agent's whole process group (the others re-rendezvous without it).
+var torchrunKind = Kind{
+	Name:      Torchrun,
+	CheckSpec: CheckSpec,
+	New: func(decode func(any) error) (Launcher, error) {
+		s := TorchrunSettings{
+			Command:     []string{"/usr/bin/python3", "-m", "torch.distributed.run"},
+			Python:      "/usr/bin/python3",
+			MaxRestarts: 100,
+			JoinTimeout: "600s",
+			StorePorts:  "29400-29499",
+		}
+		if err := decode(&s); err != nil {
+			return nil, err
+		}
+		return s.launcher()
+	},
+}
+
+// TorchrunSettings are [trainer.launcher.torchrun].
+type TorchrunSettings struct {
+	Command     []string `toml:"command"`      // torchrun, e.g. /usr/bin/python3 -m torch.distributed.run
+	Python      string   `toml:"python"`       // interpreter with torch: the store, the version check
+	MaxRestarts int      `toml:"max_restarts"` // every scale-down costs each survivor one
+	JoinTimeout string   `toml:"join_timeout"` // how long agents below MIN wait
+	StorePorts  string   `toml:"store_ports"`  // LO-HI, ports for rendezvous stores on the controller
+}
+
+func (s TorchrunSettings) launcher() (*torchrun, error) {
+	var errs []error
+	if len(s.Command) == 0 {
+		errs = append(errs, errors.New("command: empty"))
+	}
+	if s.MaxRestarts < 1 {
+		errs = append(errs, errors.New("max_restarts: want ≥ 1"))
+	}
+	join, err := time.ParseDuration(s.JoinTimeout)
+	if err != nil || join < time.Second {
+		errs = append(errs, fmt.Errorf("join_timeout: %q, want a duration of at least 1s", s.JoinTimeout))
+	}
+	ports, err := ParsePorts(s.StorePorts)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("store_ports: %w", err))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return &torchrun{s: s, join: join, ports: ports}, nil
+}
+
+// ParsePorts reads "LO-HI".
+func ParsePorts(s string) ([2]int, error) {
+	lo, hi, ok := strings.Cut(s, "-")
+	a, err1 := strconv.Atoi(strings.TrimSpace(lo))
+	b, err2 := strconv.Atoi(strings.TrimSpace(hi))
+	if !ok || err1 != nil || err2 != nil || a < 1 || b < a || b > 65535 {
+		return [2]int{}, fmt.Errorf("%q: want LO-HI, 1 ≤ LO ≤ HI ≤ 65535", s)
+	}
+	return [2]int{a, b}, nil
+}
+
+type torchrun struct {
+	s     TorchrunSettings
+	join  time.Duration
+	ports [2]int
+}
+
+// torchState is a torchrun Trainer's own state: its rendezvous id (fresh
+// per store: a run id that finished stays closed on its store) and its
+// store's port.
+type torchState struct {
+	RunID string `json:"run_id,omitempty"`
+	Port  int    `json:"port,omitempty"`
+}
+
+// torchShared is what every torchrun Trainer shares: torch's version on
+// the controller, detected once.
+type torchShared struct {
+	Torch string `json:"torch,omitempty"`
+}
+
+const storeRole = "store"
 
 // TorchrunArgs is the torchrun command for one node of a Trainer: the
 // same on every node but for the log directory. Why each flag:
@@ -85,124 +172,142 @@ while True:
     signal.pause()
 `
 
-// torchVersion returns torch.__version__ of the configured interpreter,
-// detected once per state file (and recorded there).
-func (r *Runner) torchVersion(ctx context.Context, st *runState) string {
-	if st.Torch != "" {
-		return st.Torch
-	}
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, r.python(), "-c", "import torch, sys; sys.stdout.write(torch.__version__)").Output()
-	if err != nil {
-		r.logf("torch version: %v", err)
-		return ""
-	}
-	st.Torch = strings.TrimSpace(string(out))
-	return st.Torch
-}
-
 // python is the interpreter with torch: the configured one, else the
 // torchrun command's interpreter.
-func (r *Runner) python() string {
-	if r.Python != "" {
-		return r.Python
+func (l *torchrun) python() string {
+	if l.s.Python != "" {
+		return l.s.Python
 	}
-	if len(r.Torchrun) > 0 && isPython(r.Torchrun[0]) {
-		return r.Torchrun[0]
+	if len(l.s.Command) > 0 && isPython(l.s.Command[0]) {
+		return l.s.Command[0]
 	}
 	return "python3"
 }
 
-// torchrun applies one torchrun Trainer: stop the agents of removed
-// nodes (the others re-rendezvous without them), keep a store, start an
-// agent on each new node.
-func (r *Runner) torchrun(ctx context.Context, st *runState, w Want, tr *trainerRun, spec Spec, save func()) []Action {
-	acts := r.stopNodes(ctx, w.ID, tr, removed(tr, w.Nodes))
-	if len(w.Nodes) == 0 {
+// torchVersion returns torch.__version__ of the configured interpreter,
+// detected once (and recorded in the runner's state).
+func (l *torchrun) torchVersion(ctx context.Context, t *Run) string {
+	var sh torchShared
+	t.Shared(&sh)
+	if sh.Torch != "" {
+		return sh.Torch
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, l.python(), "-c", "import torch, sys; sys.stdout.write(torch.__version__)").Output()
+	if err != nil {
+		t.Logf("torch version: %v", err)
+		return ""
+	}
+	sh.Torch = strings.TrimSpace(string(out))
+	t.SetShared(sh)
+	return sh.Torch
+}
+
+// Apply stops the agents of removed nodes (the others re-rendezvous
+// without them), keeps a store, and starts an agent on each new node.
+func (l *torchrun) Apply(ctx context.Context, t *Run) []Action {
+	spec, err := DecodeSpec(t.Want.Spec)
+	if err != nil {
+		return []Action{{Trainer: t.ID, Op: "start", Err: err}}
+	}
+	acts := t.StopNodes(ctx, t.Removed())
+	if len(t.Want.Nodes) == 0 {
 		return acts // the store stays: the same run resumes when nodes come back
 	}
-	if tr.Store == nil {
-		if len(tr.Nodes) > 0 {
+	var st torchState
+	t.LoadState(&st)
+	if t.Role(storeRole) == nil {
+		if len(t.Rec.Nodes) > 0 {
 			// Agents of a store that is gone cannot rendezvous again:
 			// restart them with the new one.
-			acts = append(acts, r.stopNodes(ctx, w.ID, tr, slices.Sorted(maps.Keys(tr.Nodes)))...)
-			if len(tr.Nodes) > 0 {
+			acts = append(acts, t.StopNodes(ctx, t.Launched())...)
+			if len(t.Rec.Nodes) > 0 {
 				return acts
 			}
 		}
-		a := r.startStore(ctx, st, w, tr)
+		a := l.startStore(ctx, t, &st)
 		acts = append(acts, a)
 		if a.Err != nil {
 			return acts
 		}
-		save() // a store we started and forgot would run forever
+		t.SaveState(st)
+		t.Save() // a store we started and forgot would run forever
 	}
-	var starts []string
-	for _, n := range w.Nodes {
-		if _, ok := tr.Nodes[n]; !ok {
-			starts = append(starts, n)
-		}
-	}
-	endpoint := net.JoinHostPort(r.Address, strconv.Itoa(tr.Store.Port))
-	for _, res := range r.each(starts, func(n string) nodeResult {
-		env := r.env(spec, w.ID, map[string]string{"LOGLEVEL": "INFO", "OMP_NUM_THREADS": "1"})
+	endpoint := net.JoinHostPort(t.Address(), strconv.Itoa(st.Port))
+	return append(acts, t.StartNodes(ctx, "start", t.Added(), func(n string) wire.Launch {
+		env := t.Env(spec, map[string]string{"LOGLEVEL": "INFO", "OMP_NUM_THREADS": "1"})
 		env["NODE_TAG"] = n
-		argv := TorchrunArgs(r.Torchrun, w.Min, w.Max, spec.Slots(), endpoint, tr.RunID, r.MaxRestarts, r.JoinTimeout,
-			filepath.Join("bftrainer-logs", w.ID, n), spec.Argv)
-		l := Launch{Trainer: w.ID, Node: n, Owner: w.Owner, Argv: argv, Env: env, Workdir: spec.Workdir,
-			Token: NewToken(w.ID, n).String()}
-		return r.start(ctx, r.Nodes, l, "start")
-	}) {
-		acts = append(acts, res.act)
-		if res.ok {
-			tr.Nodes[res.node] = res.l
-		}
+		argv := TorchrunArgs(l.s.Command, t.Want.Min, t.Want.Max, spec.Slots(), endpoint, st.RunID, l.s.MaxRestarts, l.join,
+			filepath.Join("bftrainer-logs", t.ID, n), spec.Argv)
+		return wire.Launch{Argv: argv, Env: env, Workdir: spec.Workdir}
+	})...)
+}
+
+// Stop stops the agents, then the store: it outlives them.
+func (l *torchrun) Stop(ctx context.Context, t *Run) ([]Action, bool) {
+	acts := t.StopNodes(ctx, t.Launched())
+	if len(t.Rec.Nodes) > 0 {
+		return acts, false
 	}
-	return acts
+	a, ok := t.StopRole(ctx, storeRole, "store-stop")
+	if a.Op != "" {
+		acts = append(acts, a)
+	}
+	return acts, ok
+}
+
+// Ended: a store that ended takes the rendezvous with it (the next round
+// starts a new one, with a fresh rendezvous id, and restarts the agents);
+// the Trainer ended once its agents all did.
+func (l *torchrun) Ended(t *Run, roles map[string]Seen) (*Exit, []Action) {
+	var acts []Action
+	if s, ok := roles[storeRole]; ok && (s.Gone || s.Exited) {
+		delete(t.Rec.Roles, storeRole)
+		acts = append(acts, Action{Trainer: t.ID, Op: "gone", Note: "rendezvous store ended; a new one is started"})
+	}
+	return NodesEnded(t), acts
 }
 
 // startStore starts the Trainer's rendezvous store on the controller, as
 // the owner, on a free port, and waits until it accepts connections:
 // agents started before that fail at once (is_host=false).
-func (r *Runner) startStore(ctx context.Context, st *runState, w Want, tr *trainerRun) Action {
+func (l *torchrun) startStore(ctx context.Context, t *Run, st *torchState) Action {
 	begin := time.Now()
-	act := Action{Trainer: w.ID, Op: "store-start"}
-	version := r.torchVersion(ctx, st)
+	act := Action{Trainer: t.ID, Op: "store-start"}
+	version := l.torchVersion(ctx, t)
 	used := map[int]bool{}
-	for _, t := range st.Trainers {
-		if t.Store != nil {
-			used[t.Store.Port] = true
+	for _, p := range t.Peers() {
+		var ps torchState
+		if len(p.State) > 0 && json.Unmarshal(p.State, &ps) == nil && ps.Port > 0 && p.Roles[storeRole] != nil {
+			used[ps.Port] = true
 		}
 	}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		port, err := freePort(r.StorePorts, used)
+		port, err := freePort(l.ports, used)
 		if err != nil {
 			act.Err, act.Took = err, time.Since(begin)
 			return act
 		}
 		used[port] = true
-		tok := NewToken(w.ID, ControllerNode)
-		l := Launch{Trainer: w.ID, Node: ControllerNode, Owner: w.Owner, Workdir: "/",
-			Argv:  []string{r.python(), "-c", storeCode, r.Address, strconv.Itoa(port)},
-			Env:   map[string]string{"OMP_NUM_THREADS": "1"},
-			Token: tok.String()}
-		res := r.start(ctx, r.Controller, l, "store-start")
-		if !res.ok {
-			act.Err, act.Took = res.act.Err, time.Since(begin)
+		a, ok := t.StartRole(ctx, storeRole, "store-start", wire.Launch{Workdir: "/",
+			Argv: []string{l.python(), "-c", storeCode, t.Address(), strconv.Itoa(port)},
+			Env:  map[string]string{"OMP_NUM_THREADS": "1"}})
+		if !ok {
+			act.Err, act.Took = a.Err, time.Since(begin)
 			return act
 		}
-		if err := r.waitStore(ctx, w.ID, res.l.Token, port); err != nil {
+		tok := t.Role(storeRole).Token
+		if err := waitStore(ctx, t, tok, net.JoinHostPort(t.Address(), strconv.Itoa(port))); err != nil {
 			lastErr = err
-			r.stop(ctx, r.Controller, w.ID, ControllerNode, "store-stop")
+			t.StopRole(ctx, storeRole, "store-stop")
 			continue // most likely the port was taken meanwhile
 		}
-		res.l.Port = port
-		tr.Store = res.l
-		tr.RunID = w.ID + "-" + tok.Nonce
+		nonce, _ := wire.ParseToken(tok)
+		st.Port, st.RunID = port, t.ID+"-"+nonce.Nonce
 		act.Took = time.Since(begin)
-		act.Note = fmt.Sprintf("c10d store on %s, rendezvous id %s, torch %s", net.JoinHostPort(r.Address, strconv.Itoa(port)), tr.RunID, version)
+		act.Note = fmt.Sprintf("c10d store on %s, rendezvous id %s, torch %s", net.JoinHostPort(t.Address(), strconv.Itoa(port)), st.RunID, version)
 		return act
 	}
 	act.Err, act.Took = fmt.Errorf("rendezvous store: %w", lastErr), time.Since(begin)
@@ -210,8 +315,7 @@ func (r *Runner) startStore(ctx context.Context, st *runState, w Want, tr *train
 }
 
 // waitStore waits until the store accepts connections, or ended.
-func (r *Runner) waitStore(ctx context.Context, id, token string, port int) error {
-	addr := net.JoinHostPort(r.Address, strconv.Itoa(port))
+func waitStore(ctx context.Context, t *Run, token, addr string) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for i := 0; ; i++ {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
@@ -223,11 +327,9 @@ func (r *Runner) waitStore(ctx context.Context, id, token string, port int) erro
 			return fmt.Errorf("store on %s not ready after 60 s: %w", addr, err)
 		}
 		if i%10 == 9 { // every second: did it die?
-			out, lerr := r.Controller.Agent(ctx, ControllerNode, []string{"list", ControllerNode}, nil)
-			var sts []Status
-			if lerr == nil && json.Unmarshal(out, &sts) == nil {
+			if sts, lerr := t.List(ctx, wire.ControllerNode); lerr == nil {
 				for _, s := range sts {
-					if s.Trainer == id && s.Token == token && s.State != StateRunning {
+					if s.Trainer == t.ID && s.Token == token && s.State != wire.StateRunning {
 						return fmt.Errorf("store on %s ended (%s)", addr, s.State)
 					}
 				}

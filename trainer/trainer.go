@@ -1,30 +1,37 @@
-// Package trainer applies allocations to real Trainer processes: it starts
-// and stops agents on nodes (torchrun, Elastic Horovod, any program), over
-// ssh or locally, and kills everything of ours on a node the instant the
-// scheduler reclaims it.
+// Package trainer is the controller side of running Trainers: the runner
+// the reconciler hands each round's desired state to (each Trainer and the
+// nodes it should run on), the launchers that know how one kind of
+// Trainer is started and scaled (exec, torchrun, Elastic Horovod, …), and
+// the transports that reach the node agents (ssh, or local). Apply makes
+// the processes match, idempotently, and reports every action with its
+// timing for the history; Check notices Trainers that ended by themselves.
 //
-// The reconciler hands it the desired state (each Trainer and the nodes it
-// should run on); Apply makes the processes match, idempotently, and
-// reports every action with its timing for the history.
+// What runs on a node is the node agent's (trainer/agent) and each
+// launch's supervisor's (trainer/supervisor); what crosses between them
+// and this package is in trainer/wire.
 package trainer
 
 import (
+	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
+
+	"github.com/bftrainer/bftrainer/trainer/wire"
 )
 
 // Want is one Trainer's desired state.
 type Want struct {
 	ID       string
 	Owner    string // Unix user the processes run as
-	Launcher string // torchrun, horovod, exec
+	Launcher string // a registered launcher's name: exec, torchrun, horovod, …
 	Spec     json.RawMessage
 	Min, Max int
 	Nodes    []string // nodes it should run on now, in the order taken
+	// Since is when the Trainer was submitted: a name reused by a later
+	// submission is a new Trainer, never the old one's processes. Zero
+	// when unknown (the owner and launcher still tell them apart).
+	Since time.Time
 }
 
 // Action is one thing done (or that would be done) to a Trainer's
@@ -32,20 +39,28 @@ type Want struct {
 type Action struct {
 	Trainer string
 	Node    string
-	Op      string // start, stop, kill, store-start, store-stop, ...
+	Op      string // start, stop, kill, store-start, store-stop, orphan-stop, ...
 	Took    time.Duration
 	Err     error
 	Note    string
 }
 
-// Launchers.
+// Exit is a Trainer whose processes all ended by themselves.
+type Exit struct {
+	Trainer string
+	Status  string // Finished or Failed
+	Note    string
+}
+
+// End states an Exit reports.
 const (
-	Torchrun = "torchrun"
-	Horovod  = "horovod"
-	Exec     = "exec"
+	Finished = "finished"
+	Failed   = "failed"
 )
 
-// Spec is how a Trainer's processes are started, as submitted.
+// Spec is how a Trainer's processes are started, as submitted: what the
+// launchers shipped here share. A launcher may take another spec; each
+// one's Kind.CheckSpec says what it accepts.
 type Spec struct {
 	Argv         []string          `json:"argv"`              // the training program and its arguments
 	Workdir      string            `json:"workdir,omitempty"` // directory to run in (shared across nodes)
@@ -61,21 +76,8 @@ func (s Spec) Slots() int { return max(1, s.ProcsPerNode) }
 // (they cannot cross exec or ssh), environment names that a shell
 // accepts.
 func ValidateSpec(s Spec) error {
-	if len(s.Argv) == 0 || s.Argv[0] == "" {
-		return errors.New("launch: no program")
-	}
-	for _, a := range append(slices.Clone(s.Argv), s.Workdir) {
-		if strings.ContainsRune(a, 0) {
-			return errors.New("launch: NUL byte in an argument")
-		}
-	}
-	for k, v := range s.Env {
-		if !validEnvName(k) {
-			return fmt.Errorf("launch: environment name %q: letters, digits and _ only, not starting with a digit", k)
-		}
-		if strings.ContainsRune(v, 0) {
-			return fmt.Errorf("launch: NUL byte in %s", k)
-		}
+	if err := wire.ValidateCommand(s.Argv, s.Workdir, s.Env); err != nil {
+		return err
 	}
 	if s.ProcsPerNode < 0 || s.ProcsPerNode > 1024 {
 		return fmt.Errorf("launch: procs per node %d out of range", s.ProcsPerNode)
@@ -83,14 +85,22 @@ func ValidateSpec(s Spec) error {
 	return nil
 }
 
-func validEnvName(k string) bool {
-	if k == "" {
-		return false
+// DecodeSpec reads and checks a Spec, refusing unknown fields.
+func DecodeSpec(raw json.RawMessage) (Spec, error) {
+	var s Spec
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return Spec{}, fmt.Errorf("launch spec: %w", err)
 	}
-	for i, c := range k {
-		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || (i > 0 && c >= '0' && c <= '9')) {
-			return false
-		}
+	if err := ValidateSpec(s); err != nil {
+		return Spec{}, fmt.Errorf("launch spec: %w", err)
 	}
-	return true
+	return s, nil
+}
+
+// CheckSpec is the Kind.CheckSpec of launchers that take a Spec.
+func CheckSpec(raw json.RawMessage) error {
+	_, err := DecodeSpec(raw)
+	return err
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bftrainer/bftrainer/names"
+	"github.com/bftrainer/bftrainer/trainer/wire"
 )
 
 // Transport runs "bftrainer node-agent ARGS…" as root on a node, with
@@ -118,7 +119,7 @@ func (s SSH) Command(ctx context.Context, node string, remote []string) (*exec.C
 	}
 	// "--" after the destination: OpenSSH parses options after the host
 	// name too, and the command is no option.
-	args = append(args, user+"@"+node, "--", ShellJoin(remote))
+	args = append(args, user+"@"+node, "--", wire.ShellJoin(remote))
 	return exec.CommandContext(ctx, prog, args...), nil
 }
 

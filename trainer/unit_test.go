@@ -9,76 +9,8 @@ import (
 	"time"
 
 	"github.com/bftrainer/bftrainer/names"
+	"github.com/bftrainer/bftrainer/trainer/wire"
 )
-
-func TestParseToken(t *testing.T) {
-	tests := []struct {
-		name string
-		in   string
-		ok   bool
-	}{
-		{"good", "t1/n1/0a1b", true},
-		{"controller", "t1/_controller/ff", true},
-		{"two parts", "t1/n1", false},
-		{"four parts", "t1/n1/ab/cd", false},
-		{"bad trainer", "t;1/n1/ab", false},
-		{"bad node", "t1/-n1/ab", false},
-		{"upper nonce", "t1/n1/AB", false},
-		{"empty nonce", "t1/n1/", false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			tok, err := ParseToken(tt.in)
-			if got := err == nil; got != tt.ok {
-				t.Fatalf("ParseToken(%q) error %v, want ok=%v", tt.in, err, tt.ok)
-			}
-			if tt.ok && tok.String() != tt.in {
-				t.Fatalf("round trip: %q → %q", tt.in, tok.String())
-			}
-		})
-	}
-	if a, b := NewToken("t", "n"), NewToken("t", "n"); a == b {
-		t.Fatal("two tokens share a nonce")
-	}
-}
-
-func TestLaunchValidate(t *testing.T) {
-	good := Launch{Trainer: "t1", Node: "n1", Owner: "alice", Argv: []string{"/bin/true"}, Token: "t1/n1/ab"}
-	tests := []struct {
-		name string
-		edit func(*Launch)
-		ok   bool
-	}{
-		{"good", func(*Launch) {}, true},
-		{"hostile argv is data", func(l *Launch) { l.Argv = append(l.Argv, hostile...) }, true},
-		{"hostile env value is data", func(l *Launch) { l.Env = map[string]string{"X": "$(touch CANARY)"} }, true},
-		{"node with semicolon", func(l *Launch) { l.Node = "n1;touch x"; l.Token = "t1/n1/ab" }, false},
-		{"node with dash", func(l *Launch) { l.Node = "-oProxyCommand=x" }, false},
-		{"node path", func(l *Launch) { l.Node = "../../etc" }, false},
-		{"trainer with dollar", func(l *Launch) { l.Trainer = "$(x)" }, false},
-		{"trainer with space", func(l *Launch) { l.Trainer = "a b" }, false},
-		{"owner with dash", func(l *Launch) { l.Owner = "-root" }, false},
-		{"owner with newline", func(l *Launch) { l.Owner = "a\nroot" }, false},
-		{"token for another node", func(l *Launch) { l.Token = "t1/n2/ab" }, false},
-		{"token for another trainer", func(l *Launch) { l.Token = "t2/n1/ab" }, false},
-		{"no program", func(l *Launch) { l.Argv = nil }, false},
-		{"NUL in argument", func(l *Launch) { l.Argv = []string{"/bin/echo", "a\x00b"} }, false},
-		{"env name with semicolon", func(l *Launch) { l.Env = map[string]string{"A;B": "x"} }, false},
-		{"env name with equals", func(l *Launch) { l.Env = map[string]string{"A=B": "x"} }, false},
-		{"relative workdir", func(l *Launch) { l.Workdir = "tmp" }, false},
-		{"bad node in list", func(l *Launch) { l.Nodes = []string{"n1", "n2 n3"} }, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			l := good
-			l.Argv = slices.Clone(good.Argv)
-			tt.edit(&l)
-			if err := l.Validate(); (err == nil) != tt.ok {
-				t.Fatalf("Validate() = %v, want ok=%v", err, tt.ok)
-			}
-		})
-	}
-}
 
 func TestTorchrunArgs(t *testing.T) {
 	base := []string{"/usr/bin/python3", "-m", "torch.distributed.run"}
@@ -155,44 +87,9 @@ func TestSSHCommand(t *testing.T) {
 			if got := strings.Join(cmd.Args, " "); got != tt.want {
 				t.Fatalf("got  %s\nwant %s", got, tt.want)
 			}
-			if last := cmd.Args[len(cmd.Args)-1]; last != ShellJoin(tt.remote) {
+			if last := cmd.Args[len(cmd.Args)-1]; last != wire.ShellJoin(tt.remote) {
 				t.Fatalf("the remote command is not one quoted string: %q", last)
 			}
 		})
-	}
-}
-
-func TestParseStat(t *testing.T) {
-	tests := []struct {
-		name string
-		in   string
-		want Proc
-		ok   bool
-	}{
-		{"plain", "123 (sleep) S 1 120 120 0 -1", Proc{PID: 123, PPID: 1, PGID: 120, SID: 120, State: 'S', Comm: "sleep"}, true},
-		{"comm with parens and spaces", "7 (a) b (c)) Z 2 3 4 0", Proc{PID: 7, PPID: 2, PGID: 3, SID: 4, State: 'Z', Comm: "a) b (c)"}, true},
-		{"truncated", "7 (a) S 2", Proc{}, false},
-		{"garbage", "nothing here", Proc{}, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, ok := parseStat([]byte(tt.in))
-			if ok != tt.ok || (ok && got != tt.want) {
-				t.Fatalf("parseStat(%q) = %+v, %v; want %+v, %v", tt.in, got, ok, tt.want, tt.ok)
-			}
-		})
-	}
-}
-
-func TestEnvValue(t *testing.T) {
-	env := []byte("A=1\x00BFTRAINER_RUN=t/n/ab\x00BFTRAINER_RUNX=no\x00HOROVOD_HOSTNAME=n2")
-	if got := envValue(env, RunEnv); got != "t/n/ab" {
-		t.Fatalf("RunEnv = %q", got)
-	}
-	if got := envValue(env, HostEnv); got != "n2" {
-		t.Fatalf("HostEnv = %q", got)
-	}
-	if got := envValue(env, "B"); got != "" {
-		t.Fatalf("B = %q", got)
 	}
 }

@@ -31,12 +31,14 @@ commands:
            and reclaim, and the reclaim kill path (root, python3-torch)
   slurm    bftrainer as a real Slurm cluster's hooks: main-job start delay,
            reclaim, and Slurm's own scavenger partition side by side
+  reclaim  the node prolog's kill against Trainers that try to escape it,
+           cgroup and degraded containment (root)
 
 Run "bftrainer-bench <command> -h" for a command's flags.
 `
 
 // allCommands are the commands "all" runs, in order: add yours.
-var allCommands = []string{"alloc", "replay", "hook", "rescale", "slurm"}
+var allCommands = []string{"alloc", "replay", "hook", "rescale", "slurm", "reclaim"}
 
 // errUsage marks a command-line mistake: exit status 2.
 var errUsage = errors.New("usage")
@@ -72,6 +74,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return benchRescale(rest)
 	case "slurm":
 		return (&slurmCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
+	case "reclaim":
+		return (&reclaimCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "all":
 		if len(rest) > 0 {
 			fmt.Fprintf(stderr, "bftrainer-bench: all takes no flags\n")

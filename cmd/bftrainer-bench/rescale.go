@@ -157,6 +157,8 @@ func rescaleOnce(bin, contrib string, shim bool) (err error) {
 		torchrun = fmt.Sprintf(`["/usr/bin/python3", %q]`, filepath.Join(contrib, "fast_torchrun.py"))
 	}
 	r := rescaleRun{bin: bin, dir: dir, config: filepath.Join(dir, "bftrainer.toml"), log: filepath.Join(dir, "progress.log")}
+	cgroups, removeCgroups := benchCgroups("rescale")
+	defer removeCgroups()
 	conf := fmt.Sprintf(`database = %q
 spool = %q
 [hooks]
@@ -170,11 +172,13 @@ registry = %q
 log_dir = %q
 state_dir = %q
 controller = "127.0.0.1"
-store_ports = "29700-29799"
-torchrun = %s
+cgroup_root = %q
 allow_root_owner = true
+[trainer.launcher.torchrun]
+store_ports = "29700-29799"
+command = %s
 `, filepath.Join(dir, "db", "bftrainer.db"), filepath.Join(dir, "spool"), filepath.Join(dir, "hooks.log"),
-		filepath.Join(dir, "registry"), filepath.Join(dir, "logs"), filepath.Join(dir, "runner"), torchrun)
+		filepath.Join(dir, "registry"), filepath.Join(dir, "logs"), filepath.Join(dir, "runner"), cgroups, torchrun)
 	if err := os.WriteFile(r.config, []byte(conf), 0o644); err != nil {
 		return err
 	}

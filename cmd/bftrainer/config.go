@@ -15,6 +15,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/trainer"
+	"github.com/bftrainer/bftrainer/trainer/agent"
 )
 
 // Config is bftrainer's configuration: defaults, then the TOML file (an
@@ -54,33 +56,38 @@ type Config struct {
 	path string // the file read, "" for defaults only
 }
 
-// TrainerConfig is how Trainer processes are started and killed: the
-// [trainer] section.
+// TrainerConfig is how Trainer processes are started, contained and
+// killed: the [trainer] section, with each launcher's own settings in
+// [trainer.launcher.NAME] (decoded by the launcher: trainer.Kind).
 type TrainerConfig struct {
-	Transport         string   `toml:"transport"` // none, local, ssh
-	SSH               string   `toml:"ssh"`
-	SSHConfig         string   `toml:"ssh_config"`
-	SSHIdentity       string   `toml:"ssh_identity"`
-	SSHUser           string   `toml:"ssh_user"`
-	ConnectTimeout    Duration `toml:"connect_timeout"`
-	CommandTimeout    Duration `toml:"command_timeout"`
-	RemoteBftrainer   string   `toml:"remote_bftrainer"`
-	RemoteConfig      string   `toml:"remote_config"`
-	Registry          string   `toml:"registry"`
-	LogDir            string   `toml:"log_dir"`
-	StateDir          string   `toml:"state_dir"`
-	Controller        string   `toml:"controller"`
-	StorePorts        string   `toml:"store_ports"`
-	Torchrun          []string `toml:"torchrun"`
-	Python            string   `toml:"python"`
-	MaxRestarts       int      `toml:"max_restarts"`
-	JoinTimeout       Duration `toml:"join_timeout"`
-	Horovodrun        []string `toml:"horovodrun"`
-	BlacklistCooldown []int    `toml:"blacklist_cooldown"`
-	Parallel          int      `toml:"parallel"`
-	KillWait          Duration `toml:"kill_wait"`
-	ReclaimFence      Duration `toml:"reclaim_fence"`
-	AllowRootOwner    bool     `toml:"allow_root_owner"`
+	Transport       string   `toml:"transport"` // none, local, ssh
+	SSH             string   `toml:"ssh"`
+	SSHConfig       string   `toml:"ssh_config"`
+	SSHIdentity     string   `toml:"ssh_identity"`
+	SSHUser         string   `toml:"ssh_user"`
+	ConnectTimeout  Duration `toml:"connect_timeout"`
+	CommandTimeout  Duration `toml:"command_timeout"`
+	RemoteBftrainer string   `toml:"remote_bftrainer"`
+	RemoteConfig    string   `toml:"remote_config"`
+	Registry        string   `toml:"registry"`
+	LogDir          string   `toml:"log_dir"`
+	StateDir        string   `toml:"state_dir"`
+	Controller      string   `toml:"controller"`
+	Parallel        int      `toml:"parallel"`
+	KillWait        Duration `toml:"kill_wait"`
+	Containment     string   `toml:"containment"` // auto, cgroup, off
+	CgroupRoot      string   `toml:"cgroup_root"`
+	PidsMax         int64    `toml:"pids_max"`
+	MemoryMax       string   `toml:"memory_max"`
+	DeviceGlob      string   `toml:"device_glob"`
+	AllowRootOwner  bool     `toml:"allow_root_owner"`
+	// Launcher holds the [trainer.launcher.NAME] tables until each
+	// launcher decodes its own.
+	Launcher map[string]toml.Primitive `toml:"launcher"`
+
+	memoryMax int64                       // MemoryMax in bytes
+	launchers map[string]trainer.Launcher // built from their settings
+	sweep     bool                        // kill without a configuration (fallbackConfig)
 }
 
 // FileMode is a permission written as an octal string ("0644") in TOML.
@@ -152,16 +159,11 @@ func defaults() Config {
 	t.Registry = "/run/bftrainer/nodes"
 	t.LogDir = "/var/log/bftrainer/trainers"
 	t.StateDir = "/var/lib/bftrainer/runner"
-	t.StorePorts = "29400-29499"
-	t.Torchrun = []string{"/usr/bin/python3", "-m", "torch.distributed.run"}
-	t.Python = "/usr/bin/python3"
-	t.MaxRestarts = 100
-	t.JoinTimeout = Duration{600 * time.Second}
-	t.Horovodrun = []string{"horovodrun"}
-	t.BlacklistCooldown = []int{10, 300}
 	t.Parallel = 16
 	t.KillWait = Duration{5 * time.Second}
-	t.ReclaimFence = Duration{10 * time.Minute}
+	t.Containment = "auto"
+	t.DeviceGlob = "/dev/nvidia*"
+	t.launchers, _ = t.buildLaunchers(nil) // the defaults build
 	return c
 }
 
@@ -191,6 +193,11 @@ func loadConfig(path string, explicit bool) (Config, error) {
 	c.path = path
 	md, err := toml.Decode(string(b), &c)
 	if err != nil {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	// Each launcher decodes its own table: its keys are decoded (or
+	// unknown) only then.
+	if c.Trainer.launchers, err = c.Trainer.buildLaunchers(&md); err != nil {
 		return c, fmt.Errorf("config %s: %w", path, err)
 	}
 	if und := md.Undecoded(); len(und) > 0 {
@@ -286,33 +293,69 @@ func (t *TrainerConfig) validate() []error {
 	if t.ConnectTimeout.Duration < time.Second || t.CommandTimeout.Duration < time.Second {
 		errs = append(errs, errors.New("trainer: connect_timeout and command_timeout must be at least 1s"))
 	}
-	if _, err := parsePorts(t.StorePorts); err != nil {
-		errs = append(errs, fmt.Errorf("trainer.store_ports: %w", err))
+	if t.Parallel < 1 || t.KillWait.Duration <= 0 {
+		errs = append(errs, errors.New("trainer: parallel must be ≥ 1, kill_wait > 0"))
 	}
-	if len(t.Torchrun) == 0 || len(t.Horovodrun) == 0 {
-		errs = append(errs, errors.New("trainer: torchrun and horovodrun must name a command"))
+	switch t.Containment {
+	case agent.ContainAuto, agent.ContainCgroup, agent.ContainOff:
+	default:
+		errs = append(errs, fmt.Errorf("trainer.containment: %q, want auto, cgroup or off", t.Containment))
 	}
-	if t.MaxRestarts < 1 || t.Parallel < 1 {
-		errs = append(errs, errors.New("trainer: max_restarts and parallel must be ≥ 1"))
+	if t.CgroupRoot != "" && !filepath.IsAbs(t.CgroupRoot) {
+		errs = append(errs, fmt.Errorf("trainer.cgroup_root: %q, want an absolute path (or empty: bftrainer in the cgroup2 mount)", t.CgroupRoot))
 	}
-	if t.JoinTimeout.Duration < time.Second || t.KillWait.Duration <= 0 || t.ReclaimFence.Duration < 0 {
-		errs = append(errs, errors.New("trainer: join_timeout must be ≥ 1s, kill_wait > 0, reclaim_fence ≥ 0"))
+	if t.PidsMax < 0 {
+		errs = append(errs, errors.New("trainer.pids_max: want ≥ 0 (0: no limit)"))
 	}
-	if c := t.BlacklistCooldown; len(c) != 0 && (len(c) != 2 || c[0] < 1 || c[1] < c[0] || c[1] > 3600) {
-		errs = append(errs, errors.New("trainer.blacklist_cooldown: want [] or [MIN, MAX] seconds with 1 ≤ MIN ≤ MAX ≤ 3600 (Horovod's bounds)"))
+	var err error
+	if t.memoryMax, err = parseBytes(t.MemoryMax); err != nil {
+		errs = append(errs, fmt.Errorf("trainer.memory_max: %w", err))
+	}
+	if t.DeviceGlob != "" {
+		if _, err := filepath.Match(t.DeviceGlob, "/dev/x"); err != nil || !filepath.IsAbs(t.DeviceGlob) {
+			errs = append(errs, fmt.Errorf("trainer.device_glob: %q, want an absolute glob like /dev/nvidia*", t.DeviceGlob))
+		}
 	}
 	return errs
 }
 
-// parsePorts reads "LO-HI".
-func parsePorts(s string) ([2]int, error) {
-	lo, hi, ok := strings.Cut(s, "-")
-	a, err1 := strconv.Atoi(strings.TrimSpace(lo))
-	b, err2 := strconv.Atoi(strings.TrimSpace(hi))
-	if !ok || err1 != nil || err2 != nil || a < 1 || b < a || b > 65535 {
-		return [2]int{}, fmt.Errorf("%q: want LO-HI, 1 ≤ LO ≤ HI ≤ 65535", s)
+// buildLaunchers builds every registered launcher from its
+// [trainer.launcher.NAME] table (md nil: the defaults); a table for no
+// launcher is an error.
+func (t *TrainerConfig) buildLaunchers(md *toml.MetaData) (map[string]trainer.Launcher, error) {
+	for name := range t.Launcher {
+		if !slices.Contains(trainer.Kinds(), name) {
+			return nil, fmt.Errorf("trainer.launcher.%s: no such launcher (have %s)", name, strings.Join(trainer.Kinds(), ", "))
+		}
 	}
-	return [2]int{a, b}, nil
+	ls, err := trainer.Build(func(name string, settings any) error {
+		prim, ok := t.Launcher[name]
+		if !ok || md == nil {
+			return nil
+		}
+		return md.PrimitiveDecode(prim, settings)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("trainer.%w", err)
+	}
+	return ls, nil
+}
+
+// parseBytes reads a size: bytes, or a number with a K, M, G or T suffix
+// (powers of 1024); "" is 0 (no limit).
+func parseBytes(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	num, mult := s, int64(1)
+	if i := strings.IndexByte("KMGT", strings.ToUpper(s[len(s)-1:])[0]); i >= 0 {
+		num, mult = s[:len(s)-1], int64(1)<<(10*(i+1))
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if err != nil || v < 0 || v > (1<<62)/mult {
+		return 0, fmt.Errorf("%q: want bytes, or a number with K, M, G or T", s)
+	}
+	return v * mult, nil
 }
 
 // isAdmin reports whether user may act on any Trainer.

@@ -17,7 +17,7 @@ func TestEtcIsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got.path = ""
+	got.path, got.Trainer.Launcher = "", nil
 	if want := defaults(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("etc/bftrainer.toml differs from the defaults:\n got %+v\nwant %+v", got.Trainer, want.Trainer)
 	}
@@ -32,11 +32,17 @@ func TestTrainerConfigValidate(t *testing.T) {
 		{"relative registry", "[trainer]\nregistry = \"run/nodes\"\n", "trainer.registry"},
 		{"ssh user as option", "[trainer]\nssh_user = \"-oProxyCommand=x\"\n", "trainer.ssh_user"},
 		{"ssh user with host", "[trainer]\nssh_user = \"root@evil\"\n", "trainer.ssh_user"},
-		{"ports reversed", "[trainer]\nstore_ports = \"29500-29400\"\n", "trainer.store_ports"},
-		{"ports garbage", "[trainer]\nstore_ports = \"any\"\n", "trainer.store_ports"},
-		{"cooldown beyond Horovod's bound", "[trainer]\nblacklist_cooldown = [10, 4000]\n", "blacklist_cooldown"},
-		{"no cooldown", "[trainer]\nblacklist_cooldown = []\n", ""},
-		{"empty torchrun", "[trainer]\ntorchrun = []\n", "torchrun"},
+		{"ports reversed", "[trainer.launcher.torchrun]\nstore_ports = \"29500-29400\"\n", "launcher torchrun: store_ports"},
+		{"ports garbage", "[trainer.launcher.torchrun]\nstore_ports = \"any\"\n", "store_ports"},
+		{"cooldown beyond Horovod's bound", "[trainer.launcher.horovod]\nblacklist_cooldown = [10, 4000]\n", "blacklist_cooldown"},
+		{"no cooldown", "[trainer.launcher.horovod]\nblacklist_cooldown = []\n", ""},
+		{"empty torchrun", "[trainer.launcher.torchrun]\ncommand = []\n", "launcher torchrun: command"},
+		{"unknown launcher", "[trainer.launcher.mpirun]\ncommand = [\"x\"]\n", "trainer.launcher.mpirun: no such launcher"},
+		{"unknown launcher key", "[trainer.launcher.torchrun]\ncomand = []\n", "unknown key trainer.launcher.torchrun.comand"},
+		{"containment", "[trainer]\ncontainment = \"off\"\npids_max = 512\nmemory_max = \"8G\"\n", ""},
+		{"unknown containment", "[trainer]\ncontainment = \"maybe\"\n", "trainer.containment"},
+		{"memory garbage", "[trainer]\nmemory_max = \"lots\"\n", "trainer.memory_max"},
+		{"relative device glob", "[trainer]\ndevice_glob = \"nvidia*\"\n", "trainer.device_glob"},
 		{"world-writable database", "database_mode = \"0666\"\n", "database_mode"},
 		{"not octal", "database_mode = \"rw-r--r--\"\n", "octal"},
 		{"unknown key", "[trainer]\nregistery = \"/x\"\n", "unknown key trainer.registery"},

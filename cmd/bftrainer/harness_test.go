@@ -12,8 +12,9 @@ import (
 
 	"github.com/bftrainer/bftrainer/sidecar"
 	"github.com/bftrainer/bftrainer/store"
-	"github.com/bftrainer/bftrainer/trainer"
+	"github.com/bftrainer/bftrainer/trainer/agent"
 	"github.com/bftrainer/bftrainer/trainer/trainertest"
+	"github.com/bftrainer/bftrainer/trainer/wire"
 )
 
 // trainerEnv is a configuration whose runner starts real processes:
@@ -27,7 +28,9 @@ type trainerEnv struct {
 
 // newTrainerEnv writes the configuration, extra appended to its
 // [trainer] section (@SSH_CONFIG@ there is the test sshd's client
-// configuration). The directories are opened to
+// configuration; a [trainer.launcher.torchrun] table in it sets
+// store_ports = "@STORE_PORTS@" itself). Its cgroups live below a subtree
+// of the test's own. The directories are opened to
 // all (0755): throwaway users run the CLI in the security tests, and
 // Trainer processes run as their owners.
 func newTrainerEnv(tb testing.TB, transport string, nodes int, extra string) trainerEnv {
@@ -62,6 +65,12 @@ func newTrainerEnv(tb testing.TB, transport string, nodes int, extra string) tra
 	if sshd != nil {
 		extra = strings.ReplaceAll(extra, "@SSH_CONFIG@", sshd.Config)
 	}
+	storePorts := fmt.Sprintf("%d-%d", ports, ports+20)
+	if strings.Contains(extra, "[trainer.launcher.torchrun]") {
+		extra = strings.ReplaceAll(extra, "@STORE_PORTS@", storePorts)
+	} else {
+		extra += fmt.Sprintf("\n[trainer.launcher.torchrun]\nstore_ports = %q\n", storePorts)
+	}
 	conf := fmt.Sprintf(`database = %q
 spool = %q
 [hooks]
@@ -77,11 +86,11 @@ registry = %q
 log_dir = %q
 state_dir = %q
 controller = "127.0.0.1"
-store_ports = "%d-%d"
 command_timeout = "30s"
+cgroup_root = %q
 %s
 `, e.db, spool, filepath.Join(dir, "hooks.log"), transport, sshConf, bin, e.config,
-		filepath.Join(dir, "registry"), filepath.Join(dir, "logs"), filepath.Join(dir, "runner"), ports, ports+20, extra)
+		filepath.Join(dir, "registry"), filepath.Join(dir, "logs"), filepath.Join(dir, "runner"), trainertest.TestCgroupRoot(tb), extra)
 	if err := os.WriteFile(e.config, []byte(conf), 0o644); err != nil {
 		tb.Fatal(err)
 	}
@@ -113,17 +122,7 @@ func (e trainerEnv) dump(tb testing.TB) {
 	}
 }
 
-// openUp makes dir and its parents up to the temporary root traversable
-// by everyone (t.TempDir makes them 0700).
-func openUp(tb testing.TB, dir string) {
-	tb.Helper()
-	root := os.TempDir()
-	for d := dir; strings.HasPrefix(d, root) && d != root; d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o755); err != nil {
-			tb.Fatal(err)
-		}
-	}
-}
+var openUp = trainertest.OpenUp
 
 // run runs the CLI as root and fails the test on an error.
 func (e trainerEnv) run(tb testing.TB, args ...string) string {
@@ -164,32 +163,21 @@ func (e trainerEnv) openDB(tb testing.TB) *store.DB {
 	return db
 }
 
-// tokenProcs returns the live processes carrying a run token that keep
-// accepts.
-func tokenProcs(tb testing.TB, keep func(trainer.Token, trainer.Proc) bool) []trainer.Proc {
-	tb.Helper()
-	ps, err := trainer.Procs()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var out []trainer.Proc
-	for _, p := range ps {
-		if t, ok := p.Token(); ok && !p.Dead() && keep(t, p) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+var tokenProcs = trainertest.Procs
 
 // killLeftovers kills whatever a failed test left behind, by token.
 func killLeftovers(tb testing.TB, trainerID string) {
 	tb.Helper()
 	tb.Cleanup(func() {
-		for _, p := range tokenProcs(tb, func(t trainer.Token, _ trainer.Proc) bool { return t.Trainer == trainerID }) {
+		for _, p := range tokenProcs(tb, func(t wire.Token, _ agent.Proc) bool { return t.Trainer == trainerID }) {
 			syscallKill(p.PID)
 		}
 	})
 }
+
+// uniq is a Trainer name no other test on this machine uses: kills find
+// processes by their Trainer's name.
+func uniq(prefix string) string { return prefix + "-" + wire.NewRun()[:8] }
 
 // readSteps parses train.py's progress log.
 func readSteps(tb testing.TB, path string) []trainertest.Step {

@@ -59,7 +59,11 @@ func runHook(args []string, stderr io.Writer) int {
 	started := time.Now()
 	cfg, cfgErr := loadConfig(configPath(""))
 	if cfgErr != nil {
-		cfg = defaults()
+		// The defaults, with a sweep of /proc for run tokens: without a
+		// trustworthy configuration we cannot know where the launches'
+		// cgroups are, and a broken file must not leave a Trainer beside
+		// the scheduler's job.
+		cfg = fallbackConfig()
 	}
 	o := options(cfg, hookLogger(cfg, stderr))
 	o.Started, o.ConfigErr, o.HookLog = started, cfgErr, o.Log

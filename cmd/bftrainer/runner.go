@@ -11,6 +11,9 @@ import (
 
 	"github.com/bftrainer/bftrainer/sidecar"
 	"github.com/bftrainer/bftrainer/trainer"
+	"github.com/bftrainer/bftrainer/trainer/agent"
+	"github.com/bftrainer/bftrainer/trainer/registry"
+	"github.com/bftrainer/bftrainer/trainer/wire"
 )
 
 // selfCommand is how this bftrainer runs itself: its path, and the
@@ -60,28 +63,23 @@ func newRunner(cfg Config) (sidecar.Runner, error) {
 			return nil, fmt.Errorf("trainer.controller: %w", err)
 		}
 	}
-	ports, _ := parsePorts(t.StorePorts) // validated with the configuration
-	var cooldown [2]int
-	if len(t.BlacklistCooldown) == 2 {
-		cooldown = [2]int{t.BlacklistCooldown[0], t.BlacklistCooldown[1]}
+	launchers := t.launchers
+	if launchers == nil { // a Config not from loadConfig
+		if launchers, err = t.buildLaunchers(nil); err != nil {
+			return nil, err
+		}
 	}
 	return &trainer.Runner{
-		Nodes:       timed{nodes, t.CommandTimeout.Duration},
-		Controller:  timed{local, t.CommandTimeout.Duration},
-		StateDir:    t.StateDir,
-		Address:     addr,
-		StorePorts:  ports,
-		Torchrun:    t.Torchrun,
-		Python:      t.Python,
-		MaxRestarts: t.MaxRestarts,
-		JoinTimeout: t.JoinTimeout.Duration,
-		Horovodrun:  t.Horovodrun,
-		Hosts:       append(self, "hosts"),
-		Cooldown:    cooldown,
-		NodeBin:     nodeBin,
-		NodeConfig:  nodeConfig,
-		Parallel:    t.Parallel,
-		Log:         newLogger(os.Stderr),
+		Nodes:      timed{nodes, t.CommandTimeout.Duration},
+		Controller: timed{local, t.CommandTimeout.Duration},
+		Launchers:  launchers,
+		StateDir:   t.StateDir,
+		Address:    addr,
+		Self:       self,
+		NodeBin:    nodeBin,
+		NodeConfig: nodeConfig,
+		Parallel:   t.Parallel,
+		Log:        newLogger(os.Stderr),
 	}, nil
 }
 
@@ -99,28 +97,46 @@ func (t timed) Agent(ctx context.Context, node string, args []string, stdin []by
 }
 
 // nodeAgent is this machine's node agent, from the configuration.
-func nodeAgent(cfg Config) *trainer.NodeAgent {
+func nodeAgent(cfg Config) *agent.Agent {
 	self, _ := os.Executable()
-	return &trainer.NodeAgent{
-		Registry:       trainer.Registry{Dir: cfg.Trainer.Registry},
-		LogDir:         cfg.Trainer.LogDir,
+	t := cfg.Trainer
+	return &agent.Agent{
+		Registry:       registry.Registry{Dir: t.Registry},
+		LogDir:         t.LogDir,
 		Self:           self,
-		AllowRootOwner: cfg.Trainer.AllowRootOwner,
-		KillWait:       cfg.Trainer.KillWait.Duration,
-		FenceMax:       cfg.Trainer.ReclaimFence.Duration,
+		AllowRootOwner: t.AllowRootOwner,
+		KillWait:       t.KillWait.Duration,
+		Containment:    t.Containment,
+		CgroupRoot:     t.CgroupRoot,
+		Limits:         agent.Limits{Pids: t.PidsMax, Memory: t.memoryMax},
+		DeviceGlob:     t.DeviceGlob,
+		Sweep:          t.sweep,
 	}
 }
 
+// fallbackConfig is what a hook kills with when its configuration does
+// not load: the built-in paths, and a sweep of /proc for the node's run
+// tokens, since the launches' registry and cgroups may be elsewhere.
+func fallbackConfig() Config {
+	c := defaults()
+	c.Trainer.sweep = true
+	return c
+}
+
+// nodeContainment says how this machine contains Trainer processes:
+// "cgroup", or "degraded (reason)" — for status and the hook log.
+func nodeContainment(cfg Config) string { return nodeAgent(cfg).Mode() }
+
 // localKiller is the node-local reclaim: the node's own prolog kills every
-// Trainer process recorded in this machine's registry (and every process
-// carrying a run token for the node), with no database and no network,
-// and refuses new starts until the job's epilog.
+// Trainer process on this machine as the node — its launches' cgroups, or
+// (degraded) the recorded process groups and a scan of /proc — with no
+// database and no network, and refuses new starts until the job's epilog.
 func localKiller(cfg Config) sidecar.Killer { return registryKiller{nodeAgent(cfg)} }
 
-type registryKiller struct{ a *trainer.NodeAgent }
+type registryKiller struct{ a *agent.Agent }
 
 func (k registryKiller) KillLocal(ctx context.Context, node string) (sidecar.KillResult, error) {
-	rep, err := k.a.KillAll(ctx, node, k.a.FenceMax > 0)
+	rep, err := k.a.KillAll(ctx, node, true)
 	return killResult(rep), err
 }
 
@@ -129,25 +145,30 @@ func (k registryKiller) CleanLocal(ctx context.Context, node string) (sidecar.Ki
 	return killResult(rep), err
 }
 
-func killResult(rep trainer.KillReport) sidecar.KillResult {
+func killResult(rep wire.KillReport) sidecar.KillResult {
 	b, _ := json.Marshal(rep)
-	return sidecar.KillResult{Killed: rep.Count(), Containment: "degraded (process groups and run tokens)", Report: b}
+	return sidecar.KillResult{Killed: rep.Count(), Containment: rep.Containment, Report: b}
 }
 
 func nodeAgentCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "node-agent",
 		Usage:     "per-node Trainer operations, run as root on the node by the reconciler (ssh or local)",
-		ArgsUsage: "start | stop NODE TRAINER | kill-all [--fence] NODE | clean NODE | list NODE",
+		ArgsUsage: "start | stop NODE TRAINER | kill-all [--fence] NODE | clean NODE | unfence NODE | list NODE | containment",
 		Hidden:    true,
 		Description: `Not for people: the reconciler runs it on a node, as root, over ssh (or
 locally). "start" reads the launch as JSON on standard input and starts the
-program as its owner under a supervisor; the others print what they did as
-JSON. The registry is trainer.registry of this machine's configuration.`,
+program as its owner under a supervisor, in its own cgroup where the node
+has cgroup v2; the others print what they did as JSON. The registry is
+trainer.registry of this machine's configuration; "containment" prints
+how this node contains Trainer processes.`,
 		SkipFlagParsing: true,
 		Action: func(c *cli.Context) error {
 			args := c.Args().Slice()
-			a := &trainer.NodeAgent{}
+			if len(args) > 0 && (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+				return cli.ShowCommandHelp(c.Lineage()[1], "node-agent")
+			}
+			a := &agent.Agent{}
 			if len(args) == 0 || args[0] != "supervise" {
 				cfg, err := configFrom(c)
 				if err != nil {

@@ -4,20 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/bftrainer/bftrainer/store"
-	"github.com/bftrainer/bftrainer/trainer"
+	"github.com/bftrainer/bftrainer/trainer/agent"
+	"github.com/bftrainer/bftrainer/trainer/trainertest"
+	"github.com/bftrainer/bftrainer/trainer/wire"
 )
 
 // unixUser is a throwaway account.
@@ -26,33 +25,11 @@ type unixUser struct {
 	uid, gid uint32
 }
 
-// mustUser creates a system user for the test and removes it (and kills
-// its processes) when the test ends.
+// mustUser creates a system user for the test (trainertest.MustUser).
 func mustUser(tb testing.TB, prefix string) unixUser {
 	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Skip("needs root to create throwaway users")
-	}
-	if _, err := exec.LookPath("useradd"); err != nil {
-		tb.Skip("needs useradd")
-	}
-	name := fmt.Sprintf("%s%04d", prefix, rand.IntN(10000))
-	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		tb.Fatalf("useradd %s: %v\n%s", name, err, out)
-	}
-	tb.Cleanup(func() {
-		exec.Command("pkill", "-KILL", "-u", name).Run()
-		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
-			tb.Logf("userdel %s: %v %s", name, err, out)
-		}
-	})
-	u, err := user.Lookup(name)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	return unixUser{name: name, uid: uint32(uid), gid: uint32(gid)}
+	u := trainertest.MustUser(tb, prefix)
+	return unixUser{name: u.Name, uid: uint32(u.UID), gid: uint32(u.GID)}
 }
 
 // as runs the CLI as u (the kernel's uid, as a login would give).
@@ -139,12 +116,12 @@ os.execv("/bin/sleep", ["sleep", "600"])`
 		t.Fatalf("A's program got %q, want %q", got, want)
 	}
 	// Every process of the Trainer but the root supervisor runs as A.
-	procs := tokenProcs(t, func(tk trainer.Token, _ trainer.Proc) bool { return tk.Trainer == "ta" })
+	procs := tokenProcs(t, func(tk wire.Token, _ agent.Proc) bool { return tk.Trainer == "ta" })
 	if len(procs) < 2 {
 		t.Fatalf("Trainer processes: %+v", procs)
 	}
 	for _, p := range procs {
-		st, err := trainer.ProcStatus(p.PID)
+		st, err := agent.ProcStatus(p.PID)
 		if err != nil {
 			continue
 		}
@@ -278,7 +255,7 @@ os.execv("/bin/sleep", ["sleep", "600"])`
 	if got := e.run(t, "trainer", "list", "--all", "--format", "csv"); !strings.Contains(got, "ta,"+a.name+",cancelled") {
 		t.Fatalf("A could not cancel A's Trainer:\n%s", got)
 	}
-	if procs := tokenProcs(t, func(tk trainer.Token, _ trainer.Proc) bool { return tk.Trainer == "ta" }); len(procs) > 0 {
+	if procs := tokenProcs(t, func(tk wire.Token, _ agent.Proc) bool { return tk.Trainer == "ta" }); len(procs) > 0 {
 		t.Fatalf("A's cancelled Trainer still runs: %+v", procs)
 	}
 	if _, err := os.Stat(canary); err == nil {

@@ -41,6 +41,7 @@ func statusCommand() *cli.Command {
 			fmt.Fprintf(w, "idle:       %d (%d held by Trainers, %d free) %s\n", len(idle), held, len(idle)-held, names.CompressHostlist(idle))
 			fmt.Fprintf(w, "completing: %d %s\n", len(pending), names.CompressHostlist(pending))
 			fmt.Fprintf(w, "busy:       %d\n", len(busy))
+			fmt.Fprintf(w, "contained:  %s (this machine's Trainer processes)\n", nodeContainment(cfg))
 			fmt.Fprintf(w, "trainers:   %d running, %d queued (max %d)\n", len(p.Running()), len(p.Queued()), cfg.Pool.MaxTrainers)
 			for _, t := range p.Running() {
 				fmt.Fprintf(w, "  %-20s %-10s %3d nodes %s\n", t.ID, t.Owner, len(t.Nodes), names.CompressHostlist(alloc.Names(t.Nodes)))

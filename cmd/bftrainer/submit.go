@@ -37,7 +37,7 @@ The Trainer is yours: its processes run as you, and only you (or root) may
 cancel it.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "name", Usage: "Trainer `NAME` (letters, digits, - _ .); default: generated"},
-			&cli.StringFlag{Name: "launcher", Value: trainer.Torchrun, Usage: "torchrun, horovod or exec"},
+			&cli.StringFlag{Name: "launcher", Value: trainer.Torchrun, Usage: "a registered launcher: " + strings.Join(trainer.Kinds(), ", ")},
 			&cli.IntFlag{Name: "min", Value: 1, Usage: "fewest nodes it can run on"},
 			&cli.IntFlag{Name: "max", Usage: "most nodes it can use (default: the curve's last point)"},
 			&cli.StringFlag{Name: "curve", Required: true, Usage: "scaling curve `N:RATE,…` (samples/s at N nodes)"},

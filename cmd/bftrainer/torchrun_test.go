@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/bftrainer/bftrainer/store"
-	"github.com/bftrainer/bftrainer/trainer"
+	"github.com/bftrainer/bftrainer/trainer/agent"
+	"github.com/bftrainer/bftrainer/trainer/registry"
 	"github.com/bftrainer/bftrainer/trainer/trainertest"
+	"github.com/bftrainer/bftrainer/trainer/wire"
 )
 
 // ckptEvery is train.py's default checkpoint interval, in steps.
@@ -97,9 +99,10 @@ func TestTorchrunTrainer(t *testing.T) {
 	root := trainertest.RepoRoot(t)
 	// The keep-alive shim (contrib/trainer/fast_torchrun.py): stock 1.13
 	// takes 12-19 s to notice a dead node; every agent uses it.
-	e := newTrainerEnv(t, "ssh", 4, fmt.Sprintf("torchrun = [\"/usr/bin/python3\", %q]\nallow_root_owner = true\n",
+	e := newTrainerEnv(t, "ssh", 4, fmt.Sprintf("allow_root_owner = true\n[trainer.launcher.torchrun]\ncommand = [\"/usr/bin/python3\", %q]\nstore_ports = \"@STORE_PORTS@\"\n",
 		filepath.Join(root, "contrib/trainer/fast_torchrun.py")))
-	killLeftovers(t, "tr")
+	tr := uniq("tr")
+	killLeftovers(t, tr)
 	log := filepath.Join(e.work, "progress.log")
 	begin := time.Now()
 
@@ -111,7 +114,7 @@ func TestTorchrunTrainer(t *testing.T) {
 	}
 	ph := next("start on 1", "n1")
 	e.run(t, "node", "join", "n1")
-	e.run(t, "trainer", "submit", "--name", "tr", "--min", "1", "--max", "3", "--curve", "1:100,2:195,3:290",
+	e.run(t, "trainer", "submit", "--name", tr, "--min", "1", "--max", "3", "--curve", "1:100,2:195,3:290",
 		"--rescale-up", "3", "--rescale-down", "8", "--workdir", e.work,
 		"--env", "PYTHONDONTWRITEBYTECODE=1", "--",
 		"/usr/bin/python3", filepath.Join(root, "contrib/trainer/train.py"), "--steps", fmt.Sprint(totalSteps),
@@ -129,8 +132,8 @@ func TestTorchrunTrainer(t *testing.T) {
 		left := []string{"n1", "n2", "n3"}[:2-i]
 		ph = next("reclaim "+node, left...)
 		took := e.hook(t, "prolog_slurmd", node, fmt.Sprint(101+i))
-		if procs := tokenProcs(t, func(tk trainer.Token, p trainer.Proc) bool {
-			return tk.Trainer == "tr" && (tk.Node == node || p.Host == node)
+		if procs := tokenProcs(t, func(tk wire.Token, p agent.Proc) bool {
+			return tk.Trainer == tr && (tk.Node == node || p.Host == node)
 		}); len(procs) > 0 {
 			t.Fatalf("after the prolog on %s returned, Trainer processes survive there: %+v", node, procs)
 		}
@@ -148,7 +151,7 @@ func TestTorchrunTrainer(t *testing.T) {
 
 	// The end: every agent exits 0; a reconciler round notices it.
 	deadline := time.Now().Add(120 * time.Second)
-	for !strings.Contains(e.run(t, "trainer", "list", "--all", "--format", "csv"), "tr,root,finished,") {
+	for !strings.Contains(e.run(t, "trainer", "list", "--all", "--format", "csv"), tr+",root,finished,") {
 		if time.Now().After(deadline) {
 			t.Fatalf("the Trainer did not finish; list:\n%s", e.run(t, "trainer", "list", "--all"))
 		}
@@ -159,14 +162,14 @@ func TestTorchrunTrainer(t *testing.T) {
 
 	steps := readSteps(t, log)
 	checkSteps(t, steps, phases)
-	checkHistory(t, e)
+	checkHistory(t, e, tr)
 	// Nothing of it is left anywhere: no process, no registry entry, no
 	// store.
-	if procs := tokenProcs(t, func(tk trainer.Token, _ trainer.Proc) bool { return tk.Trainer == "tr" }); len(procs) > 0 {
+	if procs := tokenProcs(t, func(tk wire.Token, _ agent.Proc) bool { return tk.Trainer == tr }); len(procs) > 0 {
 		t.Fatalf("processes of the finished Trainer survive: %+v", procs)
 	}
-	for _, n := range []string{"n1", "n2", "n3", "n4", trainer.ControllerNode} {
-		if ents, _ := (trainer.Registry{Dir: filepath.Join(e.dir, "registry")}).Entries(n); len(ents) > 0 {
+	for _, n := range []string{"n1", "n2", "n3", "n4", wire.ControllerNode} {
+		if ents, _ := (registry.Registry{Dir: filepath.Join(e.dir, "registry")}).Entries(n); len(ents) > 0 {
 			t.Fatalf("registry entries left on %s: %+v", n, ents)
 		}
 	}
@@ -215,10 +218,10 @@ func checkSteps(tb testing.TB, steps []trainertest.Step, phases []*phase) {
 
 // checkHistory: every start and stop the runner did, and every reclaim,
 // is in the history, without an error.
-func checkHistory(tb testing.TB, e trainerEnv) {
+func checkHistory(tb testing.TB, e trainerEnv, tr string) {
 	tb.Helper()
 	db := e.openDB(tb)
-	evs, err := db.Events(context.Background(), store.Filter{Trainer: "tr", Kinds: []string{store.KindAction, store.KindEnd}})
+	evs, err := db.Events(context.Background(), store.Filter{Trainer: tr, Kinds: []string{store.KindAction, store.KindEnd}})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -244,7 +247,7 @@ func checkHistory(tb testing.TB, e trainerEnv) {
 	}
 	// train.py's rank 0 reported its samples through bftrainer_progress.py
 	// (BFTRAINER_BIN progress BFTRAINER_TRAINER --samples N).
-	reports, err := db.Events(context.Background(), store.Filter{Trainer: "tr", Kinds: []string{store.KindProgress}})
+	reports, err := db.Events(context.Background(), store.Filter{Trainer: tr, Kinds: []string{store.KindProgress}})
 	if err != nil {
 		tb.Fatal(err)
 	}

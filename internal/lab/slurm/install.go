@@ -20,7 +20,7 @@ import (
 
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
-	"github.com/bftrainer/bftrainer/trainer"
+	"github.com/bftrainer/bftrainer/trainer/agent"
 )
 
 // Install is bftrainer as a site would install it for this lab: the
@@ -43,6 +43,9 @@ type Install struct {
 	Work        string // shared scratch (mode 1777): Trainer programs, checkpoints, progress logs
 	Sinfo       string // sinfo with the lab's SLURM_CONF (the controller hooks get none)
 	Tag         string // prefix of every Trainer name: cleanup finds their processes by it
+	// CgroupRoot is the lab's own cgroup subtree (trainer.cgroup_root),
+	// removed by Remove; "" where there is no cgroup2 mount.
+	CgroupRoot string
 
 	labConf string
 	ports   [2]int
@@ -86,6 +89,9 @@ func NewInstall(ctx context.Context, repo, dir, labConf string) (_ *Install, err
 		Sinfo:       filepath.Join(dir, "bin", "sinfo"),
 		Tag:         "s" + hex.EncodeToString(tag),
 		labConf:     labConf,
+	}
+	if m, err := agent.CgroupMount(); err == nil {
+		in.CgroupRoot = filepath.Join(m, "bftrainer-lab-"+in.Tag)
 	}
 	// The registry lives on tmpfs, as its default /run/bftrainer does on
 	// a site: the node prolog's kill writes a fence and removes entries,
@@ -167,12 +173,22 @@ func tmpfsDir() (string, error) {
 }
 
 // Remove deletes what the install keeps outside its directory (the
-// registry on tmpfs).
+// registry on tmpfs, its cgroups).
 func (in *Install) Remove() error {
-	if in.shm == "" {
-		return nil
+	var errs []error
+	if in.CgroupRoot != "" {
+		if _, err := os.Stat(in.CgroupRoot); err == nil {
+			cg, err := agent.OpenCgroups(in.CgroupRoot)
+			if err == nil {
+				err = cg.RemoveAll(10 * time.Second)
+			}
+			errs = append(errs, err)
+		}
 	}
-	return os.RemoveAll(in.shm)
+	if in.shm != "" {
+		errs = append(errs, os.RemoveAll(in.shm))
+	}
+	return errors.Join(errs...)
 }
 
 // Build builds bftrainer from the module at repo with its default
@@ -257,17 +273,19 @@ registry = %q
 log_dir = %q
 state_dir = %q
 controller = "127.0.0.1"
-store_ports = "%d-%d"
-torchrun = [%s]
 command_timeout = "30s"
-join_timeout = "120s"
 kill_wait = "5s"
-reclaim_fence = "10m"
+cgroup_root = %q
 allow_root_owner = %t
 %s
+
+[trainer.launcher.torchrun]
+command = [%s]
+store_ports = "%d-%d"
+join_timeout = "120s"
 `, in.DB, in.Spool, s.Solver, in.HooksLog, s.Spawn, in.Sinfo, s.Transport, ssh, in.Bin, in.Config,
-		in.Registry, in.LogDir, in.StateDir, in.ports[0], in.ports[1], strings.Join(torchrun, ", "),
-		s.AllowRootOwner, s.Extra)
+		in.Registry, in.LogDir, in.StateDir, in.CgroupRoot, s.AllowRootOwner, s.Extra,
+		strings.Join(torchrun, ", "), in.ports[0], in.ports[1])
 }
 
 // env is the environment of a bftrainer command: no BFTRAINER_CONFIG (the
@@ -457,14 +475,14 @@ func (in *Install) WaitPoolMatches(ctx context.Context, l *Lab, timeout time.Dur
 
 // Proc is a process of this install.
 type Proc struct {
-	trainer.Proc
+	agent.Proc
 	Exe string
 }
 
 // TrainerProcs returns the live processes carrying a run token of one of
 // this install's Trainers whose node is in nodes (all nodes when empty).
 func (in *Install) TrainerProcs(nodes ...string) ([]Proc, error) {
-	ps, err := trainer.Procs()
+	ps, err := agent.Procs()
 	if err != nil {
 		return nil, err
 	}
@@ -485,7 +503,7 @@ func (in *Install) TrainerProcs(nodes ...string) ([]Proc, error) {
 // (reconcilers, node agents, supervisors), its Trainers' processes (by run
 // token) and those of the given users.
 func (in *Install) Procs(users ...*User) ([]Proc, error) {
-	ps, err := trainer.Procs()
+	ps, err := agent.Procs()
 	if err != nil {
 		return nil, err
 	}
@@ -510,7 +528,7 @@ func (in *Install) Procs(users ...*User) ([]Proc, error) {
 
 // procUID returns a process's real uid, or -1.
 func procUID(pid int) int {
-	st, err := trainer.ProcStatus(pid)
+	st, err := agent.ProcStatus(pid)
 	if err != nil {
 		return -1
 	}

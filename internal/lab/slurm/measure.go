@@ -14,7 +14,7 @@ import (
 
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
-	"github.com/bftrainer/bftrainer/trainer"
+	"github.com/bftrainer/bftrainer/trainer/wire"
 )
 
 // ctldTime matches the millisecond timestamp of a slurmctld log line
@@ -140,7 +140,7 @@ func (c *Cluster) TrainersMatchPool(ctx context.Context, timeout time.Duration) 
 		}
 		running := map[string]map[string]bool{} // node → Trainers with a process there
 		for _, p := range ps {
-			if t, ok := p.Token(); ok && t.Node != trainer.ControllerNode {
+			if t, ok := p.Token(); ok && t.Node != wire.ControllerNode {
 				if running[t.Node] == nil {
 					running[t.Node] = map[string]bool{}
 				}

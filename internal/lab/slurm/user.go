@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/bftrainer/bftrainer/trainer"
+	"github.com/bftrainer/bftrainer/trainer/agent"
 )
 
 // User is a throwaway Unix account: Trainers run as their owner, never
@@ -49,7 +49,7 @@ func NewUser(prefix string) (*User, error) {
 func (u *User) Remove() error {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		ps, err := trainer.Procs()
+		ps, err := agent.Procs()
 		if err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package trainer
+package wire
 
 import (
 	"crypto/rand"
@@ -10,9 +10,9 @@ import (
 )
 
 // RunEnv is the environment variable that marks every process of one
-// launch. The supervisor puts it in the program's environment, so every
-// descendant inherits it, even one that leaves the process group with
-// setsid; the kill path finds such escapees by scanning /proc for it.
+// launch. The supervisor puts it first in the program's environment, so
+// every descendant inherits it unless it clears its environment, and a
+// scan of /proc finds it in the first bytes it reads.
 const RunEnv = "BFTRAINER_RUN"
 
 // HostEnv is Horovod's per-worker host name. Elastic Horovod starts its
@@ -28,6 +28,13 @@ const HostEnv = "HOROVOD_HOSTNAME"
 // share a key with a Trainer node.
 const ControllerNode = "_controller"
 
+// JobMarkers are the variables a batch scheduler sets in every process of
+// its jobs. A process carrying one is a scheduler job's — a main job
+// submitted from inside a Trainer inherits the Trainer's run token too —
+// and never ours to kill; the node agent removes them from every launch,
+// so no Trainer process starts with one.
+var JobMarkers = []string{"SLURM_JOB_ID", "SLURM_JOBID", "LSB_JOBID", "PBS_JOBID", "SGE_JOB_SPOOL_DIR"}
+
 // Token names one launch: the Trainer, the node it runs on and a fresh
 // nonce, written "trainer/node/nonce". Neither a Trainer name nor a node
 // name can contain '/'.
@@ -39,9 +46,14 @@ func (t Token) String() string { return t.Trainer + "/" + t.Node + "/" + t.Nonce
 
 // NewToken returns a token with a fresh random nonce.
 func NewToken(trainer, node string) Token {
+	return Token{Trainer: trainer, Node: node, Nonce: NewRun()}
+}
+
+// NewRun returns a fresh identity: 16 lowercase hex digits.
+func NewRun() string {
 	b := make([]byte, 8)
 	rand.Read(b) // never fails on Linux (Go 1.24+)
-	return Token{Trainer: trainer, Node: node, Nonce: hex.EncodeToString(b)}
+	return hex.EncodeToString(b)
 }
 
 // ParseToken reads a token written by String.

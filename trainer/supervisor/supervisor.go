@@ -1,4 +1,12 @@
-package trainer
+// Package supervisor is the per-launch supervisor: "bftrainer node-agent
+// supervise", started by the node agent as root, in its own session and
+// (where there is cgroup containment) already inside the launch's cgroup.
+// It starts one Trainer program as its owner, tells the agent the
+// program's pid, forwards the signals it gets, and when the program exits
+// by itself records the exit in the node's registry. When we kill the
+// Trainer, the supervisor dies with it: an entry without an exit was
+// killed, not ended.
+package supervisor
 
 import (
 	"context"
@@ -10,28 +18,34 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/bftrainer/bftrainer/trainer/registry"
+	"github.com/bftrainer/bftrainer/trainer/wire"
 )
 
-// Supervise is the supervisor: "bftrainer node-agent supervise", started
-// by Start as root in its own session. It reads its request on stdin,
-// starts the program as the owner (in its process group), acknowledges
-// on ack (fd 3) with the program's pid, forwards SIGTERM, SIGINT and
-// SIGHUP to the program, and when the program exits by itself records
-// its exit status in the registry. When we kill the Trainer, the
-// supervisor dies with it (same group): an entry without an exit was
-// killed, not ended.
-func Supervise(stdin io.Reader, ackw *os.File, stderr io.Writer) error {
+// Main is the supervisor. It reads its request on stdin and acknowledges
+// on ack (fd 3 of the process) with the program's pid or the reason it
+// could not start it; the program's output is the supervisor's stdout
+// and stderr (the launch's log).
+func Main(stdin io.Reader, ack *os.File, stderr io.Writer) error {
 	logger := log.New(stderr, "bftrainer supervisor: ", 0)
-	var req superviseRequest
-	if err := json.NewDecoder(io.LimitReader(stdin, maxLaunch)).Decode(&req); err != nil {
-		writeAck(ackw, ack{Error: "supervisor: read request: " + err.Error()})
+	var req wire.SuperviseRequest
+	if err := json.NewDecoder(io.LimitReader(stdin, wire.MaxLaunch)).Decode(&req); err != nil {
+		writeAck(ack, wire.Ack{Error: "supervisor: read request: " + err.Error()})
+		return err
+	}
+	// Into the v1 hierarchies first: the program and all it forks are
+	// born inside their limits.
+	if err := join(req.Join); err != nil {
+		writeAck(ack, wire.Ack{Error: err.Error()})
 		return err
 	}
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
-		writeAck(ackw, ack{Error: err.Error()})
+		writeAck(ack, wire.Ack{Error: err.Error()})
 		return err
 	}
 	cmd := &exec.Cmd{Path: req.Path, Args: req.Argv, Env: req.Env, Dir: req.Dir,
@@ -46,11 +60,11 @@ func Supervise(stdin io.Reader, ackw *os.File, stderr io.Writer) error {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	if err := cmd.Start(); err != nil {
-		writeAck(ackw, ack{Error: err.Error()})
+		writeAck(ack, wire.Ack{Error: err.Error()})
 		return err
 	}
 	devnull.Close()
-	writeAck(ackw, ack{PID: cmd.Process.Pid})
+	writeAck(ack, wire.Ack{PID: cmd.Process.Pid})
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	var werr error
@@ -63,7 +77,7 @@ func Supervise(stdin io.Reader, ackw *os.File, stderr io.Writer) error {
 			waiting = false
 		}
 	}
-	ex := ExitStatus{Code: cmd.ProcessState.ExitCode(), At: time.Now().UTC()}
+	ex := wire.ExitStatus{Code: cmd.ProcessState.ExitCode(), At: time.Now().UTC()}
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		ex.Code, ex.Signal = -1, ws.Signal().String()
 	}
@@ -71,26 +85,37 @@ func Supervise(stdin io.Reader, ackw *os.File, stderr io.Writer) error {
 	return recordExit(req, ex)
 }
 
+// join writes our pid to each cgroup v1 "cgroup.procs" file.
+func join(files []string) error {
+	pid := []byte(strconv.Itoa(os.Getpid()))
+	for _, f := range files {
+		if err := os.WriteFile(f, pid, 0); err != nil {
+			return fmt.Errorf("supervisor: join %s: %w", f, err)
+		}
+	}
+	return nil
+}
+
 // recordExit writes the exit into the launch's entry, if the entry is
 // still this launch's.
-func recordExit(req superviseRequest, ex ExitStatus) error {
-	reg := Registry{Dir: req.Registry}
+func recordExit(req wire.SuperviseRequest, ex wire.ExitStatus) error {
+	reg := registry.Registry{Dir: req.Registry}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	lk, err := reg.lock(ctx, req.Node)
+	lk, err := reg.Lock(ctx, req.Node)
 	if err != nil {
 		return err
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 	e, ok, err := reg.Entry(req.Node, req.Trainer)
 	if err != nil || !ok || e.Token != req.Token {
 		return err // stopped and removed meanwhile, or replaced: nothing to say
 	}
 	e.Exit = &ex
-	return reg.write(e)
+	return reg.Write(e)
 }
 
-func writeAck(w *os.File, a ack) {
+func writeAck(w *os.File, a wire.Ack) {
 	if w == nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package trainer
+package wire_test
 
 import (
 	"os"
@@ -6,36 +6,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/bftrainer/bftrainer/trainer/trainertest"
+	"github.com/bftrainer/bftrainer/trainer/wire"
 )
 
-// hostile are strings a node name, a Trainer name or an argument might
-// carry to break out of a remote shell.
-var hostile = []string{
-	"plain",
-	"",
-	"two words",
-	"semi;colon",
-	"$(touch CANARY)",
-	"`touch CANARY`",
-	"${IFS}touch${IFS}CANARY",
-	"new\nline; touch CANARY",
-	"single'quote",
-	"''",
-	`double"quote`,
-	`back\slash`,
-	"-leading-dash",
-	"--",
-	"a=b",
-	"~root",
-	"*",
-	"!history",
-	"tab\there",
-	"unicode é ✓",
-	"'; touch CANARY; echo '",
-	"&& touch CANARY",
-	"| touch CANARY",
-	"> CANARY",
-}
+var hostile = trainertest.Hostile
 
 func TestShellQuote(t *testing.T) {
 	tests := []struct {
@@ -53,8 +29,8 @@ func TestShellQuote(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := ShellQuote(tt.in); got != tt.want {
-				t.Fatalf("ShellQuote(%q) = %s, want %s", tt.in, got, tt.want)
+			if got := wire.ShellQuote(tt.in); got != tt.want {
+				t.Fatalf("wire.ShellQuote(%q) = %s, want %s", tt.in, got, tt.want)
 			}
 		})
 	}
@@ -72,7 +48,7 @@ func TestShellJoinRoundTrip(t *testing.T) {
 			continue
 		}
 		t.Run(filepath.Base(sh), func(t *testing.T) {
-			line := "printf '%s\\0' " + ShellJoin(hostile)
+			line := "printf '%s\\0' " + wire.ShellJoin(hostile)
 			cmd := exec.Command(sh, "-c", line)
 			cmd.Dir = dir
 			out, err := cmd.Output()
