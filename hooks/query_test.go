@@ -18,9 +18,9 @@ func TestListingsParse(t *testing.T) {
 	}{
 		{"sinfo, a node in two partitions", Slurm, "n1 idle\nn2 comp\nn1 idle\nn3 idle*\nn4 mix\nn4 idle\n",
 			map[string]string{"n1": "idle", "n2": "comp", "n3": "idle*", "n4": "mix"}},
-		{"bhosts -w", LSF, "HOST_NAME STATUS JL/U MAX NJOBS RUN SSUSP USUSP RSV\nc1 ok - 4 0 0 0 0 0\nc2 ok - 4 2 2 0 0 0\nc3 closed_Adm - 4 0 0 0 0 0\n",
+		{"bhosts -w", nameLSF, "HOST_NAME STATUS JL/U MAX NJOBS RUN SSUSP USUSP RSV\nc1 ok - 4 0 0 0 0 0\nc2 ok - 4 2 2 0 0 0\nc3 closed_Adm - 4 0 0 0 0 0\n",
 			map[string]string{"c1": "idle", "c2": "ok", "c3": "closed_Adm"}},
-		{"pbsnodes -a", PBS, "p1\n     state = free\n     np = 4\n\np2\n     state = free\n     jobs = 0/12.s\n\np3\n     state = down\n",
+		{"pbsnodes -a", namePBS, "p1\n     state = free\n     np = 4\n\np2\n     state = free\n     jobs = 0/12.s\n\np3\n     state = down\n",
 			map[string]string{"p1": "idle", "p2": "free", "p3": "down"}},
 	}
 	for _, tt := range tests {
@@ -66,7 +66,7 @@ func TestQueryRunsTheProgram(t *testing.T) {
 // detected scheduler all go through the registry's own list.
 func TestRegistry(t *testing.T) {
 	r := Builtin()
-	if got, want := r.Names(), []string{Slurm, LSF, PBS}; !reflect.DeepEqual(got, want) {
+	if got, want := r.Names(), []string{Slurm, nameLSF, namePBS}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("Names = %v, want %v", got, want)
 	}
 	if err := r.Validate(""); err != nil {
@@ -79,7 +79,7 @@ func TestRegistry(t *testing.T) {
 		t.Fatal("an unknown scheduler was chosen")
 	}
 	s, err := r.Choose("", Input{Env: MapEnv(map[string]string{"LSB_JOBID": "1"})})
-	if err != nil || s.Name != LSF {
+	if err != nil || s.Name != nameLSF {
 		t.Fatalf("Choose detected %q, %v; want lsf", s.Name, err)
 	}
 	if !r.BareCall(MapEnv(map[string]string{"SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"})) {

@@ -20,29 +20,29 @@ type Runner interface {
 	Apply(ctx context.Context, want []trainer.Want) []trainer.Action
 }
 
-// Checker is a Runner that also notices Trainers whose processes ended
+// checker is a Runner that also notices Trainers whose processes ended
 // by themselves. Each round asks it first; the exits it reports become
 // exit events, folded in the same round, so the Trainer's nodes go back
 // to the pool and the runner stops what is left of it.
-type Checker interface {
+type checker interface {
 	Check(ctx context.Context) ([]trainer.Exit, []trainer.Action)
 }
 
-// Scheduler reads the batch scheduler's own view of node states. States
+// nodeLister reads the batch scheduler's own view of node states. States
 // are the scheduler's words; "idle" means exactly idle (for Slurm: not
 // COMPLETING, not drained, responding).
-type Scheduler interface {
+type nodeLister interface {
 	NodeStates(ctx context.Context, nodes []string) (map[string]string, error)
 }
 
-// Reconciler is the serialised re-plan.
-type Reconciler struct {
+// reconciler is the serialised re-plan.
+type reconciler struct {
 	DB        *store.DB
 	Pool      pool.Config
 	Solver    alloc.Solver
-	Runner    Runner    // nil: record nothing to run
-	Scheduler Scheduler // nil: released nodes join at once
-	Spool     *Spool    // nil: no unprivileged submissions
+	Runner    Runner     // nil: record nothing to run
+	Scheduler nodeLister // nil: released nodes join at once
+	Spool     *spool     // nil: no unprivileged submissions
 	Admins    func(user string) bool
 	LockPath  string
 	IdleWait  time.Duration // how long released nodes may take to be exactly idle
@@ -55,9 +55,9 @@ type Reconciler struct {
 // Run performs rounds until no new event is waiting, then returns. If
 // another reconciler holds the lock it returns at once: that one will see
 // the new events before it stops.
-func (r *Reconciler) Run(ctx context.Context) error {
+func (r *reconciler) Run(ctx context.Context) error {
 	r.defaults()
-	lk, ok, err := TryLock(r.LockPath)
+	lk, ok, err := tryLock(r.LockPath)
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
@@ -73,7 +73,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		}
 		// Events may have arrived after our last look but before we
 		// unlocked, from a hook that saw the lock held: look again.
-		if lk, ok, err = TryLock(r.LockPath); err != nil || !ok {
+		if lk, ok, err = tryLock(r.LockPath); err != nil || !ok {
 			return err
 		}
 	}
@@ -81,7 +81,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 
 // locked runs rounds while holding the lock; more reports events that
 // arrived at the very end.
-func (r *Reconciler) locked(ctx context.Context, rounds *int) (more bool, err error) {
+func (r *reconciler) locked(ctx context.Context, rounds *int) (more bool, err error) {
 	for ; *rounds < r.MaxRounds; *rounds++ {
 		again, err := r.Round(ctx)
 		if err != nil {
@@ -103,7 +103,7 @@ func (r *Reconciler) locked(ctx context.Context, rounds *int) (more bool, err er
 }
 
 // waiting reports whether input events newer than the saved state exist.
-func (r *Reconciler) waiting(ctx context.Context) (bool, error) {
+func (r *reconciler) waiting(ctx context.Context) (bool, error) {
 	snap, err := r.DB.Load(ctx)
 	if err != nil {
 		return false, err
@@ -112,7 +112,7 @@ func (r *Reconciler) waiting(ctx context.Context) (bool, error) {
 	return len(evs) > 0, err
 }
 
-func (r *Reconciler) defaults() {
+func (r *reconciler) defaults() {
 	if r.MaxRounds <= 0 {
 		r.MaxRounds = 100
 	}
@@ -133,13 +133,13 @@ func (r *Reconciler) defaults() {
 // Round folds new events, decides and saves once. again reports that
 // another round is wanted soon (released nodes not idle yet, or events
 // arrived meanwhile).
-func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
+func (r *reconciler) Round(ctx context.Context) (again bool, err error) {
 	r.defaults()
-	if c, ok := r.Runner.(Checker); ok && r.Runner != nil {
+	if c, ok := r.Runner.(checker); ok && r.Runner != nil {
 		r.check(ctx, c)
 	}
 	if r.Spool != nil {
-		if err := r.Spool.Ingest(ctx, r.DB, r.Now()); err != nil {
+		if err := r.Spool.ingest(ctx, r.DB, r.Now()); err != nil {
 			r.Log.Printf("spool: %v", err)
 		}
 	}
@@ -187,7 +187,7 @@ type folded struct {
 	history  []store.Event           // rejections
 }
 
-func (r *Reconciler) fold(ctx context.Context) (*folded, error) {
+func (r *reconciler) fold(ctx context.Context) (*folded, error) {
 	snap, err := r.DB.Load(ctx)
 	if err != nil {
 		return nil, err
@@ -212,7 +212,7 @@ func (r *Reconciler) fold(ctx context.Context) (*folded, error) {
 
 // foldEvent applies one input event to the pool; it returns a history event
 // when the input is rejected (bad submission, unauthorised cancel).
-func (r *Reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string]store.Launch) *store.Event {
+func (r *reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string]store.Launch) *store.Event {
 	reject := func(err error) *store.Event {
 		r.Log.Printf("event %d (%s): %v", ev.ID, ev.Kind, err)
 		return &store.Event{At: ev.At, Kind: store.KindError, Source: "reconciler", Context: ev.Kind,
@@ -267,7 +267,7 @@ func (r *Reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string
 			return reject(err)
 		}
 	case store.KindExit:
-		var d ExitDetail
+		var d exitDetail
 		if err := json.Unmarshal(ev.Detail, &d); err != nil || d.Status.Active() {
 			return reject(fmt.Errorf("bad exit detail %q", ev.Detail))
 		}
@@ -287,11 +287,11 @@ func (r *Reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string
 
 // check asks the runner which Trainers ended by themselves and records
 // their exits (input events, folded next) and what it saw.
-func (r *Reconciler) check(ctx context.Context, c Checker) {
+func (r *reconciler) check(ctx context.Context, c checker) {
 	exits, acts := c.Check(ctx)
 	evs := r.actionEvents(acts)
 	for _, e := range exits {
-		d, _ := json.Marshal(ExitDetail{Status: pool.Status(e.Status), Note: e.Note})
+		d, _ := json.Marshal(exitDetail{Status: pool.Status(e.Status), Note: e.Note})
 		evs = append(evs, store.Event{At: r.Now(), Kind: store.KindExit, Source: "trainer", Trainer: e.Trainer, Detail: d})
 	}
 	if len(evs) == 0 {
@@ -305,7 +305,7 @@ func (r *Reconciler) check(ctx context.Context, c Checker) {
 // checkPending asks the scheduler whether released nodes are exactly idle
 // yet, and joins those that are. waiting is true while some are still
 // completing and have not waited IdleWait.
-func (r *Reconciler) checkPending(ctx context.Context, p *pool.Pool) (waiting bool, history []store.Event) {
+func (r *reconciler) checkPending(ctx context.Context, p *pool.Pool) (waiting bool, history []store.Event) {
 	pend := p.Pending()
 	if len(pend) == 0 || r.Scheduler == nil {
 		return false, nil
@@ -351,7 +351,7 @@ func (r *Reconciler) checkPending(ctx context.Context, p *pool.Pool) (waiting bo
 // pool.Propose states the policy for an empty pool and a failing solver)
 // and returns the solve event to record, or nil when the solver was not
 // called.
-func (r *Reconciler) decide(ctx context.Context, p *pool.Pool, now time.Time) *store.Event {
+func (r *reconciler) decide(ctx context.Context, p *pool.Pool, now time.Time) *store.Event {
 	start := time.Now()
 	d, err := p.Decide(ctx, r.Solver, false)
 	took := time.Since(start)
@@ -398,7 +398,7 @@ func changeEvents(cs []pool.Change, now time.Time) (out []store.Event, ended []p
 			e.Detail, _ = json.Marshal(map[string]any{"from": c.From, "to": c.To, "add": c.Add, "release": c.Release})
 		case pool.Ended:
 			e.Kind = store.KindEnd
-			e.Detail, _ = json.Marshal(ExitDetail{Status: c.Status, Note: c.Note})
+			e.Detail, _ = json.Marshal(exitDetail{Status: c.Status, Note: c.Note})
 			if c.Final != nil {
 				ended = append(ended, *c.Final)
 			}
@@ -415,7 +415,7 @@ func changeEvents(cs []pool.Change, now time.Time) (out []store.Event, ended []p
 }
 
 // apply hands the desired state to the runner and records what it did.
-func (r *Reconciler) apply(ctx context.Context, st pool.State, saved, fresh map[string]store.Launch) {
+func (r *reconciler) apply(ctx context.Context, st pool.State, saved, fresh map[string]store.Launch) {
 	var want []trainer.Want
 	for _, t := range st.Trainers {
 		if t.Status != pool.Running {
@@ -441,7 +441,7 @@ func (r *Reconciler) apply(ctx context.Context, st pool.State, saved, fresh map[
 }
 
 // actionEvents turns the runner's actions into history rows.
-func (r *Reconciler) actionEvents(acts []trainer.Action) []store.Event {
+func (r *reconciler) actionEvents(acts []trainer.Action) []store.Event {
 	evs := make([]store.Event, 0, len(acts))
 	for _, a := range acts {
 		e := store.Event{At: r.Now(), Kind: store.KindAction, Source: "trainer", Context: a.Op, Trainer: a.Trainer,

@@ -78,7 +78,7 @@ func TestCheckedExitEnds(t *testing.T) {
 	db := MustDB(t)
 	submitted(t, db)
 	f := &fakeRunner{}
-	r := &Reconciler{DB: db, Runner: f, Pool: pool.Config{TFwd: 10}}
+	r := &reconciler{DB: db, Runner: f, Pool: pool.Config{TFwd: 10}}
 	ctx := context.Background()
 	if _, err := r.Round(ctx); err != nil {
 		t.Fatal(err)
@@ -132,7 +132,7 @@ func TestFoldAuthorization(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			db := MustDB(t)
 			submitted(t, db)
-			r := &Reconciler{DB: db, Pool: pool.Config{TFwd: 10}, Admins: func(u string) bool { return u == "carol" }}
+			r := &reconciler{DB: db, Pool: pool.Config{TFwd: 10}, Admins: func(u string) bool { return u == "carol" }}
 			ctx := context.Background()
 			if _, err := r.Round(ctx); err != nil {
 				t.Fatal(err)
@@ -173,7 +173,7 @@ func TestSubmitLaunchChecked(t *testing.T) {
 			if _, err := db.Append(context.Background(), store.Event{At: time.Now(), Kind: store.KindSubmit, Source: "spool", Trainer: "t1", User: "bob", Detail: req}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := (&Reconciler{DB: db}).Round(context.Background()); err != nil {
+			if _, err := (&reconciler{DB: db}).Round(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			if _, ok, _ := db.Trainer(context.Background(), "t1"); ok {
@@ -204,9 +204,9 @@ func TestSpoolDirChecked(t *testing.T) {
 			if err := os.Chmod(dir, tt.mode); err != nil {
 				t.Fatal(err)
 			}
-			err := (&Spool{Dir: dir}).Ingest(context.Background(), MustDB(t), time.Now())
-			if tt.ok != (err == nil) || (!tt.ok && !errors.Is(err, ErrSpoolUnsafe)) {
-				t.Fatalf("Ingest: %v, want ok=%v", err, tt.ok)
+			err := (&spool{Dir: dir}).ingest(context.Background(), MustDB(t), time.Now())
+			if tt.ok != (err == nil) || (!tt.ok && !errors.Is(err, errSpoolUnsafe)) {
+				t.Fatalf("ingest: %v, want ok=%v", err, tt.ok)
 			}
 		})
 	}
@@ -235,7 +235,7 @@ func TestReleasedNodesJoinWhenIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	sched := fakeScheduler{"n1": "comp", "n2": "idle"}
-	r := &Reconciler{DB: db, Pool: pool.Config{TFwd: 10}, Scheduler: sched, IdleWait: time.Minute}
+	r := &reconciler{DB: db, Pool: pool.Config{TFwd: 10}, Scheduler: sched, IdleWait: time.Minute}
 	again, err := r.Round(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -282,7 +282,7 @@ func TestRoundSolverError(t *testing.T) {
 	if _, err := db.Append(ctx, store.Event{At: time.Now(), Kind: store.KindJoin, Source: "test", Nodes: []string{"n1"}}); err != nil {
 		t.Fatal(err)
 	}
-	r := &Reconciler{DB: db, Pool: pool.Config{TFwd: 10}, Solver: failingSolver{}}
+	r := &reconciler{DB: db, Pool: pool.Config{TFwd: 10}, Solver: failingSolver{}}
 	if _, err := r.Round(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -35,8 +35,8 @@ func (r *SubmitRequest) spec(owner string, at time.Time) pool.Spec {
 		Weight: r.Weight, RUp: r.RUp, RDown: r.RDown, Samples: r.Samples, Submit: at}
 }
 
-// ExitDetail is the detail of an exit event.
-type ExitDetail struct {
+// exitDetail is the detail of an exit event.
+type exitDetail struct {
 	Status pool.Status `json:"status"`
 	Note   string      `json:"note,omitempty"`
 }
@@ -147,8 +147,8 @@ func (c *Core) request(ctx context.Context, ev store.Event) (Receipt, error) {
 	ev.User = c.o.User()
 	rc := Receipt{ID: ev.Trainer}
 	if !c.CanWrite() {
-		sp := &Spool{Dir: c.o.Spool}
-		if _, err := sp.Put(Request{Kind: ev.Kind, Trainer: ev.Trainer, Value: ev.Value, Detail: ev.Detail, At: ev.At}); err != nil {
+		sp := &spool{Dir: c.o.Spool}
+		if _, err := sp.put(spoolRequest{Kind: ev.Kind, Trainer: ev.Trainer, Value: ev.Value, Detail: ev.Detail, At: ev.At}); err != nil {
 			return rc, fmt.Errorf("%w%.0w", err, ErrSpool)
 		}
 		rc.Spooled = true

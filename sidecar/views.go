@@ -41,7 +41,7 @@ func (c *Core) Preview(ctx context.Context, solver string) (*Preview, error) {
 		return nil, err
 	}
 	defer db.Close()
-	r := &Reconciler{DB: db, Pool: c.o.Pool, Solver: s, Admins: c.o.Admins, Now: c.o.Now}
+	r := &reconciler{DB: db, Pool: c.o.Pool, Solver: s, Admins: c.o.Admins, Now: c.o.Now}
 	r.defaults()
 	f, err := r.fold(ctx)
 	if err != nil {
@@ -87,7 +87,7 @@ func (c *Core) Sync(ctx context.Context, scheduler string, noReconcile bool) (jo
 	if noReconcile {
 		return joined, left, nil
 	}
-	r, err := c.reconciler(db, false)
+	r, err := c.newReconciler(db, false)
 	if err != nil {
 		return joined, left, err
 	}
@@ -96,12 +96,12 @@ func (c *Core) Sync(ctx context.Context, scheduler string, noReconcile bool) (jo
 }
 
 // syncNodes is Sync's comparison and record, on an open database.
-func syncNodes(ctx context.Context, db *store.DB, cfg pool.Config, sched Scheduler, now time.Time, user string) (joined, left []string, err error) {
+func syncNodes(ctx context.Context, db *store.DB, cfg pool.Config, sched nodeLister, now time.Time, user string) (joined, left []string, err error) {
 	states, err := sched.NodeStates(ctx, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("sync: %w", err)
 	}
-	r := &Reconciler{DB: db, Pool: cfg, Scheduler: sched, Now: func() time.Time { return now }}
+	r := &reconciler{DB: db, Pool: cfg, Scheduler: sched, Now: func() time.Time { return now }}
 	r.defaults()
 	f, err := r.fold(ctx)
 	if err != nil {
@@ -169,9 +169,6 @@ func (c *Core) Trainer(ctx context.Context, id string) (store.Trainer, bool, err
 	return db.Trainer(ctx, id)
 }
 
-// ErrUnknownTrainer: no Trainer has that name.
-var ErrUnknownTrainer = pool.ErrUnknownTrainer
-
 // Hosts returns the Trainer's nodes as Elastic Horovod's discovery script
 // prints them, "node:slots" lines: the host file the runner replaces
 // atomically each round, when there is one (Horovod asks every second: it
@@ -190,7 +187,7 @@ func (c *Core) Hosts(ctx context.Context, id string) ([]byte, error) {
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownTrainer, id)
+		return nil, fmt.Errorf("no Trainer named %q", id)
 	}
 	var spec trainer.Spec
 	json.Unmarshal(tr.Launch.Spec, &spec)
