@@ -18,6 +18,7 @@ const nameLSF = "lsf"
 var lsf = Scheduler{
 	Name:    nameLSF,
 	Contrib: "contrib/lsf",
+	Usage:   "bftrainer hook lsf pre_exec|post_exec|host_pre_exec|host_post_exec",
 	Detect:  func(in Input) bool { return present(in.Env, "LSB_JOBID") },
 	Parse:   func(in Input) (Call, error) { return parseLSF(in.Env, in.ReadFile, in.arg(0), in.Hostname) },
 	Listing: &Listing{Key: "bhosts", Program: "bhosts",

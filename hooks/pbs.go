@@ -24,6 +24,7 @@ const namePBS = "pbs"
 var pbs = Scheduler{
 	Name:    namePBS,
 	Contrib: "contrib/pbs",
+	Usage:   `bftrainer hook pbs "$0" "$@"   (from prologue, epilogue, *.parallel)`,
 	Detect: func(in Input) bool {
 		return present(in.Env, "PBS_JOBID") || (len(in.Args) > 0 && pbsKnown(in.Args[0]))
 	},

@@ -3,6 +3,8 @@ package hooks
 import (
 	"context"
 	"maps"
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 )
@@ -87,5 +89,18 @@ func TestRegistry(t *testing.T) {
 	}
 	if r.BareCall(MapEnv(map[string]string{"SLURM_JOB_ID": "4", "LSB_JOBID": "5"})) {
 		t.Fatal("a bare call inside a job, not a hook, was taken for a hook")
+	}
+}
+
+// TestBuiltinSchedulersComplete: every shipped scheduler says how it is
+// wired, has its contrib directory, and can be detected and parsed.
+func TestBuiltinSchedulersComplete(t *testing.T) {
+	for _, s := range Builtin() {
+		if s.Name == "" || s.Usage == "" || s.Detect == nil || s.Parse == nil || s.Listing == nil {
+			t.Fatalf("scheduler %+v is incomplete", s)
+		}
+		if fi, err := os.Stat(filepath.Join("..", s.Contrib)); err != nil || !fi.IsDir() {
+			t.Fatalf("%s: contrib directory %s: %v", s.Name, s.Contrib, err)
+		}
 	}
 }
