@@ -69,7 +69,7 @@ func coreAction(fn func(c *cli.Context, core *sidecar.Core, cfg Config) error) c
 		if err != nil {
 			return err
 		}
-		core, err := sidecar.New(options(cfg, newLogger(os.Stderr)))
+		core, err := sidecar.New(options(cfg, newLogger(c.App.ErrWriter)))
 		if err != nil {
 			return err
 		}
