@@ -60,10 +60,13 @@ func schedulerUsage() string {
 func runHook(args []string, stderr io.Writer) int {
 	started := time.Now()
 	cfg, cfgErr := loadConfig(configPath(""))
+	// The log is the one the file names when it was read that far (a key
+	// that does not validate), else the built-in one.
+	logger := hookLogger(cfg, stderr)
 	if cfgErr != nil {
 		cfg = defaults()
 	}
-	o := options(cfg, hookLogger(cfg, stderr))
+	o := options(cfg, logger)
 	o.Started, o.ConfigErr, o.HookLog = started, cfgErr, o.Log
 	core, err := sidecar.New(o)
 	if err != nil {
