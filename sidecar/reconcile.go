@@ -102,8 +102,14 @@ func (r *reconciler) locked(ctx context.Context, rounds *int) (more bool, err er
 	return false, nil
 }
 
-// waiting reports whether input events newer than the saved state exist.
+// waiting reports whether input events newer than the saved state, or
+// spooled requests, exist.
 func (r *reconciler) waiting(ctx context.Context) (bool, error) {
+	// A request spooled after the last round's ingest is waiting too: the
+	// CLI that spooled it found the lock held and left it to us.
+	if r.Spool != nil && r.Spool.pending() {
+		return true, nil
+	}
 	snap, err := r.DB.Load(ctx)
 	if err != nil {
 		return false, err

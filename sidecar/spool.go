@@ -129,6 +129,19 @@ func (s *spool) ingest(ctx context.Context, db *store.DB, now time.Time) error {
 	return nil
 }
 
+// pending reports whether a complete request waits in the spool (one that
+// ingest would read).
+func (s *spool) pending() bool {
+	if s.checkDir() != nil {
+		return false
+	}
+	ents, err := os.ReadDir(s.Dir)
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(ents, func(e os.DirEntry) bool { return strings.HasSuffix(e.Name(), ".req") })
+}
+
 // errSpoolUnsafe is returned when the spool directory could let one user
 // pass off a request as another's: it must belong to the reconciler's
 // user, and be writable by others only with the sticky bit (which stops
