@@ -179,9 +179,9 @@ func (c *Core) openRead(ctx context.Context) (*store.DB, error) {
 	return store.Open(ctx, c.o.Database, store.Options{ReadOnly: true})
 }
 
-// CanWrite reports whether this process may write the database (or create
+// canWrite reports whether this process may write the database (or create
 // it): requests are recorded directly then, spooled otherwise.
-func (c *Core) CanWrite() bool {
+func (c *Core) canWrite() bool {
 	if _, err := os.Stat(c.o.Database); err != nil {
 		return unix.Access(filepath.Dir(c.o.Database), unix.W_OK) == nil || os.Geteuid() == 0
 	}

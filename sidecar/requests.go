@@ -107,7 +107,7 @@ func (c *Core) Cancel(ctx context.Context, id string) (Receipt, error) {
 	if err := names.ValidateTrainer(id); err != nil {
 		return Receipt{}, invalid(err)
 	}
-	if c.CanWrite() {
+	if c.canWrite() {
 		db, err := c.openRead(ctx)
 		if err != nil {
 			return Receipt{}, err
@@ -146,7 +146,7 @@ func (c *Core) Progress(ctx context.Context, id string, samples float64) (Receip
 func (c *Core) request(ctx context.Context, ev store.Event) (Receipt, error) {
 	ev.User = c.o.User()
 	rc := Receipt{ID: ev.Trainer}
-	if !c.CanWrite() {
+	if !c.canWrite() {
 		sp := &spool{Dir: c.o.Spool}
 		if _, err := sp.put(spoolRequest{Kind: ev.Kind, Trainer: ev.Trainer, Value: ev.Value, Detail: ev.Detail, At: ev.At}); err != nil {
 			return rc, fmt.Errorf("%w%.0w", err, ErrSpool)
