@@ -67,7 +67,7 @@ func (c *slurmCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(filepath.Join(root, "contrib", "slurm", "lab", "lab.sh")); err != nil {
+	if _, err := os.Stat(slurm.LabScript(root)); err != nil {
 		return fmt.Errorf("slurm: -repo %s: %w", root, err)
 	}
 	logf := func(format string, args ...any) {

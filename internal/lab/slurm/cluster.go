@@ -85,7 +85,7 @@ func Up(ctx context.Context, o ClusterOptions) (c *Cluster, err error) {
 	if err = c.In.Configure(c.Settings); err != nil {
 		return c, err
 	}
-	c.Lab, err = startLab(ctx, filepath.Join(o.Repo, "internal", "lab", "slurm", "lab.sh"), labDir,
+	c.Lab, err = startLab(ctx, LabScript(o.Repo), labDir,
 		Options{Nodes: o.Nodes, Prefix: o.Prefix, Hook: c.In.Bin, Scavenger: o.Scavenger, SlurmUser: o.SlurmUser})
 	return c, err
 }

@@ -90,6 +90,9 @@ type Lab struct {
 	Hook   string   // the hook program the cluster was started with
 }
 
+// LabScript is lab.sh in the module at repo.
+func LabScript(repo string) string { return filepath.Join(repo, "internal", "lab", "slurm", "lab.sh") }
+
 // startLab starts a cluster in dir (a short path: Slurm's unix sockets live
 // below it) with lab.sh and waits until every node is exactly idle. On
 // failure lab.sh has already stopped what it started; the error carries
