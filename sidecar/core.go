@@ -194,8 +194,8 @@ func (c *Core) Database() string { return c.o.Database }
 // newReconciler builds the serialised re-plan on db. withScheduler asks the
 // configured scheduler's listing whether released nodes are idle (when it
 // has one and its program is installed).
-func (c *Core) newReconciler(db *store.DB, withScheduler bool) (*reconciler, error) {
-	r := &reconciler{
+func (c *Core) newReconciler(db *store.DB, withScheduler bool) (*Reconciler, error) {
+	r := &Reconciler{
 		DB: db, Pool: c.o.Pool, Solver: c.solver, Spool: &spool{Dir: c.o.Spool}, Admins: c.o.Admins,
 		IdleWait: c.o.IdleWait, Poll: c.o.Poll, MaxRounds: c.o.MaxRounds, Now: c.o.Now, Log: c.o.Log,
 	}

@@ -35,8 +35,8 @@ type nodeLister interface {
 	NodeStates(ctx context.Context, nodes []string) (map[string]string, error)
 }
 
-// reconciler is the serialised re-plan.
-type reconciler struct {
+// Reconciler is the serialised re-plan.
+type Reconciler struct {
 	DB        *store.DB
 	Pool      pool.Config
 	Solver    alloc.Solver
@@ -55,7 +55,7 @@ type reconciler struct {
 // Run performs rounds until no new event is waiting, then returns. If
 // another reconciler holds the lock it returns at once: that one will see
 // the new events before it stops.
-func (r *reconciler) Run(ctx context.Context) error {
+func (r *Reconciler) Run(ctx context.Context) error {
 	r.defaults()
 	lk, ok, err := tryLock(r.LockPath)
 	if err != nil {
@@ -81,7 +81,7 @@ func (r *reconciler) Run(ctx context.Context) error {
 
 // locked runs rounds while holding the lock; more reports events that
 // arrived at the very end.
-func (r *reconciler) locked(ctx context.Context, rounds *int) (more bool, err error) {
+func (r *Reconciler) locked(ctx context.Context, rounds *int) (more bool, err error) {
 	for ; *rounds < r.MaxRounds; *rounds++ {
 		again, err := r.Round(ctx)
 		if err != nil {
@@ -104,7 +104,7 @@ func (r *reconciler) locked(ctx context.Context, rounds *int) (more bool, err er
 
 // waiting reports whether input events newer than the saved state, or
 // spooled requests, exist.
-func (r *reconciler) waiting(ctx context.Context) (bool, error) {
+func (r *Reconciler) waiting(ctx context.Context) (bool, error) {
 	// A request spooled after the last round's ingest is waiting too: the
 	// CLI that spooled it found the lock held and left it to us.
 	if r.Spool != nil && r.Spool.pending() {
@@ -118,7 +118,7 @@ func (r *reconciler) waiting(ctx context.Context) (bool, error) {
 	return len(evs) > 0, err
 }
 
-func (r *reconciler) defaults() {
+func (r *Reconciler) defaults() {
 	if r.MaxRounds <= 0 {
 		r.MaxRounds = 100
 	}
@@ -139,7 +139,7 @@ func (r *reconciler) defaults() {
 // Round folds new events, decides and saves once. again reports that
 // another round is wanted soon (released nodes not idle yet, or events
 // arrived meanwhile).
-func (r *reconciler) Round(ctx context.Context) (again bool, err error) {
+func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 	r.defaults()
 	if c, ok := r.Runner.(checker); ok && r.Runner != nil {
 		r.check(ctx, c)
@@ -193,7 +193,7 @@ type folded struct {
 	history  []store.Event           // rejections
 }
 
-func (r *reconciler) fold(ctx context.Context) (*folded, error) {
+func (r *Reconciler) fold(ctx context.Context) (*folded, error) {
 	snap, err := r.DB.Load(ctx)
 	if err != nil {
 		return nil, err
@@ -218,7 +218,7 @@ func (r *reconciler) fold(ctx context.Context) (*folded, error) {
 
 // foldEvent applies one input event to the pool; it returns a history event
 // when the input is rejected (bad submission, unauthorised cancel).
-func (r *reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string]store.Launch) *store.Event {
+func (r *Reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string]store.Launch) *store.Event {
 	reject := func(err error) *store.Event {
 		r.Log.Printf("event %d (%s): %v", ev.ID, ev.Kind, err)
 		return &store.Event{At: ev.At, Kind: store.KindError, Source: "reconciler", Context: ev.Kind,
@@ -293,7 +293,7 @@ func (r *reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string
 
 // check asks the runner which Trainers ended by themselves and records
 // their exits (input events, folded next) and what it saw.
-func (r *reconciler) check(ctx context.Context, c checker) {
+func (r *Reconciler) check(ctx context.Context, c checker) {
 	exits, acts := c.Check(ctx)
 	evs := r.actionEvents(acts)
 	for _, e := range exits {
@@ -311,7 +311,7 @@ func (r *reconciler) check(ctx context.Context, c checker) {
 // checkPending asks the scheduler whether released nodes are exactly idle
 // yet, and joins those that are. waiting is true while some are still
 // completing and have not waited IdleWait.
-func (r *reconciler) checkPending(ctx context.Context, p *pool.Pool) (waiting bool, history []store.Event) {
+func (r *Reconciler) checkPending(ctx context.Context, p *pool.Pool) (waiting bool, history []store.Event) {
 	pend := p.Pending()
 	if len(pend) == 0 || r.Scheduler == nil {
 		return false, nil
@@ -357,7 +357,7 @@ func (r *reconciler) checkPending(ctx context.Context, p *pool.Pool) (waiting bo
 // pool.Propose states the policy for an empty pool and a failing solver)
 // and returns the solve event to record, or nil when the solver was not
 // called.
-func (r *reconciler) decide(ctx context.Context, p *pool.Pool, now time.Time) *store.Event {
+func (r *Reconciler) decide(ctx context.Context, p *pool.Pool, now time.Time) *store.Event {
 	start := time.Now()
 	d, err := p.Decide(ctx, r.Solver, false)
 	took := time.Since(start)
@@ -421,7 +421,7 @@ func changeEvents(cs []pool.Change, now time.Time) (out []store.Event, ended []p
 }
 
 // apply hands the desired state to the runner and records what it did.
-func (r *reconciler) apply(ctx context.Context, st pool.State, saved, fresh map[string]store.Launch) {
+func (r *Reconciler) apply(ctx context.Context, st pool.State, saved, fresh map[string]store.Launch) {
 	var want []trainer.Want
 	for _, t := range st.Trainers {
 		if t.Status != pool.Running {
@@ -447,7 +447,7 @@ func (r *reconciler) apply(ctx context.Context, st pool.State, saved, fresh map[
 }
 
 // actionEvents turns the runner's actions into history rows.
-func (r *reconciler) actionEvents(acts []trainer.Action) []store.Event {
+func (r *Reconciler) actionEvents(acts []trainer.Action) []store.Event {
 	evs := make([]store.Event, 0, len(acts))
 	for _, a := range acts {
 		e := store.Event{At: r.Now(), Kind: store.KindAction, Source: "trainer", Context: a.Op, Trainer: a.Trainer,

@@ -78,7 +78,7 @@ func TestCheckedExitEnds(t *testing.T) {
 	db := MustDB(t)
 	submitted(t, db)
 	f := &fakeRunner{}
-	r := &reconciler{DB: db, Runner: f, Pool: pool.Config{TFwd: 10}}
+	r := &Reconciler{DB: db, Runner: f, Pool: pool.Config{TFwd: 10}}
 	ctx := context.Background()
 	if _, err := r.Round(ctx); err != nil {
 		t.Fatal(err)
@@ -132,7 +132,7 @@ func TestFoldAuthorization(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			db := MustDB(t)
 			submitted(t, db)
-			r := &reconciler{DB: db, Pool: pool.Config{TFwd: 10}, Admins: func(u string) bool { return u == "carol" }}
+			r := &Reconciler{DB: db, Pool: pool.Config{TFwd: 10}, Admins: func(u string) bool { return u == "carol" }}
 			ctx := context.Background()
 			if _, err := r.Round(ctx); err != nil {
 				t.Fatal(err)
@@ -173,7 +173,7 @@ func TestSubmitLaunchChecked(t *testing.T) {
 			if _, err := db.Append(context.Background(), store.Event{At: time.Now(), Kind: store.KindSubmit, Source: "spool", Trainer: "t1", User: "bob", Detail: req}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := (&reconciler{DB: db}).Round(context.Background()); err != nil {
+			if _, err := (&Reconciler{DB: db}).Round(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			if _, ok, _ := db.Trainer(context.Background(), "t1"); ok {
@@ -235,7 +235,7 @@ func TestReleasedNodesJoinWhenIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	sched := fakeScheduler{"n1": "comp", "n2": "idle"}
-	r := &reconciler{DB: db, Pool: pool.Config{TFwd: 10}, Scheduler: sched, IdleWait: time.Minute}
+	r := &Reconciler{DB: db, Pool: pool.Config{TFwd: 10}, Scheduler: sched, IdleWait: time.Minute}
 	again, err := r.Round(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -282,7 +282,7 @@ func TestRoundSolverError(t *testing.T) {
 	if _, err := db.Append(ctx, store.Event{At: time.Now(), Kind: store.KindJoin, Source: "test", Nodes: []string{"n1"}}); err != nil {
 		t.Fatal(err)
 	}
-	r := &reconciler{DB: db, Pool: pool.Config{TFwd: 10}, Solver: failingSolver{}}
+	r := &Reconciler{DB: db, Pool: pool.Config{TFwd: 10}, Solver: failingSolver{}}
 	if _, err := r.Round(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,7 @@ func TestSpooledRequestKeepsTheRoundGoing(t *testing.T) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	r := &reconciler{DB: db, Pool: pool.Config{TFwd: 10}, Spool: &spool{Dir: dir}}
+	r := &Reconciler{DB: db, Pool: pool.Config{TFwd: 10}, Spool: &spool{Dir: dir}}
 	r.defaults()
 	if w, err := r.waiting(ctx); err != nil || w {
 		t.Fatalf("waiting with nothing recorded or spooled: %v %v", w, err)

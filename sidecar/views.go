@@ -41,7 +41,7 @@ func (c *Core) Preview(ctx context.Context, solver string) (*Preview, error) {
 		return nil, err
 	}
 	defer db.Close()
-	r := &reconciler{DB: db, Pool: c.o.Pool, Solver: s, Admins: c.o.Admins, Now: c.o.Now}
+	r := &Reconciler{DB: db, Pool: c.o.Pool, Solver: s, Admins: c.o.Admins, Now: c.o.Now}
 	r.defaults()
 	f, err := r.fold(ctx)
 	if err != nil {
@@ -101,7 +101,7 @@ func syncNodes(ctx context.Context, db *store.DB, cfg pool.Config, sched nodeLis
 	if err != nil {
 		return nil, nil, fmt.Errorf("sync: %w", err)
 	}
-	r := &reconciler{DB: db, Pool: cfg, Scheduler: sched, Now: func() time.Time { return now }}
+	r := &Reconciler{DB: db, Pool: cfg, Scheduler: sched, Now: func() time.Time { return now }}
 	r.defaults()
 	f, err := r.fold(ctx)
 	if err != nil {

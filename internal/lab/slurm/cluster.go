@@ -77,7 +77,7 @@ func Up(ctx context.Context, o ClusterOptions) (c *Cluster, err error) {
 		return c, err
 	}
 	if !o.RootOwner {
-		if c.User, err = newUser("bfts"); err != nil {
+		if c.User, err = NewUser("bfts"); err != nil {
 			return c, err
 		}
 	}

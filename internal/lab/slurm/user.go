@@ -20,9 +20,9 @@ type User struct {
 	UID, GID int
 }
 
-// newUser creates a system user (no home, no login shell) named prefix
+// NewUser creates a system user (no home, no login shell) named prefix
 // and a few random hex digits.
-func newUser(prefix string) (*User, error) {
+func NewUser(prefix string) (*User, error) {
 	b := make([]byte, 2)
 	rand.Read(b)
 	name := prefix + hex.EncodeToString(b)
