@@ -87,7 +87,7 @@ func FuzzParseLSF(f *testing.F) {
 			"LSB_HOSTS": hosts, "LSB_DJOB_HOSTFILE": hostfile, "LSB_SUB_USER": user,
 		}
 		c, err := parseLSF(MapEnv(env), files(map[string]string{hostfile: content}), ctx, hostname)
-		if got, want := c.Scheduler, LSF; got != want {
+		if got, want := c.Scheduler, nameLSF; got != want {
 			t.Fatalf("Scheduler = %q, want %q", got, want)
 		}
 		if err == nil {
@@ -110,7 +110,7 @@ func FuzzParsePBS(f *testing.F) {
 			fsys[home+"/aux/"+jobID] = content
 		}
 		c, err := parsePBS(MapEnv(env), args, files(fsys), hostname)
-		if got, want := c.Scheduler, PBS; got != want {
+		if got, want := c.Scheduler, namePBS; got != want {
 			t.Fatalf("Scheduler = %q, want %q", got, want)
 		}
 		if err == nil {

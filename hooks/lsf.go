@@ -10,14 +10,15 @@ import (
 	"github.com/bftrainer/bftrainer/names"
 )
 
-// LSF is IBM Spectrum LSF's name.
-const LSF = "lsf"
+// nameLSF is IBM Spectrum LSF's name.
+const nameLSF = "lsf"
 
 // lsf is IBM Spectrum LSF: contrib/lsf's wrapper runs `bftrainer hook lsf
 // HOOK` from the queue's pre- and post-execution; sync reads bhosts.
 var lsf = Scheduler{
-	Name:    LSF,
+	Name:    nameLSF,
 	Contrib: "contrib/lsf",
+	Usage:   "bftrainer hook lsf pre_exec|post_exec|host_pre_exec|host_post_exec",
 	Detect:  func(in Input) bool { return present(in.Env, "LSB_JOBID") },
 	Parse:   func(in Input) (Call, error) { return parseLSF(in.Env, in.ReadFile, in.arg(0), in.Hostname) },
 	Listing: &Listing{Key: "bhosts", Program: "bhosts",
@@ -75,7 +76,7 @@ func lsfAction(ctx string) (a Action, known bool) {
 // back to hostname alone. On error the Call holds what was decoded so far,
 // as parseSlurm's does.
 func parseLSF(env Env, readFile func(string) ([]byte, error), context, hostname string) (Call, error) {
-	c := Call{Scheduler: LSF}
+	c := Call{Scheduler: nameLSF}
 	action, known := lsfAction(context)
 	if !known {
 		return c, fmt.Errorf("lsf: unknown hook %q (want pre_exec, post_exec, host_pre_exec or host_post_exec)", context)

@@ -13,8 +13,8 @@ import (
 	"github.com/bftrainer/bftrainer/names"
 )
 
-// PBS is the name of PBS (Torque, OpenPBS, PBS Pro).
-const PBS = "pbs"
+// namePBS is the name of PBS (Torque, OpenPBS, PBS Pro).
+const namePBS = "pbs"
 
 // pbs is PBS: contrib/pbs's prologue runs `bftrainer hook pbs "$0" "$@"`
 // (Torque and OpenPBS scripts), its Python hook the same for the PBS Pro
@@ -22,8 +22,9 @@ const PBS = "pbs"
 // prologue scripts the job ID as an argument, not as PBS_JOBID, so a call
 // is also recognised by the script's name.
 var pbs = Scheduler{
-	Name:    PBS,
+	Name:    namePBS,
 	Contrib: "contrib/pbs",
+	Usage:   `bftrainer hook pbs "$0" "$@"   (from prologue, epilogue, *.parallel)`,
 	Detect: func(in Input) bool {
 		return present(in.Env, "PBS_JOBID") || (len(in.Args) > 0 && pbsKnown(in.Args[0]))
 	},
@@ -111,7 +112,7 @@ func pbsKnown(name string) bool {
 // falls back to hostname alone. On error the Call holds what was decoded so
 // far, as parseSlurm's does.
 func parsePBS(env Env, args []string, readFile func(string) ([]byte, error), hostname string) (Call, error) {
-	c := Call{Scheduler: PBS}
+	c := Call{Scheduler: namePBS}
 	if len(args) == 0 {
 		return c, fmt.Errorf("pbs: no arguments, not even the script name")
 	}

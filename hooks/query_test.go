@@ -3,6 +3,8 @@ package hooks
 import (
 	"context"
 	"maps"
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 )
@@ -18,9 +20,9 @@ func TestListingsParse(t *testing.T) {
 	}{
 		{"sinfo, a node in two partitions", Slurm, "n1 idle\nn2 comp\nn1 idle\nn3 idle*\nn4 mix\nn4 idle\n",
 			map[string]string{"n1": "idle", "n2": "comp", "n3": "idle*", "n4": "mix"}},
-		{"bhosts -w", LSF, "HOST_NAME STATUS JL/U MAX NJOBS RUN SSUSP USUSP RSV\nc1 ok - 4 0 0 0 0 0\nc2 ok - 4 2 2 0 0 0\nc3 closed_Adm - 4 0 0 0 0 0\n",
+		{"bhosts -w", nameLSF, "HOST_NAME STATUS JL/U MAX NJOBS RUN SSUSP USUSP RSV\nc1 ok - 4 0 0 0 0 0\nc2 ok - 4 2 2 0 0 0\nc3 closed_Adm - 4 0 0 0 0 0\n",
 			map[string]string{"c1": "idle", "c2": "ok", "c3": "closed_Adm"}},
-		{"pbsnodes -a", PBS, "p1\n     state = free\n     np = 4\n\np2\n     state = free\n     jobs = 0/12.s\n\np3\n     state = down\n",
+		{"pbsnodes -a", namePBS, "p1\n     state = free\n     np = 4\n\np2\n     state = free\n     jobs = 0/12.s\n\np3\n     state = down\n",
 			map[string]string{"p1": "idle", "p2": "free", "p3": "down"}},
 	}
 	for _, tt := range tests {
@@ -66,7 +68,7 @@ func TestQueryRunsTheProgram(t *testing.T) {
 // detected scheduler all go through the registry's own list.
 func TestRegistry(t *testing.T) {
 	r := Builtin()
-	if got, want := r.Names(), []string{Slurm, LSF, PBS}; !reflect.DeepEqual(got, want) {
+	if got, want := r.Names(), []string{Slurm, nameLSF, namePBS}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("Names = %v, want %v", got, want)
 	}
 	if err := r.Validate(""); err != nil {
@@ -79,7 +81,7 @@ func TestRegistry(t *testing.T) {
 		t.Fatal("an unknown scheduler was chosen")
 	}
 	s, err := r.Choose("", Input{Env: MapEnv(map[string]string{"LSB_JOBID": "1"})})
-	if err != nil || s.Name != LSF {
+	if err != nil || s.Name != nameLSF {
 		t.Fatalf("Choose detected %q, %v; want lsf", s.Name, err)
 	}
 	if !r.BareCall(MapEnv(map[string]string{"SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"})) {
@@ -87,5 +89,18 @@ func TestRegistry(t *testing.T) {
 	}
 	if r.BareCall(MapEnv(map[string]string{"SLURM_JOB_ID": "4", "LSB_JOBID": "5"})) {
 		t.Fatal("a bare call inside a job, not a hook, was taken for a hook")
+	}
+}
+
+// TestBuiltinSchedulersComplete: every shipped scheduler says how it is
+// wired, has its contrib directory, and can be detected and parsed.
+func TestBuiltinSchedulersComplete(t *testing.T) {
+	for _, s := range Builtin() {
+		if s.Name == "" || s.Usage == "" || s.Detect == nil || s.Parse == nil || s.Listing == nil {
+			t.Fatalf("scheduler %+v is incomplete", s)
+		}
+		if fi, err := os.Stat(filepath.Join("..", s.Contrib)); err != nil || !fi.IsDir() {
+			t.Fatalf("%s: contrib directory %s: %v", s.Name, s.Contrib, err)
+		}
 	}
 }

@@ -45,6 +45,9 @@ type Scheduler struct {
 	// Contrib is the directory, from the repository root, of its hook
 	// wrappers and configuration snippets.
 	Contrib string
+	// Usage says, for `bftrainer hook --help`, how its hooks call
+	// bftrainer (indented lines).
+	Usage string
 	// Detect reports whether a hook call is this scheduler's, from its
 	// environment and arguments. Registry.Detect asks each scheduler in
 	// order; the first that says yes wins.

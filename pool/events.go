@@ -194,7 +194,7 @@ func (c Config) CheckSpec(s Spec) error {
 // Submit queues a Trainer. Its Submit time is when it becomes eligible.
 func (p *Pool) Submit(at time.Time, s Spec) error {
 	if _, dup := p.byID[s.ID]; dup {
-		return fmt.Errorf("submit %q: %w", s.ID, ErrDuplicate)
+		return fmt.Errorf("submit %q: %w", s.ID, errDuplicate)
 	}
 	if err := p.cfg.CheckSpec(s); err != nil {
 		return err
@@ -294,11 +294,11 @@ func (p *Pool) Problem() *alloc.Problem {
 // the node count.
 func (p *Pool) Commit(pl *alloc.Plan) error {
 	if len(pl.Trainers) != len(p.running) {
-		return fmt.Errorf("commit: %w: %d trainers in the plan, %d running", ErrStalePlan, len(pl.Trainers), len(p.running))
+		return fmt.Errorf("commit: %w: %d trainers in the plan, %d running", errStalePlan, len(pl.Trainers), len(p.running))
 	}
 	for i, a := range pl.Trainers {
 		if t := p.running[i]; a.ID != t.ID || a.From != len(t.Nodes) {
-			return fmt.Errorf("commit: %w: trainer %d is %q with %d nodes, plan says %q from %d", ErrStalePlan, i, t.ID, len(t.Nodes), a.ID, a.From)
+			return fmt.Errorf("commit: %w: trainer %d is %q with %d nodes, plan says %q from %d", errStalePlan, i, t.ID, len(t.Nodes), a.ID, a.From)
 		}
 	}
 	if pl.Status != alloc.Optimal {
@@ -369,7 +369,7 @@ func (p *Pool) checkPlan(pl *alloc.Plan) error {
 		for _, name := range a.Release {
 			n := p.nodes[name]
 			if n == nil || n.State != Idle || n.Trainer != t.ID {
-				return fmt.Errorf("%w: trainer %q releases %q, which it does not hold", ErrStalePlan, t.ID, name)
+				return fmt.Errorf("%w: trainer %q releases %q, which it does not hold", errStalePlan, t.ID, name)
 			}
 			released[name] = true
 		}
@@ -378,16 +378,16 @@ func (p *Pool) checkPlan(pl *alloc.Plan) error {
 	for i, a := range pl.Trainers {
 		t := p.running[i]
 		if len(a.Add) > 0 && len(a.Release) > 0 {
-			return fmt.Errorf("%w: trainer %q both grows and shrinks", ErrStalePlan, t.ID)
+			return fmt.Errorf("%w: trainer %q both grows and shrinks", errStalePlan, t.ID)
 		}
 		if len(t.Nodes)+len(a.Add)-len(a.Release) != a.To {
-			return fmt.Errorf("%w: trainer %q: %d + %d − %d ≠ %d", ErrStalePlan, t.ID, len(t.Nodes), len(a.Add), len(a.Release), a.To)
+			return fmt.Errorf("%w: trainer %q: %d + %d − %d ≠ %d", errStalePlan, t.ID, len(t.Nodes), len(a.Add), len(a.Release), a.To)
 		}
 		for _, name := range a.Add {
 			n := p.nodes[name]
 			free := n != nil && n.State == Idle && (n.Trainer == "" || released[name])
 			if !free || taken[name] {
-				return fmt.Errorf("%w: trainer %q takes %q, which is not free", ErrStalePlan, t.ID, name)
+				return fmt.Errorf("%w: trainer %q takes %q, which is not free", errStalePlan, t.ID, name)
 			}
 			taken[name] = true
 		}

@@ -10,11 +10,13 @@ import (
 	"github.com/bftrainer/bftrainer/alloc"
 )
 
-// Errors a caller may branch on.
+// ErrUnknownTrainer is returned for a Trainer the pool does not have; a
+// caller may branch on it.
+var ErrUnknownTrainer = errors.New("unknown trainer")
+
 var (
-	ErrUnknownTrainer = errors.New("unknown trainer")
-	ErrDuplicate      = errors.New("trainer already exists")
-	ErrStalePlan      = errors.New("plan does not match the running trainers")
+	errDuplicate = errors.New("trainer already exists")
+	errStalePlan = errors.New("plan does not match the running trainers")
 )
 
 // Kind names a Change.

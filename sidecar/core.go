@@ -179,9 +179,9 @@ func (c *Core) openRead(ctx context.Context) (*store.DB, error) {
 	return store.Open(ctx, c.o.Database, store.Options{ReadOnly: true})
 }
 
-// CanWrite reports whether this process may write the database (or create
+// canWrite reports whether this process may write the database (or create
 // it): requests are recorded directly then, spooled otherwise.
-func (c *Core) CanWrite() bool {
+func (c *Core) canWrite() bool {
 	if _, err := os.Stat(c.o.Database); err != nil {
 		return unix.Access(filepath.Dir(c.o.Database), unix.W_OK) == nil || os.Geteuid() == 0
 	}
@@ -191,12 +191,12 @@ func (c *Core) CanWrite() bool {
 // Database is the database's path, for messages.
 func (c *Core) Database() string { return c.o.Database }
 
-// reconciler builds the serialised re-plan on db. withScheduler asks the
+// newReconciler builds the serialised re-plan on db. withScheduler asks the
 // configured scheduler's listing whether released nodes are idle (when it
 // has one and its program is installed).
-func (c *Core) reconciler(db *store.DB, withScheduler bool) (*Reconciler, error) {
+func (c *Core) newReconciler(db *store.DB, withScheduler bool) (*Reconciler, error) {
 	r := &Reconciler{
-		DB: db, Pool: c.o.Pool, Solver: c.solver, Spool: &Spool{Dir: c.o.Spool}, Admins: c.o.Admins,
+		DB: db, Pool: c.o.Pool, Solver: c.solver, Spool: &spool{Dir: c.o.Spool}, Admins: c.o.Admins,
 		IdleWait: c.o.IdleWait, Poll: c.o.Poll, MaxRounds: c.o.MaxRounds, Now: c.o.Now, Log: c.o.Log,
 	}
 	if c.o.Runner != nil {
@@ -219,7 +219,7 @@ func (c *Core) reconciler(db *store.DB, withScheduler bool) (*Reconciler, error)
 // query returns the node listing of the scheduler named (the configured
 // one, or the registry's default, when name is ""), if it has one and its
 // program is installed.
-func (c *Core) query(name string) (Scheduler, bool) {
+func (c *Core) query(name string) (nodeLister, bool) {
 	if name == "" {
 		name = c.o.Scheduler
 	}
@@ -255,7 +255,7 @@ func (c *Core) Reconcile(ctx context.Context, noScheduler bool) error {
 }
 
 func (c *Core) reconcile(ctx context.Context, db *store.DB, withScheduler bool) error {
-	r, err := c.reconciler(db, withScheduler)
+	r, err := c.newReconciler(db, withScheduler)
 	if err != nil {
 		return err
 	}
@@ -271,7 +271,7 @@ func (c *Core) Watch(ctx context.Context, every time.Duration, noScheduler bool)
 		return err
 	}
 	defer db.Close()
-	r, err := c.reconciler(db, !noScheduler)
+	r, err := c.newReconciler(db, !noScheduler)
 	if err != nil {
 		return err
 	}

@@ -8,14 +8,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Lock is an exclusive flock(2) on a file beside the database. The kernel
+// fileLock is an exclusive flock(2) on a file beside the database. The kernel
 // drops it when the holder exits, even by kill -9: no stale lock survives
 // a crash.
-type Lock struct{ f *os.File }
+type fileLock struct{ f *os.File }
 
-// TryLock takes the lock without waiting; ok is false if another process
+// tryLock takes the lock without waiting; ok is false if another process
 // holds it.
-func TryLock(path string) (l *Lock, ok bool, err error) {
+func tryLock(path string) (l *fileLock, ok bool, err error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
 	if err != nil {
 		return nil, false, fmt.Errorf("lock: %w", err)
@@ -27,11 +27,11 @@ func TryLock(path string) (l *Lock, ok bool, err error) {
 		}
 		return nil, false, fmt.Errorf("lock %s: %w", path, err)
 	}
-	return &Lock{f: f}, true, nil
+	return &fileLock{f: f}, true, nil
 }
 
 // Unlock releases the lock.
-func (l *Lock) Unlock() {
+func (l *fileLock) Unlock() {
 	if l != nil && l.f != nil {
 		unix.Flock(int(l.f.Fd()), unix.LOCK_UN)
 		l.f.Close()

@@ -20,18 +20,18 @@ type Runner interface {
 	Apply(ctx context.Context, want []trainer.Want) []trainer.Action
 }
 
-// Checker is a Runner that also notices Trainers whose processes ended
+// checker is a Runner that also notices Trainers whose processes ended
 // by themselves. Each round asks it first; the exits it reports become
 // exit events, folded in the same round, so the Trainer's nodes go back
 // to the pool and the runner stops what is left of it.
-type Checker interface {
+type checker interface {
 	Check(ctx context.Context) ([]trainer.Exit, []trainer.Action)
 }
 
-// Scheduler reads the batch scheduler's own view of node states. States
+// nodeLister reads the batch scheduler's own view of node states. States
 // are the scheduler's words; "idle" means exactly idle (for Slurm: not
 // COMPLETING, not drained, responding).
-type Scheduler interface {
+type nodeLister interface {
 	NodeStates(ctx context.Context, nodes []string) (map[string]string, error)
 }
 
@@ -40,9 +40,9 @@ type Reconciler struct {
 	DB        *store.DB
 	Pool      pool.Config
 	Solver    alloc.Solver
-	Runner    Runner    // nil: record nothing to run
-	Scheduler Scheduler // nil: released nodes join at once
-	Spool     *Spool    // nil: no unprivileged submissions
+	Runner    Runner     // nil: record nothing to run
+	Scheduler nodeLister // nil: released nodes join at once
+	Spool     *spool     // nil: no unprivileged submissions
 	Admins    func(user string) bool
 	LockPath  string
 	IdleWait  time.Duration // how long released nodes may take to be exactly idle
@@ -57,7 +57,7 @@ type Reconciler struct {
 // the new events before it stops.
 func (r *Reconciler) Run(ctx context.Context) error {
 	r.defaults()
-	lk, ok, err := TryLock(r.LockPath)
+	lk, ok, err := tryLock(r.LockPath)
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
@@ -73,7 +73,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		}
 		// Events may have arrived after our last look but before we
 		// unlocked, from a hook that saw the lock held: look again.
-		if lk, ok, err = TryLock(r.LockPath); err != nil || !ok {
+		if lk, ok, err = tryLock(r.LockPath); err != nil || !ok {
 			return err
 		}
 	}
@@ -102,8 +102,14 @@ func (r *Reconciler) locked(ctx context.Context, rounds *int) (more bool, err er
 	return false, nil
 }
 
-// waiting reports whether input events newer than the saved state exist.
+// waiting reports whether input events newer than the saved state, or
+// spooled requests, exist.
 func (r *Reconciler) waiting(ctx context.Context) (bool, error) {
+	// A request spooled after the last round's ingest is waiting too: the
+	// CLI that spooled it found the lock held and left it to us.
+	if r.Spool != nil && r.Spool.pending() {
+		return true, nil
+	}
 	snap, err := r.DB.Load(ctx)
 	if err != nil {
 		return false, err
@@ -135,11 +141,11 @@ func (r *Reconciler) defaults() {
 // arrived meanwhile).
 func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 	r.defaults()
-	if c, ok := r.Runner.(Checker); ok && r.Runner != nil {
+	if c, ok := r.Runner.(checker); ok && r.Runner != nil {
 		r.check(ctx, c)
 	}
 	if r.Spool != nil {
-		if err := r.Spool.Ingest(ctx, r.DB, r.Now()); err != nil {
+		if err := r.Spool.ingest(ctx, r.DB, r.Now()); err != nil {
 			r.Log.Printf("spool: %v", err)
 		}
 	}
@@ -267,7 +273,7 @@ func (r *Reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string
 			return reject(err)
 		}
 	case store.KindExit:
-		var d ExitDetail
+		var d exitDetail
 		if err := json.Unmarshal(ev.Detail, &d); err != nil || d.Status.Active() {
 			return reject(fmt.Errorf("bad exit detail %q", ev.Detail))
 		}
@@ -287,11 +293,11 @@ func (r *Reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string
 
 // check asks the runner which Trainers ended by themselves and records
 // their exits (input events, folded next) and what it saw.
-func (r *Reconciler) check(ctx context.Context, c Checker) {
+func (r *Reconciler) check(ctx context.Context, c checker) {
 	exits, acts := c.Check(ctx)
 	evs := r.actionEvents(acts)
 	for _, e := range exits {
-		d, _ := json.Marshal(ExitDetail{Status: pool.Status(e.Status), Note: e.Note})
+		d, _ := json.Marshal(exitDetail{Status: pool.Status(e.Status), Note: e.Note})
 		evs = append(evs, store.Event{At: r.Now(), Kind: store.KindExit, Source: "trainer", Trainer: e.Trainer, Detail: d})
 	}
 	if len(evs) == 0 {
@@ -398,7 +404,7 @@ func changeEvents(cs []pool.Change, now time.Time) (out []store.Event, ended []p
 			e.Detail, _ = json.Marshal(map[string]any{"from": c.From, "to": c.To, "add": c.Add, "release": c.Release})
 		case pool.Ended:
 			e.Kind = store.KindEnd
-			e.Detail, _ = json.Marshal(ExitDetail{Status: c.Status, Note: c.Note})
+			e.Detail, _ = json.Marshal(exitDetail{Status: c.Status, Note: c.Note})
 			if c.Final != nil {
 				ended = append(ended, *c.Final)
 			}

@@ -204,9 +204,9 @@ func TestSpoolDirChecked(t *testing.T) {
 			if err := os.Chmod(dir, tt.mode); err != nil {
 				t.Fatal(err)
 			}
-			err := (&Spool{Dir: dir}).Ingest(context.Background(), MustDB(t), time.Now())
-			if tt.ok != (err == nil) || (!tt.ok && !errors.Is(err, ErrSpoolUnsafe)) {
-				t.Fatalf("Ingest: %v, want ok=%v", err, tt.ok)
+			err := (&spool{Dir: dir}).ingest(context.Background(), MustDB(t), time.Now())
+			if tt.ok != (err == nil) || (!tt.ok && !errors.Is(err, errSpoolUnsafe)) {
+				t.Fatalf("ingest: %v, want ok=%v", err, tt.ok)
 			}
 		})
 	}
@@ -310,5 +310,38 @@ func TestRoundSolverError(t *testing.T) {
 	}
 	if len(tr.Nodes) != 0 || tr.Status != pool.Running {
 		t.Fatalf("t1 is %s with %v, want running on no node", tr.Status, tr.Nodes)
+	}
+}
+
+// TestSpooledRequestKeepsTheRoundGoing: a request spooled while a
+// reconciler holds the lock (the CLI that spooled it then leaves it to the
+// holder) counts as waiting, so the holder takes it before it stops.
+func TestSpooledRequestKeepsTheRoundGoing(t *testing.T) {
+	ctx := context.Background()
+	db := MustDB(t)
+	dir := filepath.Join(t.TempDir(), "spool")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r := &Reconciler{DB: db, Pool: pool.Config{TFwd: 10}, Spool: &spool{Dir: dir}}
+	r.defaults()
+	if w, err := r.waiting(ctx); err != nil || w {
+		t.Fatalf("waiting with nothing recorded or spooled: %v %v", w, err)
+	}
+	if _, err := r.Spool.put(spoolRequest{Kind: store.KindCancel, Trainer: "t1", At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := r.waiting(ctx); err != nil || !w {
+		t.Fatalf("a spooled request is not waiting: %v %v", w, err)
+	}
+	if err := r.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := r.waiting(ctx); err != nil || w {
+		t.Fatalf("still waiting after a run: %v %v", w, err)
+	}
+	evs, err := db.Events(ctx, store.Filter{Kinds: []string{store.KindCancel}})
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("the spooled cancel was not ingested: %+v %v", evs, err)
 	}
 }

@@ -34,8 +34,8 @@ func (r *SubmitRequest) spec(owner string, at time.Time) pool.Spec {
 		Weight: r.Weight, RUp: r.RUp, RDown: r.RDown, Samples: r.Samples, Submit: at}
 }
 
-// ExitDetail is the detail of an exit event.
-type ExitDetail struct {
+// exitDetail is the detail of an exit event.
+type exitDetail struct {
 	Status pool.Status `json:"status"`
 	Note   string      `json:"note,omitempty"`
 }
@@ -95,7 +95,7 @@ func (c *Core) Cancel(ctx context.Context, id string) (Receipt, error) {
 	if err := names.ValidateTrainer(id); err != nil {
 		return Receipt{}, invalid(err)
 	}
-	if c.CanWrite() {
+	if c.canWrite() {
 		db, err := c.openRead(ctx)
 		if err != nil {
 			return Receipt{}, err
@@ -134,9 +134,9 @@ func (c *Core) Progress(ctx context.Context, id string, samples float64) (Receip
 func (c *Core) request(ctx context.Context, ev store.Event) (Receipt, error) {
 	ev.User = c.o.User()
 	rc := Receipt{ID: ev.Trainer}
-	if !c.CanWrite() {
-		sp := &Spool{Dir: c.o.Spool}
-		if _, err := sp.Put(Request{Kind: ev.Kind, Trainer: ev.Trainer, Value: ev.Value, Detail: ev.Detail, At: ev.At}); err != nil {
+	if !c.canWrite() {
+		sp := &spool{Dir: c.o.Spool}
+		if _, err := sp.put(spoolRequest{Kind: ev.Kind, Trainer: ev.Trainer, Value: ev.Value, Detail: ev.Detail, At: ev.At}); err != nil {
 			return rc, fmt.Errorf("%w%.0w", err, ErrSpool)
 		}
 		rc.Spooled = true

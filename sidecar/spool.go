@@ -19,17 +19,17 @@ import (
 	"github.com/bftrainer/bftrainer/store"
 )
 
-// Spool is how unprivileged users reach the database they may not write:
+// spool is how unprivileged users reach the database they may not write:
 // they drop a request file in a directory with the sticky bit (mode 1733,
 // as cron and at do), and the privileged reconciler ingests it. The
 // request's author is the file's owner, which the kernel proves; nothing
 // the file says about its author is believed.
-type Spool struct {
+type spool struct {
 	Dir string
 }
 
-// Request is one spooled request.
-type Request struct {
+// spoolRequest is one spooled request.
+type spoolRequest struct {
 	Kind    string          `json:"kind"` // submit, cancel, progress, exit
 	Trainer string          `json:"trainer"`
 	Value   float64         `json:"value,omitempty"`
@@ -45,10 +45,10 @@ const maxRequest = 1 << 20
 // owners may remove or rename theirs, nobody but root may list it.
 const SpoolMode = os.ModeSticky | 0o733
 
-// Put writes a request atomically (a hidden temporary file renamed into
+// put writes a request atomically (a hidden temporary file renamed into
 // place, so the reconciler never reads half a request) and returns its
 // path.
-func (s *Spool) Put(r Request) (string, error) {
+func (s *spool) put(r spoolRequest) (string, error) {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return "", err
@@ -75,10 +75,10 @@ func (s *Spool) Put(r Request) (string, error) {
 	return name, nil
 }
 
-// Ingest turns every complete request file into an event attributed to
+// ingest turns every complete request file into an event attributed to
 // its owner, then removes the file. Bad files are recorded as errors and
 // removed; temporary files older than an hour are removed.
-func (s *Spool) Ingest(ctx context.Context, db *store.DB, now time.Time) error {
+func (s *spool) ingest(ctx context.Context, db *store.DB, now time.Time) error {
 	if err := s.checkDir(); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil
@@ -129,30 +129,43 @@ func (s *Spool) Ingest(ctx context.Context, db *store.DB, now time.Time) error {
 	return nil
 }
 
-// ErrSpoolUnsafe is returned when the spool directory could let one user
+// pending reports whether a complete request waits in the spool (one that
+// ingest would read).
+func (s *spool) pending() bool {
+	if s.checkDir() != nil {
+		return false
+	}
+	ents, err := os.ReadDir(s.Dir)
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(ents, func(e os.DirEntry) bool { return strings.HasSuffix(e.Name(), ".req") })
+}
+
+// errSpoolUnsafe is returned when the spool directory could let one user
 // pass off a request as another's: it must belong to the reconciler's
 // user, and be writable by others only with the sticky bit (which stops
 // them from renaming or replacing each other's files).
-var ErrSpoolUnsafe = errors.New("spool directory is unsafe")
+var errSpoolUnsafe = errors.New("spool directory is unsafe")
 
 // checkDir checks the spool directory before anything in it is believed.
-func (s *Spool) checkDir() error {
+func (s *spool) checkDir() error {
 	fi, err := os.Lstat(s.Dir)
 	if err != nil {
 		return err
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("%s is not a directory: %w", s.Dir, ErrSpoolUnsafe)
+		return fmt.Errorf("%s is not a directory: %w", s.Dir, errSpoolUnsafe)
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return fmt.Errorf("%s: no owner information: %w", s.Dir, ErrSpoolUnsafe)
+		return fmt.Errorf("%s: no owner information: %w", s.Dir, errSpoolUnsafe)
 	}
 	if int(st.Uid) != os.Geteuid() {
-		return fmt.Errorf("%s is owned by uid %d, not by us: %w", s.Dir, st.Uid, ErrSpoolUnsafe)
+		return fmt.Errorf("%s is owned by uid %d, not by us: %w", s.Dir, st.Uid, errSpoolUnsafe)
 	}
 	if fi.Mode().Perm()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0 {
-		return fmt.Errorf("%s is writable by others without the sticky bit (mode %v): %w", s.Dir, fi.Mode(), ErrSpoolUnsafe)
+		return fmt.Errorf("%s is writable by others without the sticky bit (mode %v): %w", s.Dir, fi.Mode(), errSpoolUnsafe)
 	}
 	return nil
 }
@@ -190,7 +203,7 @@ func readRequest(path string, now time.Time) (store.Event, error) {
 	if len(b) > maxRequest {
 		return store.Event{}, fmt.Errorf("request larger than %d bytes", maxRequest)
 	}
-	var r Request
+	var r spoolRequest
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {

@@ -86,7 +86,7 @@ func (c *Core) Sync(ctx context.Context, scheduler string, noReconcile bool) (jo
 	if noReconcile {
 		return joined, left, nil
 	}
-	r, err := c.reconciler(db, false)
+	r, err := c.newReconciler(db, false)
 	if err != nil {
 		return joined, left, err
 	}
@@ -95,7 +95,7 @@ func (c *Core) Sync(ctx context.Context, scheduler string, noReconcile bool) (jo
 }
 
 // syncNodes is Sync's comparison and record, on an open database.
-func syncNodes(ctx context.Context, db *store.DB, cfg pool.Config, sched Scheduler, now time.Time, user string) (joined, left []string, err error) {
+func syncNodes(ctx context.Context, db *store.DB, cfg pool.Config, sched nodeLister, now time.Time, user string) (joined, left []string, err error) {
 	states, err := sched.NodeStates(ctx, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("sync: %w", err)
@@ -168,9 +168,6 @@ func (c *Core) Trainer(ctx context.Context, id string) (store.Trainer, bool, err
 	return db.Trainer(ctx, id)
 }
 
-// ErrUnknownTrainer: no Trainer has that name.
-var ErrUnknownTrainer = pool.ErrUnknownTrainer
-
 // Hosts returns the Trainer's nodes as Elastic Horovod's discovery script
 // prints them, "node:slots" lines: the host file the runner replaces
 // atomically each round, when there is one (Horovod asks every second: it
@@ -189,7 +186,7 @@ func (c *Core) Hosts(ctx context.Context, id string) ([]byte, error) {
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownTrainer, id)
+		return nil, fmt.Errorf("no Trainer named %q", id)
 	}
 	var spec trainer.Spec
 	json.Unmarshal(tr.Launch.Spec, &spec)

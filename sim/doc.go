@@ -3,18 +3,18 @@
 // runs live.
 //
 // The input side of the package reads and makes what a replay consumes:
-//   - a [Trace], the history of which nodes are idle: read from the Summit node-state CSV
-//     ([ReadTrace], [OpenTrace]), derived from a Standard Workload Format job log
-//     ([ReadSWF], then [SWFLog.RecordedTrace] or [SWFLog.EASYTrace]), or generated from a
-//     fitted model ([GenerateTrace]);
-//   - a workload of [Job]s: read from the paper's CSV ([ReadWorkload]), drawn from the
-//     Philly trace ([GeneratePhillyWorkload]), or built in ([DefaultWorkload]).
+//   - a [Trace], the history of which nodes are idle ([OpenTrace]): read from the Summit
+//     node-state CSV, derived from a Standard Workload Format job log (its recorded
+//     schedule, [SWFLog.RecordedTrace], or an FCFS + EASY-backfill re-simulation,
+//     [SWFLog.EASYTrace]), or generated from a fitted model ([GenerateTrace]);
+//   - a workload of [Job]s: read from the paper's CSV ([ReadWorkload]), or built in
+//     ([DefaultWorkload]); the tests also draw them from the Philly trace.
 //
 // The replay side drives the pool and alloc packages over a trace and a workload in
 // memory ([Replay]), with bftrainer's semantics or the reference replayer's
 // ([Options.Semantics]), and reports what the pool yields: a [Summary] (makespan, job
 // completion time, efficiency, utilisation, losses, solver time), per-Trainer results,
-// the per-event step log ([StepLogHeader]) and a timeline drawn as SVG
+// the per-event step log (its columns are documented in output.go) and a timeline drawn as SVG
 // ([WriteTimelineSVG]). docs/replay.md defines the metrics and compares them with the
 // reference.
 //

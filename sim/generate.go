@@ -351,9 +351,9 @@ func GenerateTrace(m TraceModel, seed uint64) *Trace {
 	return t
 }
 
-// PhillyOptions sets how GeneratePhillyWorkload maps Philly jobs onto Trainers. Zero
+// phillyOptions sets how GeneratePhillyWorkload maps Philly jobs onto Trainers. Zero
 // fields take the defaults given.
-type PhillyOptions struct {
+type phillyOptions struct {
 	Start        time.Time     // submit time of the first job (default 2024-01-01 00:00 UTC)
 	GPUsPerNode  int           // GPUs of one node of the curves' machine (default 6, Summit)
 	Scale        int           // elastic headroom: Max is Scale × the job's node count, rounded up (default 4)
@@ -363,7 +363,7 @@ type PhillyOptions struct {
 	Speedup      bool          // metric = speedup over one node (ps/ps[1]) instead of throughput
 }
 
-func (o PhillyOptions) withDefaults() PhillyOptions {
+func (o phillyOptions) withDefaults() phillyOptions {
 	if o.Start.IsZero() {
 		o.Start = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 	}
@@ -388,7 +388,7 @@ type phillyJob struct {
 	gpuTime float64 // GPU-seconds
 }
 
-// GeneratePhillyWorkload draws n Trainers whose arrivals and sizes come from the Philly
+// generatePhillyWorkload draws n Trainers whose arrivals and sizes come from the Philly
 // trace (columns timestamp,duration,num_gpus,gpu_time,cluster) and whose scaling curves
 // come from measured models (model-scalability.csv: model,nodes,throughput_samples_per_s,
 // …; nodes need not include 0, the curve starts at (0, 0)). It is fully determined by its
@@ -408,7 +408,7 @@ type phillyJob struct {
 //
 // Philly rows that cannot be parsed are an error naming the line; rows with no GPU or no
 // GPU time, or under MinGPUTime, are left out.
-func GeneratePhillyWorkload(philly io.Reader, curves io.Reader, n int, seed uint64, opts PhillyOptions) ([]Job, error) {
+func generatePhillyWorkload(philly io.Reader, curves io.Reader, n int, seed uint64, opts phillyOptions) ([]Job, error) {
 	opts = opts.withDefaults()
 	if n < 0 {
 		return nil, fmt.Errorf("philly workload: negative job count %d", n)

@@ -121,7 +121,7 @@ M,16,6000.0
 
 func TestGeneratePhillyRules(t *testing.T) {
 	start := time.Date(2024, 5, 1, 0, 0, 0, 0, time.UTC)
-	jobs, err := GeneratePhillyWorkload(strings.NewReader(phillyFixture), strings.NewReader(curvesFixture), 50, 1, PhillyOptions{Start: start})
+	jobs, err := generatePhillyWorkload(strings.NewReader(phillyFixture), strings.NewReader(curvesFixture), 50, 1, phillyOptions{Start: start})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,8 +163,8 @@ func TestGeneratePhillyRules(t *testing.T) {
 		}
 	}
 	// Speedup metric, a cap from MaxNodes and from the curve.
-	jobs, err = GeneratePhillyWorkload(strings.NewReader(phillyFixture), strings.NewReader(curvesFixture), 20, 1,
-		PhillyOptions{Speedup: true, Scale: 64, MaxNodes: 128})
+	jobs, err = generatePhillyWorkload(strings.NewReader(phillyFixture), strings.NewReader(curvesFixture), 20, 1,
+		phillyOptions{Speedup: true, Scale: 64, MaxNodes: 128})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestGeneratePhillyErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := GeneratePhillyWorkload(strings.NewReader(tc.philly), strings.NewReader(tc.curves), 5, 1, PhillyOptions{})
+			_, err := generatePhillyWorkload(strings.NewReader(tc.philly), strings.NewReader(tc.curves), 5, 1, phillyOptions{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error = %v, want one with %q", err, tc.want)
 			}
@@ -200,7 +200,7 @@ func TestGeneratePhillyErrors(t *testing.T) {
 func TestGeneratePhillyReal(t *testing.T) {
 	gen := func(seed uint64) []Job {
 		t.Helper()
-		jobs, err := GeneratePhillyWorkload(openData(t, "philly/philly.csv"), openData(t, "workloads/model-scalability.csv"), 500, seed, PhillyOptions{})
+		jobs, err := generatePhillyWorkload(openData(t, "philly/philly.csv"), openData(t, "workloads/model-scalability.csv"), 500, seed, phillyOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -215,7 +215,7 @@ func TestGeneratePhillyReal(t *testing.T) {
 	}
 	// Every job is valid: it survives a write and a validating read.
 	var buf bytes.Buffer
-	if err := WriteWorkload(&buf, a); err != nil {
+	if err := writeWorkload(&buf, a); err != nil {
 		t.Fatal(err)
 	}
 	back, err := ReadWorkload(&buf)
@@ -266,7 +266,7 @@ func TestDefaultWorkload(t *testing.T) {
 		}
 	}
 	var buf bytes.Buffer
-	if err := WriteWorkload(&buf, jobs); err != nil {
+	if err := writeWorkload(&buf, jobs); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ReadWorkload(&buf); err != nil {

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// StepLogHeader is the header of the per-event CSV (Options.StepLog), the reference
+// stepLogHeader is the header of the per-event CSV (Options.StepLog), the reference
 // replayer's step-logs.csv columns:
 //
 //	evtTime   event time (naive, as the trace)
@@ -33,7 +33,7 @@ import (
 // As in the reference, the row of the event where the last Trainer finishes ends the
 // log (with Rate 0, where the reference repeats the last decision's); with
 // alloc.Reference semantics there is no row for t0 (no decision is taken then).
-const StepLogHeader = "evtTime,Thr,Rate,ReScost,evt,Nleft,Npre,Njoin,nJob,nNd,nJrun,nNrun,PreCost"
+const stepLogHeader = "evtTime,Thr,Rate,ReScost,evt,Nleft,Npre,Njoin,nJob,nNd,nJrun,nNrun,PreCost"
 
 // stepRow is one row of the step log.
 type stepRow struct {
@@ -53,7 +53,7 @@ type stepWriter struct {
 func newStepWriter(w io.Writer) *stepWriter { return &stepWriter{w: bufio.NewWriterSize(w, 1<<16)} }
 
 func (s *stepWriter) header() error {
-	if _, err := s.w.WriteString(StepLogHeader + "\n"); err != nil {
+	if _, err := s.w.WriteString(stepLogHeader + "\n"); err != nil {
 		return fmt.Errorf("step log: %w", err)
 	}
 	return nil
@@ -116,14 +116,14 @@ func WriteSummaryJSON(w io.Writer, rows []Summary) error {
 	return nil
 }
 
-// TrainersHeader is the header of WriteTrainersCSV's output.
-const TrainersHeader = "id,model,submit,admitted,ended,finished,jct_h,samples,rescale_loss,preempt_loss,rescales,reclaims,node_h"
+// trainersHeader is the header of WriteTrainersCSV's output.
+const trainersHeader = "id,model,submit,admitted,ended,finished,jct_h,samples,rescale_loss,preempt_loss,rescales,reclaims,node_h"
 
 // WriteTrainersCSV writes one row per Trainer: when it was submitted, admitted and
 // finished (empty if it was not), its job completion time, samples, losses and node-hours.
 func WriteTrainersCSV(w io.Writer, trainers []TrainerResult) error {
 	cw := csv.NewWriter(w)
-	cw.Write(strings.Split(TrainersHeader, ","))
+	cw.Write(strings.Split(trainersHeader, ","))
 	stamp := func(t time.Time) string {
 		if t.IsZero() {
 			return ""

@@ -27,13 +27,14 @@ type Options struct {
 	TFwd float64
 	// MaxTrainers is how many Trainers run at once; ≤ 0 means 10 (the reference's -maxJ).
 	MaxTrainers int
-	// Objective is what the solver maximises; "" means WorkloadObjective(jobs).
+	// Objective is what the solver maximises; "" means the workload's own (alloc.Metric
+	// when a Job's Metric differs from its Throughput, as in the speedup workload).
 	Objective alloc.Objective
 	// Progress, if set, is called after every event with the events replayed so far and
 	// the trace's event count (a replay that ends early reports done = total last).
 	Progress func(done, total int)
 	// StepLog, if set, receives one CSV row per event, as the reference's step-logs.csv
-	// (see WriteStepHeader for the columns).
+	// (output.go documents the columns).
 	StepLog io.Writer
 	// Timeline is how many samples of node use to keep for the plot (Result.Timeline);
 	// 0 keeps none.
@@ -60,15 +61,15 @@ func (o Options) withDefaults(jobs []Job) Options {
 		o.MaxTrainers = DefaultMaxTrainers
 	}
 	if o.Objective == "" {
-		o.Objective = WorkloadObjective(jobs)
+		o.Objective = workloadObjective(jobs)
 	}
 	return o
 }
 
-// WorkloadObjective is the objective a workload asks for: alloc.Metric when any Job's
+// workloadObjective is the objective a workload asks for: alloc.Metric when any Job's
 // Metric (the file's os column) differs from its Throughput (ps) — the speedup workload,
 // os = ps/ps[1] — and alloc.Throughput otherwise.
-func WorkloadObjective(jobs []Job) alloc.Objective {
+func workloadObjective(jobs []Job) alloc.Objective {
 	for _, j := range jobs {
 		if len(j.Metric) != len(j.Throughput) {
 			return alloc.Metric
@@ -100,8 +101,8 @@ func StartEvent(t *Trace, jobs []Job) int {
 	return max(i-1, 0)
 }
 
-// ErrEmptyTrace is returned by Replay for a trace without events.
-var ErrEmptyTrace = errors.New("trace has no events")
+// errEmptyTrace is returned by Replay for a trace without events.
+var errEmptyTrace = errors.New("trace has no events")
 
 // Replay drives pool.Pool and opt.Solver — the code the live sidecar runs — over the
 // trace tr with the Trainers jobs, in memory, and measures what the idle pool yields.
@@ -142,7 +143,7 @@ var ErrEmptyTrace = errors.New("trace has no events")
 // checked at every event.
 func Replay(ctx context.Context, tr *Trace, jobs []Job, opt Options) (*Result, error) {
 	if tr == nil || len(tr.Events) == 0 {
-		return nil, fmt.Errorf("replay: %w", ErrEmptyTrace)
+		return nil, fmt.Errorf("replay: %w", errEmptyTrace)
 	}
 	opt = opt.withDefaults(jobs)
 	r, err := newReplayer(tr, jobs, opt)

@@ -251,7 +251,7 @@ func TestStepLogByHand(t *testing.T) {
 		sem  alloc.Semantics
 		want string
 	}{
-		{"default", alloc.Default, StepLogHeader + `
+		{"default", alloc.Default, stepLogHeader + `
 2021-02-10 20:21:15,0.000000,30.000000,0.000000,0,0,0,3,1,3,1,3,0.000000
 2021-02-10 20:21:25,240.000000,20.000000,0.000000,1,1,1,0,1,2,1,2,60.000000
 2021-02-10 20:21:35,200.000000,30.000000,100.000000,2,0,0,1,1,3,1,3,0.000000
@@ -260,7 +260,7 @@ func TestStepLogByHand(t *testing.T) {
 2021-02-10 20:22:05,110.000000,0.000000,0.000000,5,1,0,0,0,4,0,0,0.000000
 `},
 		// No t0 row; the first interval pays the start-up cost 150 and the reclaim 60.
-		{"reference", alloc.Reference, StepLogHeader + `
+		{"reference", alloc.Reference, stepLogHeader + `
 2021-02-10 20:21:25,90.000000,20.000000,0.000000,1,1,1,0,1,2,1,2,60.000000
 2021-02-10 20:21:35,200.000000,30.000000,100.000000,2,0,0,1,1,3,1,3,0.000000
 2021-02-10 20:21:45,200.000000,40.000000,150.000000,3,0,0,1,1,4,1,4,0.000000
@@ -452,7 +452,7 @@ func TestWorkloadObjective(t *testing.T) {
 		{"none", nil, alloc.Throughput},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := WorkloadObjective(tc.jobs); got != tc.want {
+			if got := workloadObjective(tc.jobs); got != tc.want {
 				t.Fatalf("WorkloadObjective = %q, want %q", got, tc.want)
 			}
 		})
@@ -525,7 +525,7 @@ func TestReplayErrors(t *testing.T) {
 		jobs []Job
 		want error
 	}{
-		{"empty trace", context.Background(), &Trace{}, []Job{job}, ErrEmptyTrace},
+		{"empty trace", context.Background(), &Trace{}, []Job{job}, errEmptyTrace},
 		{"cancelled", ctx, tr, []Job{job}, context.Canceled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -616,7 +616,7 @@ func TestOutputs(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(csvb.String()), "\n")
-	if len(lines) != 3 || lines[0] != TrainersHeader || !strings.Contains(lines[1], ",true,") || !strings.Contains(lines[2], ",false,") {
+	if len(lines) != 3 || lines[0] != trainersHeader || !strings.Contains(lines[1], ",true,") || !strings.Contains(lines[2], ",false,") {
 		t.Fatalf("trainers CSV:\n%s", csvb.String())
 	}
 }

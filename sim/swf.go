@@ -104,7 +104,7 @@ func (l *SWFLog) SkippedTotal() int {
 	return n
 }
 
-// ReadSWF reads a Standard Workload Format log (18 whitespace-separated fields per job
+// readSWF reads a Standard Workload Format log (18 whitespace-separated fields per job
 // line, `;` header lines; gzip input is detected). "Processors" are taken to be nodes.
 // Header lines `; Key: value` are kept in Header, and MaxNodes, MaxProcs and UnixStartTime
 // are parsed. A job line that cannot be used (wrong field count, a non-number, a negative
@@ -112,7 +112,7 @@ func (l *SWFLog) SkippedTotal() int {
 // its line number kept in SkippedLines for the first few: a bad line never fails the read.
 // A -1 wait, requested nodes or requested time means unknown, as SWF defines, and is kept;
 // a -1 allocated node count is replaced by the requested one. The only errors are I/O errors.
-func ReadSWF(r io.Reader) (*SWFLog, error) {
+func readSWF(r io.Reader) (*SWFLog, error) {
 	r, err := maybeGunzip(r)
 	if err != nil {
 		return nil, fmt.Errorf("read swf: %w", err)

@@ -19,7 +19,7 @@ func swfLine(id, submit, wait, run, alloc, reqNodes, reqTime int64) string {
 // mustReadSWF parses an SWF log from lines.
 func mustReadSWF(tb testing.TB, lines ...string) *SWFLog {
 	tb.Helper()
-	l, err := ReadSWF(strings.NewReader(strings.Join(lines, "\n") + "\n"))
+	l, err := readSWF(strings.NewReader(strings.Join(lines, "\n") + "\n"))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -36,7 +36,7 @@ var (
 func mustTheta(tb testing.TB) *SWFLog {
 	tb.Helper()
 	f := openData(tb, "theta/theta_2022.swf")
-	thetaOnce.Do(func() { thetaLog, thetaErr = ReadSWF(f) })
+	thetaOnce.Do(func() { thetaLog, thetaErr = readSWF(f) })
 	if thetaErr != nil {
 		tb.Fatal(thetaErr)
 	}
@@ -138,7 +138,7 @@ func FuzzReadSWF(f *testing.F) {
 	f.Add([]byte("1 0 0 1e11 1 -1 -1 1 1e11 -1 0 -1 -1 -1 -1 -1 -1 0\n" + swfLine(2, 1e11, 1e11, 1e11, 9, 9, 1)))
 	f.Add([]byte("\x1f\x8b\x08garbage"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		l, err := ReadSWF(strings.NewReader(string(data)))
+		l, err := readSWF(strings.NewReader(string(data)))
 		if err != nil {
 			return // only I/O (here: gzip) errors
 		}

@@ -61,7 +61,7 @@ func (e *TraceError) Error() string {
 	return fmt.Sprintf("event %d: %s", e.Event, e.Msg)
 }
 
-// ReadTrace reads the trace CSV form: events as `event_idx,time,n_idle,joined,left` with
+// readTrace reads the trace CSV form: events as `event_idx,time,n_idle,joined,left` with
 // `;`-separated node indices (event_idx must count 0, 1, 2, …; n_idle is the idle count
 // after the row), and nodes as `node_idx,node_name`. Either input may be gzip-compressed;
 // the magic bytes are detected. nodes may be nil: the node count is then the largest index
@@ -71,7 +71,7 @@ func (e *TraceError) Error() string {
 // a node never joins while idle or leaves while busy, no node is listed twice in a row,
 // and n_idle matches the replayed state. The first error is returned as a *TraceError
 // (wrapped) naming the event and line.
-func ReadTrace(events io.Reader, nodes io.Reader) (*Trace, error) {
+func readTrace(events io.Reader, nodes io.Reader) (*Trace, error) {
 	var names []string
 	if nodes != nil {
 		var err error
@@ -132,7 +132,7 @@ func OpenTrace(path, nodesPath string) (*Trace, error) {
 		t.Source = fmt.Sprintf("%s: trace csv (%d events)", base, len(t.Events))
 		return t, nil
 	default:
-		swf, err := ReadSWF(br)
+		swf, err := readSWF(br)
 		if err != nil {
 			return nil, fmt.Errorf("read swf %s: %w", path, err)
 		}
@@ -482,10 +482,10 @@ func (t *Trace) Validate() error {
 	return nil
 }
 
-// WriteTrace writes t in the CSV form ReadTrace reads (times as naive UTC, with a
+// writeTrace writes t in the CSV form ReadTrace reads (times as naive UTC, with a
 // fractional second only when there is one). It validates t as it goes and returns the
 // first inconsistency instead of writing a file that cannot be read back.
-func WriteTrace(w io.Writer, t *Trace) error {
+func writeTrace(w io.Writer, t *Trace) error {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	bw.WriteString(traceHeader + "\n")
 	c := newTraceChecker(len(t.Nodes), false)
@@ -527,8 +527,8 @@ func appendIndexList(buf []byte, idx []int32) []byte {
 	return buf
 }
 
-// WriteNodes writes t's node names as `node_idx,node_name` rows (CSV-quoted if needed).
-func WriteNodes(w io.Writer, t *Trace) error {
+// writeNodes writes t's node names as `node_idx,node_name` rows (CSV-quoted if needed).
+func writeNodes(w io.Writer, t *Trace) error {
 	cw := csv.NewWriter(w)
 	cw.Write([]string{"node_idx", "node_name"})
 	for i, name := range t.Nodes {

@@ -67,7 +67,7 @@ func mustReadTrace(tb testing.TB, events, nodes string) *Trace {
 	if nodes != "" {
 		nr = strings.NewReader(nodes)
 	}
-	t, err := ReadTrace(strings.NewReader(events), nr)
+	t, err := readTrace(strings.NewReader(events), nr)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestReadTraceErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ReadTrace(strings.NewReader(tc.events), strings.NewReader(tinyNodes))
+			_, err := readTrace(strings.NewReader(tc.events), strings.NewReader(tinyNodes))
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -197,7 +197,7 @@ func TestReadNodesErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ReadTrace(strings.NewReader(tinyEvents), strings.NewReader(tc.nodes))
+			_, err := readTrace(strings.NewReader(tinyEvents), strings.NewReader(tc.nodes))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error = %v, want one mentioning %q", err, tc.want)
 			}
@@ -210,7 +210,7 @@ func TestReadTraceNoNodesAndGzip(t *testing.T) {
 	zw := gzip.NewWriter(&gz)
 	zw.Write([]byte(tinyEvents))
 	zw.Close()
-	tr, err := ReadTrace(&gz, nil)
+	tr, err := readTrace(&gz, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,13 +284,13 @@ func TestWriteTraceRoundTrip(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var ev, nodes bytes.Buffer
-			if err := WriteTrace(&ev, tc.tr); err != nil {
+			if err := writeTrace(&ev, tc.tr); err != nil {
 				t.Fatal(err)
 			}
-			if err := WriteNodes(&nodes, tc.tr); err != nil {
+			if err := writeNodes(&nodes, tc.tr); err != nil {
 				t.Fatal(err)
 			}
-			back, err := ReadTrace(&ev, &nodes)
+			back, err := readTrace(&ev, &nodes)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -302,7 +302,7 @@ func TestWriteTraceRoundTrip(t *testing.T) {
 func TestWriteTraceInvalid(t *testing.T) {
 	tr := &Trace{Nodes: []string{"a"}, Events: []Event{{Time: time.Unix(0, 0), Left: []int32{0}}}}
 	var te *TraceError
-	if err := WriteTrace(io.Discard, tr); !errors.As(err, &te) || te.Event != 0 {
+	if err := writeTrace(io.Discard, tr); !errors.As(err, &te) || te.Event != 0 {
 		t.Fatalf("error = %v, want a TraceError at event 0", err)
 	}
 }
@@ -494,13 +494,13 @@ func TestSummitMatchesCounts(t *testing.T) {
 func TestSummitRoundTrip(t *testing.T) {
 	tr := mustSummit(t).Window(1000)
 	var ev, nodes bytes.Buffer
-	if err := WriteTrace(&ev, tr); err != nil {
+	if err := writeTrace(&ev, tr); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteNodes(&nodes, tr); err != nil {
+	if err := writeNodes(&nodes, tr); err != nil {
 		t.Fatal(err)
 	}
-	back, err := ReadTrace(&ev, &nodes)
+	back, err := readTrace(&ev, &nodes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,7 +519,7 @@ func BenchmarkReadSummit(b *testing.B) {
 	b.SetBytes(int64(len(ev)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := ReadTrace(bytes.NewReader(ev), bytes.NewReader(nodes)); err != nil {
+		if _, err := readTrace(bytes.NewReader(ev), bytes.NewReader(nodes)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -572,7 +572,7 @@ func FuzzReadTrace(f *testing.F) {
 	f.Add([]byte("event_idx,time,n_idle,joined,left\n0,2021-02-10 00:00:00,2,0;3,\n1,2021-02-10T00:00:01Z,1,,3\n"))
 	f.Add([]byte("event_idx,time,n_idle,joined,left\r\n0,2021-02-10 00:00:00.5,1,99999999999,\r\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		tr, err := ReadTrace(bytes.NewReader(data), strings.NewReader(tinyNodes))
+		tr, err := readTrace(bytes.NewReader(data), strings.NewReader(tinyNodes))
 		if err != nil {
 			return
 		}
@@ -580,10 +580,10 @@ func FuzzReadTrace(f *testing.F) {
 			t.Fatalf("read a trace that does not validate: %v", err)
 		}
 		var buf bytes.Buffer
-		if err := WriteTrace(&buf, tr); err != nil {
+		if err := writeTrace(&buf, tr); err != nil {
 			t.Fatal(err)
 		}
-		back, err := ReadTrace(&buf, strings.NewReader(tinyNodes))
+		back, err := readTrace(&buf, strings.NewReader(tinyNodes))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -234,9 +234,9 @@ func (p *workloadRow) job() Job {
 	return j
 }
 
-// WriteWorkload writes jobs in the CSV form ReadWorkload reads. Numbers are written
+// writeWorkload writes jobs in the CSV form ReadWorkload reads. Numbers are written
 // exactly (shortest round-trip form), so a read-write-read cycle changes nothing.
-func WriteWorkload(w io.Writer, jobs []Job) error {
+func writeWorkload(w io.Writer, jobs []Job) error {
 	cw := csv.NewWriter(w)
 	cw.Write(workloadColumns)
 	rec := make([]string, len(workloadColumns))

@@ -104,7 +104,7 @@ func TestWorkloadRoundTrip(t *testing.T) {
 		t.Run(file, func(t *testing.T) {
 			jobs := mustReadWorkloadFile(t, file)
 			var buf bytes.Buffer
-			if err := WriteWorkload(&buf, jobs); err != nil {
+			if err := writeWorkload(&buf, jobs); err != nil {
 				t.Fatal(err)
 			}
 			back, err := ReadWorkload(&buf)

@@ -206,7 +206,7 @@ func (s *DB) Save(ctx context.Context, r *Round) error {
 		if v := meta["applied_id"]; v != "" {
 			saved, _ := strconv.ParseInt(v, 10, 64)
 			if r.AppliedID < saved {
-				return fmt.Errorf("round folded events up to %d, the store has %d: %w", r.AppliedID, saved, ErrStaleRound)
+				return fmt.Errorf("round folded events up to %d, the store has %d: %w", r.AppliedID, saved, errStaleRound)
 			}
 		}
 		if err := saveNodes(ctx, tx, r.State.Nodes); err != nil {
@@ -244,8 +244,8 @@ func (s *DB) Save(ctx context.Context, r *Round) error {
 	return nil
 }
 
-// ErrStaleRound is returned by Save for a round that lost a race.
-var ErrStaleRound = fmt.Errorf("stale round")
+// errStaleRound is returned by Save for a round that lost a race.
+var errStaleRound = fmt.Errorf("stale round")
 
 func saveNodes(ctx context.Context, tx *sql.Tx, nodes []pool.Node) error {
 	have := map[string]pool.Node{}

@@ -84,9 +84,9 @@ type Options struct {
 	Ephemeral bool
 }
 
-// ErrNotWAL is returned when SQLite could not put the database in WAL mode
+// errNotWAL is returned when SQLite could not put the database in WAL mode
 // (for instance on a network filesystem).
-var ErrNotWAL = errors.New("database is not in WAL mode")
+var errNotWAL = errors.New("database is not in WAL mode")
 
 // Open opens (creating if needed) the database at path and brings its
 // schema up to date.
@@ -186,7 +186,7 @@ func (s *DB) check(ctx context.Context, readOnly bool) error {
 		return err
 	}
 	if !readOnly && !strings.EqualFold(mode, "wal") {
-		return fmt.Errorf("%w (journal_mode=%s): is it on a network filesystem?", ErrNotWAL, mode)
+		return fmt.Errorf("%w (journal_mode=%s): is it on a network filesystem?", errNotWAL, mode)
 	}
 	var fk int
 	if err := s.db.QueryRowContext(ctx, "PRAGMA foreign_keys").Scan(&fk); err != nil {

@@ -35,33 +35,6 @@ func (c *hookCommand) Run(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "bftrainer-bench-hook")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	if *bin == "" {
-		if b, err := rescaleBinary(""); err == nil {
-			*bin = b // make build's binary, as installed
-		}
-	}
-	if *bin == "" {
-		*bin = filepath.Join(dir, "bftrainer")
-		fmt.Fprintln(c.stderr, "bftrainer-bench: building ./cmd/bftrainer")
-		if out, err := exec.CommandContext(ctx, "go", "build", "-o", *bin, "./cmd/bftrainer").CombinedOutput(); err != nil {
-			return fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	}
-	mode := "never"
-	if *spawn {
-		mode = "always"
-	}
-	conf := filepath.Join(dir, "bftrainer.toml")
-	logf := filepath.Join(dir, "hooks.log")
-	if err := os.WriteFile(conf, []byte(fmt.Sprintf("database = %q\n[hooks]\nlog = %q\nspawn_reconciler = %q\n[scheduler]\nsinfo = \"\"\n",
-		filepath.Join(dir, "db", "bftrainer.db"), logf, mode)), 0o644); err != nil {
-		return err
-	}
 	var counts []int
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -70,90 +43,153 @@ func (c *hookCommand) Run(ctx context.Context, args []string) error {
 		}
 		counts = append(counts, n)
 	}
-	all := fmt.Sprintf("c[%04d-%04d]", 1, slices.Max(counts))
-	if out, err := exec.CommandContext(ctx, *bin, "--config", conf, "node", "join", "--no-reconcile", all).CombinedOutput(); err != nil {
-		return fmt.Errorf("node join: %v\n%s", err, out)
+	dir, err := os.MkdirTemp("", "bftrainer-bench-hook")
+	if err != nil {
+		return err
 	}
-	var jobs atomic.Int64 // unique job ids, as the scheduler gives
-	call := func(context string, n int) (time.Duration, error) {
-		job := jobs.Add(1)
-		nodes := "c0001"
-		if n > 1 {
-			nodes = fmt.Sprintf("c[%04d-%04d]", 1, n)
-		}
-		cmd := exec.CommandContext(ctx, *bin)
-		cmd.Env = []string{"BFTRAINER_CONFIG=" + conf, "SLURM_SCRIPT_CONTEXT=" + context,
-			"SLURM_JOB_ID=" + strconv.FormatInt(job, 10), "SLURM_JOB_NODELIST=" + nodes, "SLURM_JOB_USER=root"}
-		start := time.Now()
-		err := cmd.Run()
-		return time.Since(start), err
-	}
-	// Between measured calls, as a root controller's hooks would have, a
-	// reconciler folds the events and checkpoints the write-ahead log
-	// (hooks never do: see store.Options.Ephemeral). Untimed.
-	reconcile := func() error {
-		if *spawn {
-			return nil // the hooks start it themselves
-		}
-		if out, err := exec.CommandContext(ctx, *bin, "--config", conf, "reconcile", "--no-scheduler").CombinedOutput(); err != nil {
-			return fmt.Errorf("reconcile: %v\n%s", err, out)
-		}
-		return nil
+	defer os.RemoveAll(dir)
+	b, err := c.setup(ctx, dir, *bin, *spawn, slices.Max(counts))
+	if err != nil {
+		return err
 	}
 	for _, n := range counts {
 		for _, context := range []string{"prolog_slurmctld", "epilog_slurmctld"} {
-			var seq []time.Duration
-			for i := 0; i < *runs; i++ {
-				if i%10 == 0 {
-					if err := reconcile(); err != nil {
-						return err
-					}
-				}
-				d, err := call(context, n)
-				if err != nil {
-					return fmt.Errorf("%s with %d nodes: %w", context, n, err)
-				}
-				seq = append(seq, d)
-			}
-			if err := reconcile(); err != nil {
+			seq, err := b.sequential(context, n, *runs)
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(c.stdout, "hook context=%s nodes=%d median_ms=%.2f p99_ms=%.2f\n", context, n, quantileMs(seq, 0.5), quantileMs(seq, 0.99))
-			var mu sync.Mutex
-			var loaded []time.Duration
-			var firstErr error
-			var wg sync.WaitGroup
-			work := make(chan struct{}, *runs)
-			for i := 0; i < *runs; i++ {
-				work <- struct{}{}
-			}
-			close(work)
-			for w := 0; w < *callers; w++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for range work {
-						d, err := call(context, n)
-						mu.Lock()
-						loaded = append(loaded, d)
-						if err != nil && firstErr == nil {
-							firstErr = err
-						}
-						mu.Unlock()
-					}
-				}()
-			}
-			wg.Wait()
-			if firstErr != nil {
-				return fmt.Errorf("%s with %d nodes, %d callers: %w", context, n, *callers, firstErr)
+			loaded, err := b.loaded(context, n, *runs, *callers)
+			if err != nil {
+				return err
 			}
 			fmt.Fprintf(c.stdout, "hook context=%s nodes=%d callers=%d median_ms=%.2f p99_ms=%.2f\n", context, n, *callers, quantileMs(loaded, 0.5), quantileMs(loaded, 0.99))
 		}
 	}
-	if b, _ := os.ReadFile(logf); len(b) > 0 {
-		return fmt.Errorf("hooks logged errors (see above timings with caution):\n%s", b)
+	if logged, _ := os.ReadFile(b.log); len(logged) > 0 {
+		return fmt.Errorf("hooks logged errors (see above timings with caution):\n%s", logged)
 	}
 	return nil
+}
+
+// hookBench is one hook measurement's installation: the binary, its
+// configuration and database in a temporary directory.
+type hookBench struct {
+	ctx            context.Context
+	bin, conf, log string
+	spawn          bool
+	jobs           atomic.Int64 // unique job ids, as the scheduler gives
+}
+
+// setup finds or builds the binary, writes its configuration in dir and
+// lets nodes c0001… join, up to most.
+func (c *hookCommand) setup(ctx context.Context, dir, bin string, spawn bool, most int) (*hookBench, error) {
+	if bin == "" {
+		if b, err := rescaleBinary(""); err == nil {
+			bin = b // make build's binary, as installed
+		}
+	}
+	if bin == "" {
+		bin = filepath.Join(dir, "bftrainer")
+		fmt.Fprintln(c.stderr, "bftrainer-bench: building ./cmd/bftrainer")
+		if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/bftrainer").CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	}
+	b := &hookBench{ctx: ctx, bin: bin, conf: filepath.Join(dir, "bftrainer.toml"), log: filepath.Join(dir, "hooks.log"), spawn: spawn}
+	mode := "never"
+	if spawn {
+		mode = "always"
+	}
+	if err := os.WriteFile(b.conf, []byte(fmt.Sprintf("database = %q\n[hooks]\nlog = %q\nspawn_reconciler = %q\n[scheduler]\nsinfo = \"\"\n",
+		filepath.Join(dir, "db", "bftrainer.db"), b.log, mode)), 0o644); err != nil {
+		return nil, err
+	}
+	all := fmt.Sprintf("c[%04d-%04d]", 1, most)
+	if out, err := exec.CommandContext(ctx, bin, "--config", b.conf, "node", "join", "--no-reconcile", all).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("node join: %v\n%s", err, out)
+	}
+	return b, nil
+}
+
+// call runs the binary once as Slurm runs the hook, with the hook's
+// environment and no PATH, and times it from exec to exit.
+func (b *hookBench) call(context string, n int) (time.Duration, error) {
+	job := b.jobs.Add(1)
+	nodes := "c0001"
+	if n > 1 {
+		nodes = fmt.Sprintf("c[%04d-%04d]", 1, n)
+	}
+	cmd := exec.CommandContext(b.ctx, b.bin)
+	cmd.Env = []string{"BFTRAINER_CONFIG=" + b.conf, "SLURM_SCRIPT_CONTEXT=" + context,
+		"SLURM_JOB_ID=" + strconv.FormatInt(job, 10), "SLURM_JOB_NODELIST=" + nodes, "SLURM_JOB_USER=root"}
+	start := time.Now()
+	err := cmd.Run()
+	return time.Since(start), err
+}
+
+// reconcile folds the events and checkpoints the write-ahead log between
+// measured calls, as a root controller's hooks would have (hooks never
+// do: see store.Options.Ephemeral). Untimed.
+func (b *hookBench) reconcile() error {
+	if b.spawn {
+		return nil // the hooks start it themselves
+	}
+	if out, err := exec.CommandContext(b.ctx, b.bin, "--config", b.conf, "reconcile", "--no-scheduler").CombinedOutput(); err != nil {
+		return fmt.Errorf("reconcile: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// sequential times runs calls one after the other.
+func (b *hookBench) sequential(context string, n, runs int) ([]time.Duration, error) {
+	var seq []time.Duration
+	for i := 0; i < runs; i++ {
+		if i%10 == 0 {
+			if err := b.reconcile(); err != nil {
+				return nil, err
+			}
+		}
+		d, err := b.call(context, n)
+		if err != nil {
+			return nil, fmt.Errorf("%s with %d nodes: %w", context, n, err)
+		}
+		seq = append(seq, d)
+	}
+	return seq, b.reconcile()
+}
+
+// loaded times runs calls made by callers concurrent callers.
+func (b *hookBench) loaded(context string, n, runs, callers int) ([]time.Duration, error) {
+	var mu sync.Mutex
+	var out []time.Duration
+	var firstErr error
+	var wg sync.WaitGroup
+	work := make(chan struct{}, runs)
+	for i := 0; i < runs; i++ {
+		work <- struct{}{}
+	}
+	close(work)
+	for w := 0; w < callers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range work {
+				d, err := b.call(context, n)
+				mu.Lock()
+				out = append(out, d)
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, fmt.Errorf("%s with %d nodes, %d callers: %w", context, n, callers, firstErr)
+	}
+	return out, nil
 }
 
 // quantileMs returns the nearest-rank quantile in milliseconds.

@@ -67,7 +67,7 @@ func (c *slurmCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(filepath.Join(root, "contrib", "slurm", "lab", "lab.sh")); err != nil {
+	if _, err := os.Stat(slurm.LabScript(root)); err != nil {
 		return fmt.Errorf("slurm: -repo %s: %w", root, err)
 	}
 	logf := func(format string, args ...any) {
@@ -94,179 +94,230 @@ func (c *slurmCommand) Run(ctx context.Context, args []string) error {
 }
 
 func (c *slurmCommand) measure(ctx context.Context, cl *slurm.Cluster, logf func(string, ...any), runs, torchRuns, rounds int, window, hold time.Duration) error {
+	ex, err := measureExec(ctx, cl, logf, runs)
+	if err != nil {
+		return err
+	}
+	c.printExec(ex, runs)
 	q := slurm.Quantile
-	if err := cl.Reset(ctx); err != nil {
-		return err
-	}
-	// Hooks on, a Trainer on every node: each main job reclaims two.
-	sleepers, err := cl.NewSleepers(ctx, "bench")
-	if err != nil {
-		return err
-	}
-	ready := func() (bool, error) { return sleepers.Ready(ctx) }
-	if err := slurm.Poll(ctx, 2*time.Minute, ready); err != nil {
-		return fmt.Errorf("trainers on every node: %w", err)
-	}
-	startID, err := cl.LastEventID(ctx)
-	if err != nil {
-		return err
-	}
-	logf("%d main jobs with the hooks on", runs)
-	with, err := slurm.StartDelays(ctx, cl, runs, 2, ready)
-	if err != nil {
-		return err
-	}
-	if sleepers.Lost > 0 {
-		logf("%d of the Trainers ended although a reclaim should only take their node (README, known issues); replaced", sleepers.Lost)
-	}
-	kills, err := cl.KillMs(ctx, startID)
-	if err != nil {
-		return err
-	}
-	hookMs := map[string][]float64{}
-	for _, hc := range []string{"prolog_slurmctld", "prolog_slurmd"} {
-		if hookMs[hc], err = cl.HookMs(ctx, hc, startID); err != nil {
-			return err
-		}
-	}
-	var path [5][]float64
-	for _, smp := range with {
-		p, ok, err := cl.Path(ctx, smp)
-		if err != nil {
-			return err
-		}
-		if ok {
-			for i, d := range []time.Duration{p.ToCtldHook, p.CtldHook, p.ToNodeProlog, p.NodeProlog, p.ToFirstLine} {
-				path[i] = append(path[i], slurm.Millis(d)...)
-			}
-		}
-	}
-	// The same with the reconciler as a service (hooks.spawn_reconciler =
-	// "never", as with an unprivileged SlurmUser): no re-plan competes
-	// with the node prologs for the CPU.
-	logf("%d main jobs with the hooks on and the reconciler as a service", runs)
-	s := cl.Settings
-	s.Spawn = "never"
-	if err := cl.Configure(s); err != nil {
-		return err
-	}
-	svc, err := cl.StartService(time.Second)
-	if err != nil {
-		return err
-	}
-	withSvc, err := slurm.StartDelays(ctx, cl, runs, 2, ready)
-	if kerr := svc.Kill(); err == nil {
-		err = kerr
-	}
-	if err != nil {
-		return err
-	}
-	if err := cl.Reset(ctx); err != nil {
-		return err
-	}
-	logf("%d main jobs with the hooks off", runs)
-	if err := cl.In.SetHooks(ctx, cl.Lab, false); err != nil {
-		return err
-	}
-	without, err := slurm.StartDelays(ctx, cl, runs, 2, nil)
-	if herr := cl.In.SetHooks(ctx, cl.Lab, true); err == nil {
-		err = herr
-	}
-	if err != nil {
-		return err
-	}
-	delays := func(ss []slurm.DelaySample, alloc bool) []float64 {
-		var ds []time.Duration
-		for _, s := range ss {
-			if alloc {
-				ds = append(ds, s.AllocToStart())
-			} else {
-				ds = append(ds, s.StartDelay())
-			}
-		}
-		return slurm.Millis(ds...)
-	}
-	sw, so := delays(with, false), delays(without, false)
-	aw, ao := delays(with, true), delays(without, true)
-	fmt.Fprintf(c.stdout, "slurm main_job_start_delay_ms with=%.0f without=%.0f with_p99=%.0f without_p99=%.0f runs=%d trainers=exec hooks=scontrol-reconfigure\n",
-		q(sw, 0.5), q(so, 0.5), q(sw, 0.99), q(so, 0.99), runs)
-	fmt.Fprintf(c.stdout, "slurm main_job_alloc_to_start_ms with=%.1f without=%.1f with_p99=%.1f without_p99=%.1f runs=%d trainers=exec\n",
-		q(aw, 0.5), q(ao, 0.5), q(aw, 0.99), q(ao, 0.99), runs)
-	fmt.Fprintf(c.stdout, "slurm reclaim_ms p50=%.1f p99=%.1f n=%d trainers=exec trainers_lost=%d\n", q(kills, 0.5), q(kills, 0.99), len(kills), sleepers.Lost)
-	for _, hc := range []string{"prolog_slurmctld", "prolog_slurmd"} {
-		fmt.Fprintf(c.stdout, "slurm hook_ms context=%s p50=%.1f p99=%.1f n=%d\n", hc, q(hookMs[hc], 0.5), q(hookMs[hc], 0.99), len(hookMs[hc]))
-	}
-	as := delays(withSvc, true)
-	fmt.Fprintf(c.stdout, "slurm main_job_alloc_to_start_ms reconciler=service with=%.1f without=%.1f with_p99=%.1f without_p99=%.1f runs=%d trainers=exec\n",
-		q(as, 0.5), q(ao, 0.5), q(as, 0.99), q(ao, 0.99), runs)
-	// Where the "with" main jobs' allocation-to-start went (medians).
-	fmt.Fprintf(c.stdout, "slurm hook_path_ms alloc_to_prolog_slurmctld=%.1f prolog_slurmctld=%.1f to_node_prolog=%.1f node_prologs=%.1f to_first_line=%.1f n=%d\n",
-		q(path[0], 0.5), q(path[1], 0.5), q(path[2], 0.5), q(path[3], 0.5), q(path[4], 0.5), len(path[0]))
-	addedP99 := q(aw, 0.99) - q(ao, 0.99)
-
+	ao := delays(ex.without, true)
+	addedP99 := q(delays(ex.with, true), 0.99) - q(ao, 0.99)
 	if torchRuns > 0 {
-		logf("%d main jobs reclaiming a node from a torchrun Trainer", torchRuns)
-		if err := cl.Reset(ctx); err != nil {
-			return err
-		}
-		td, err := slurm.TorchStartDelays(ctx, cl, torchRuns)
+		at, err := c.measureTorch(ctx, cl, logf, torchRuns)
 		if err != nil {
 			return err
 		}
-		tk, err := cl.KillMs(ctx, td.StartID)
-		if err != nil {
-			return err
-		}
-		ts := td.Samples
-		st, at := delays(ts, false), delays(ts, true)
-		fmt.Fprintf(c.stdout, "slurm main_job_start_delay_ms trainers=torchrun with=%.0f with_p99=%.0f alloc_to_start_ms=%.1f alloc_to_start_p99_ms=%.1f runs=%d\n",
-			q(st, 0.5), q(st, 0.99), q(at, 0.5), q(at, 0.99), len(ts))
-		fmt.Fprintf(c.stdout, "slurm reclaim_ms p50=%.1f p99=%.1f n=%d trainers=torchrun trainers_lost=%d\n", q(tk, 0.5), q(tk, 0.99), len(tk), td.Lost)
 		addedP99 = max(addedP99, q(at, 0.99)-q(ao, 0.99))
 	}
-
 	var speedup float64
 	if rounds > 0 {
-		var bfs, scs []slurm.SideResult
-		for r := 0; r < rounds; r++ {
-			logf("side by side, round %d of %d", r+1, rounds)
-			if err := cl.Reset(ctx); err != nil {
-				return err
-			}
-			bf, sc, err := slurm.SideBySide(ctx, cl, slurm.SideOptions{Hold: hold, Window: window})
-			if err != nil {
-				return err
-			}
-			bfs, scs = append(bfs, bf), append(scs, sc)
-		}
-		med := map[string]float64{}
-		for _, side := range []struct {
-			name string
-			rs   []slurm.SideResult
-		}{{"scavenger", scs}, {"bftrainer", bfs}} {
-			var rec, start, ns, samples []float64
-			lost := 0
-			for _, r := range side.rs {
-				if r.Lost {
-					lost++
-				}
-				rec = append(rec, slurm.Millis(r.Reclaim)...)
-				start = append(start, slurm.Millis(r.StartDelay)...)
-				ns = append(ns, r.NodeSeconds)
-				samples = append(samples, r.Samples)
-			}
-			med[side.name] = q(rec, 0.5)
-			extra := ""
-			if side.name == "bftrainer" {
-				extra = fmt.Sprintf(" trainers_lost=%d", lost)
-			}
-			fmt.Fprintf(c.stdout, "slurm %s reclaim_ms=%.0f main_job_start_delay_ms=%.0f trainer_node_seconds=%.0f trainer_samples=%.0f window_s=%.0f rounds=%d%s\n",
-				side.name, q(rec, 0.5), q(start, 0.5), q(ns, 0.5), q(samples, 0.5), window.Seconds(), rounds, extra)
-		}
-		if med["bftrainer"] > 0 {
-			speedup = med["scavenger"] / med["bftrainer"]
+		if speedup, err = c.measureSideBySide(ctx, cl, logf, rounds, window, hold); err != nil {
+			return err
 		}
 	}
 	fmt.Fprintf(c.stdout, "slurm goals hooks_added_p99_ms=%.1f goal_below=50 reclaim_speedup=%.1f goal_at_least=20\n", addedP99, speedup)
 	return nil
+}
+
+// execRun is what the exec-Trainer measurement saw: main jobs' start
+// delays with the hooks on (the reconciler spawned by them, then as a
+// service) and off, the reclaims' kills, the hooks' own times and where
+// each allocation-to-start went.
+type execRun struct {
+	with, withSvc, without []slurm.DelaySample
+	kills                  []float64
+	hookMs                 map[string][]float64
+	path                   [5][]float64 // alloc→ctld hook, ctld hook, →node prologs, node prologs, →first line
+	lost                   int          // Trainers that ended although a reclaim should only take a node
+}
+
+// measureExec puts a one-node exec Trainer on every node and measures runs
+// two-node main jobs reclaiming them, with the hooks on, with the
+// reconciler as a service, and with the hooks off.
+func measureExec(ctx context.Context, cl *slurm.Cluster, logf func(string, ...any), runs int) (*execRun, error) {
+	if err := cl.Reset(ctx); err != nil {
+		return nil, err
+	}
+	sleepers, err := cl.NewSleepers(ctx, "bench")
+	if err != nil {
+		return nil, err
+	}
+	ready := func() (bool, error) { return sleepers.Ready(ctx) }
+	if err := slurm.Poll(ctx, 2*time.Minute, ready); err != nil {
+		return nil, fmt.Errorf("trainers on every node: %w", err)
+	}
+	startID, err := cl.LastEventID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ex := &execRun{hookMs: map[string][]float64{}}
+	logf("%d main jobs with the hooks on", runs)
+	if ex.with, err = slurm.StartDelays(ctx, cl, runs, 2, ready); err != nil {
+		return nil, err
+	}
+	if ex.lost = sleepers.Lost; ex.lost > 0 {
+		logf("%d of the Trainers ended although a reclaim should only take their node (README, known issues); replaced", ex.lost)
+	}
+	if ex.kills, err = cl.KillMs(ctx, startID); err != nil {
+		return nil, err
+	}
+	for _, hc := range []string{"prolog_slurmctld", "prolog_slurmd"} {
+		if ex.hookMs[hc], err = cl.HookMs(ctx, hc, startID); err != nil {
+			return nil, err
+		}
+	}
+	for _, smp := range ex.with {
+		p, ok, err := cl.Path(ctx, smp)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			for i, d := range []time.Duration{p.ToCtldHook, p.CtldHook, p.ToNodeProlog, p.NodeProlog, p.ToFirstLine} {
+				ex.path[i] = append(ex.path[i], slurm.Millis(d)...)
+			}
+		}
+	}
+	if ex.withSvc, err = withService(ctx, cl, logf, runs, ready); err != nil {
+		return nil, err
+	}
+	if err := cl.Reset(ctx); err != nil {
+		return nil, err
+	}
+	logf("%d main jobs with the hooks off", runs)
+	if err := cl.In.SetHooks(ctx, cl.Lab, false); err != nil {
+		return nil, err
+	}
+	ex.without, err = slurm.StartDelays(ctx, cl, runs, 2, nil)
+	if herr := cl.In.SetHooks(ctx, cl.Lab, true); err == nil {
+		err = herr
+	}
+	return ex, err
+}
+
+// withService measures main jobs with the reconciler as a service
+// (hooks.spawn_reconciler = "never", as with an unprivileged SlurmUser):
+// no re-plan competes with the node prologs for the CPU.
+func withService(ctx context.Context, cl *slurm.Cluster, logf func(string, ...any), runs int, ready func() (bool, error)) ([]slurm.DelaySample, error) {
+	logf("%d main jobs with the hooks on and the reconciler as a service", runs)
+	s := cl.Settings
+	s.Spawn = "never"
+	if err := cl.Configure(s); err != nil {
+		return nil, err
+	}
+	svc, err := cl.StartService(time.Second)
+	if err != nil {
+		return nil, err
+	}
+	out, err := slurm.StartDelays(ctx, cl, runs, 2, ready)
+	if kerr := svc.Kill(); err == nil {
+		err = kerr
+	}
+	return out, err
+}
+
+// printExec writes the exec measurement's lines.
+func (c *slurmCommand) printExec(ex *execRun, runs int) {
+	q := slurm.Quantile
+	sw, so := delays(ex.with, false), delays(ex.without, false)
+	aw, ao := delays(ex.with, true), delays(ex.without, true)
+	fmt.Fprintf(c.stdout, "slurm main_job_start_delay_ms with=%.0f without=%.0f with_p99=%.0f without_p99=%.0f runs=%d trainers=exec hooks=scontrol-reconfigure\n",
+		q(sw, 0.5), q(so, 0.5), q(sw, 0.99), q(so, 0.99), runs)
+	fmt.Fprintf(c.stdout, "slurm main_job_alloc_to_start_ms with=%.1f without=%.1f with_p99=%.1f without_p99=%.1f runs=%d trainers=exec\n",
+		q(aw, 0.5), q(ao, 0.5), q(aw, 0.99), q(ao, 0.99), runs)
+	fmt.Fprintf(c.stdout, "slurm reclaim_ms p50=%.1f p99=%.1f n=%d trainers=exec trainers_lost=%d\n", q(ex.kills, 0.5), q(ex.kills, 0.99), len(ex.kills), ex.lost)
+	for _, hc := range []string{"prolog_slurmctld", "prolog_slurmd"} {
+		fmt.Fprintf(c.stdout, "slurm hook_ms context=%s p50=%.1f p99=%.1f n=%d\n", hc, q(ex.hookMs[hc], 0.5), q(ex.hookMs[hc], 0.99), len(ex.hookMs[hc]))
+	}
+	as := delays(ex.withSvc, true)
+	fmt.Fprintf(c.stdout, "slurm main_job_alloc_to_start_ms reconciler=service with=%.1f without=%.1f with_p99=%.1f without_p99=%.1f runs=%d trainers=exec\n",
+		q(as, 0.5), q(ao, 0.5), q(as, 0.99), q(ao, 0.99), runs)
+	// Where the "with" main jobs' allocation-to-start went (medians).
+	p := ex.path
+	fmt.Fprintf(c.stdout, "slurm hook_path_ms alloc_to_prolog_slurmctld=%.1f prolog_slurmctld=%.1f to_node_prolog=%.1f node_prologs=%.1f to_first_line=%.1f n=%d\n",
+		q(p[0], 0.5), q(p[1], 0.5), q(p[2], 0.5), q(p[3], 0.5), q(p[4], 0.5), len(p[0]))
+}
+
+// delays returns the samples' start delays (sbatch to first line), or
+// their allocation-to-start times, in milliseconds.
+func delays(ss []slurm.DelaySample, alloc bool) []float64 {
+	var ds []time.Duration
+	for _, s := range ss {
+		if alloc {
+			ds = append(ds, s.AllocToStart())
+		} else {
+			ds = append(ds, s.StartDelay())
+		}
+	}
+	return slurm.Millis(ds...)
+}
+
+// measureTorch measures main jobs reclaiming a node from a torchrun
+// Trainer and returns their allocation-to-start times.
+func (c *slurmCommand) measureTorch(ctx context.Context, cl *slurm.Cluster, logf func(string, ...any), runs int) ([]float64, error) {
+	q := slurm.Quantile
+	logf("%d main jobs reclaiming a node from a torchrun Trainer", runs)
+	if err := cl.Reset(ctx); err != nil {
+		return nil, err
+	}
+	td, err := slurm.TorchStartDelays(ctx, cl, runs)
+	if err != nil {
+		return nil, err
+	}
+	tk, err := cl.KillMs(ctx, td.StartID)
+	if err != nil {
+		return nil, err
+	}
+	ts := td.Samples
+	st, at := delays(ts, false), delays(ts, true)
+	fmt.Fprintf(c.stdout, "slurm main_job_start_delay_ms trainers=torchrun with=%.0f with_p99=%.0f alloc_to_start_ms=%.1f alloc_to_start_p99_ms=%.1f runs=%d\n",
+		q(st, 0.5), q(st, 0.99), q(at, 0.5), q(at, 0.99), len(ts))
+	fmt.Fprintf(c.stdout, "slurm reclaim_ms p50=%.1f p99=%.1f n=%d trainers=torchrun trainers_lost=%d\n", q(tk, 0.5), q(tk, 0.99), len(tk), td.Lost)
+	return at, nil
+}
+
+// measureSideBySide runs bftrainer and Slurm's scavenger partition side by
+// side for rounds rounds and returns how many times faster bftrainer's
+// reclaim is (medians).
+func (c *slurmCommand) measureSideBySide(ctx context.Context, cl *slurm.Cluster, logf func(string, ...any), rounds int, window, hold time.Duration) (float64, error) {
+	q := slurm.Quantile
+	var bfs, scs []slurm.SideResult
+	for r := 0; r < rounds; r++ {
+		logf("side by side, round %d of %d", r+1, rounds)
+		if err := cl.Reset(ctx); err != nil {
+			return 0, err
+		}
+		bf, sc, err := slurm.SideBySide(ctx, cl, slurm.SideOptions{Hold: hold, Window: window})
+		if err != nil {
+			return 0, err
+		}
+		bfs, scs = append(bfs, bf), append(scs, sc)
+	}
+	med := map[string]float64{}
+	for _, side := range []struct {
+		name string
+		rs   []slurm.SideResult
+	}{{"scavenger", scs}, {"bftrainer", bfs}} {
+		var rec, start, ns, samples []float64
+		lost := 0
+		for _, r := range side.rs {
+			if r.Lost {
+				lost++
+			}
+			rec = append(rec, slurm.Millis(r.Reclaim)...)
+			start = append(start, slurm.Millis(r.StartDelay)...)
+			ns = append(ns, r.NodeSeconds)
+			samples = append(samples, r.Samples)
+		}
+		med[side.name] = q(rec, 0.5)
+		extra := ""
+		if side.name == "bftrainer" {
+			extra = fmt.Sprintf(" trainers_lost=%d", lost)
+		}
+		fmt.Fprintf(c.stdout, "slurm %s reclaim_ms=%.0f main_job_start_delay_ms=%.0f trainer_node_seconds=%.0f trainer_samples=%.0f window_s=%.0f rounds=%d%s\n",
+			side.name, q(rec, 0.5), q(start, 0.5), q(ns, 0.5), q(samples, 0.5), window.Seconds(), rounds, extra)
+	}
+	if med["bftrainer"] == 0 {
+		return 0, nil
+	}
+	return med["scavenger"] / med["bftrainer"], nil
 }

@@ -69,7 +69,7 @@ func coreAction(fn func(c *cli.Context, core *sidecar.Core, cfg Config) error) c
 		if err != nil {
 			return err
 		}
-		core, err := sidecar.New(options(cfg, newLogger(os.Stderr)))
+		core, err := sidecar.New(options(cfg, newLogger(c.App.ErrWriter)))
 		if err != nil {
 			return err
 		}
@@ -87,6 +87,8 @@ func explain(cfg Config, err error) error {
 		return usageError{err}
 	case errors.Is(err, sidecar.ErrNoDatabase):
 		return withHint(err, "a hook, `bftrainer node join` or `bftrainer sync` creates it; or set database in %s", configFile(cfg))
+	case errors.Is(err, sidecar.ErrDenied):
+		return withHint(err, "only its owner, root, or an admin (admins, admin_group in %s) may", configFile(cfg))
 	case errors.Is(err, sidecar.ErrNotWritable):
 		return withHint(err, "only root (or the database's group) may write %s", cfg.Database)
 	case errors.Is(err, sidecar.ErrSpool):

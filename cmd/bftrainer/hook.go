@@ -7,6 +7,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -23,16 +24,7 @@ func hookCommand() *cli.Command {
 		Description: `Scheduler hooks call bftrainer with the scheduler's environment. The
 scheduler is detected from the environment unless named (or set in
 hooks.scheduler). One binary serves every hook:
-
-  Slurm (slurm.conf; the binary itself, no arguments, no wrapper needed):
-    PrologFlags=Alloc
-    Prolog=/usr/sbin/bftrainer            # kills our processes on the node
-    Epilog=/usr/sbin/bftrainer            # cleans up on the node
-    PrologSlurmctld=/usr/sbin/bftrainer   # records the job's nodes as taken
-    EpilogSlurmctld=/usr/sbin/bftrainer   # records them as released
-  LSF: bftrainer hook lsf pre_exec|post_exec|host_pre_exec|host_post_exec
-  PBS: bftrainer hook pbs "$0" "$@"   (from prologue, epilogue, *.parallel)
-
+` + schedulerUsage() + `
 A hook never fails the scheduler's job: whatever goes wrong inside
 bftrainer (unreadable configuration, unwritable database, a panic), it
 logs the error to hooks.log (and to the history when it can) and exits 0
@@ -50,6 +42,16 @@ wrappers and configuration lines.`,
 	}
 }
 
+// schedulerUsage lists how each registered scheduler's hooks call
+// bftrainer, and where its snippets are.
+func schedulerUsage() string {
+	var b strings.Builder
+	for _, s := range schedulers() {
+		fmt.Fprintf(&b, "\n  %s (%s): %s\n", s.Name, s.Contrib, s.Usage)
+	}
+	return b.String()
+}
+
 // runHook hands a hook call to the core, which holds the whole fail-open
 // policy, and returns 0, always. args are the hook's arguments after
 // bftrainer's own. A configuration that does not load still reaches the
@@ -58,6 +60,9 @@ wrappers and configuration lines.`,
 func runHook(args []string, stderr io.Writer) int {
 	started := time.Now()
 	cfg, cfgErr := loadConfig(configPath(""))
+	// The log is the one the file names when it was read that far (a key
+	// that does not validate), else the built-in one.
+	logger := hookLogger(cfg, stderr)
 	if cfgErr != nil {
 		// The defaults, with a sweep of /proc for run tokens: without a
 		// trustworthy configuration we cannot know where the launches'
@@ -65,7 +70,7 @@ func runHook(args []string, stderr io.Writer) int {
 		// the scheduler's job.
 		cfg = fallbackConfig()
 	}
-	o := options(cfg, hookLogger(cfg, stderr))
+	o := options(cfg, logger)
 	o.Started, o.ConfigErr, o.HookLog = started, cfgErr, o.Log
 	core, err := sidecar.New(o)
 	if err != nil {

@@ -73,7 +73,7 @@ func Up(ctx context.Context, o ClusterOptions) (c *Cluster, err error) {
 		}
 	}()
 	labDir := filepath.Join(dir, "lab")
-	if c.In, err = NewInstall(ctx, o.Repo, filepath.Join(dir, "bft"), filepath.Join(labDir, "etc", "slurm.conf")); err != nil {
+	if c.In, err = newInstall(ctx, o.Repo, filepath.Join(dir, "bft"), filepath.Join(labDir, "etc", "slurm.conf")); err != nil {
 		return c, err
 	}
 	if !o.RootOwner {
@@ -85,7 +85,7 @@ func Up(ctx context.Context, o ClusterOptions) (c *Cluster, err error) {
 	if err = c.In.Configure(c.Settings); err != nil {
 		return c, err
 	}
-	c.Lab, err = Start(ctx, filepath.Join(o.Repo, "internal", "lab", "slurm", "lab.sh"), labDir,
+	c.Lab, err = startLab(ctx, LabScript(o.Repo), labDir,
 		Options{Nodes: o.Nodes, Prefix: o.Prefix, Hook: c.In.Bin, Scavenger: o.Scavenger, SlurmUser: o.SlurmUser})
 	return c, err
 }
@@ -333,24 +333,24 @@ func tail(b []byte, n int) string {
 	return string(b)
 }
 
-// Service is `bftrainer reconcile --watch`, as the systemd unit runs it.
-type Service struct {
+// service is `bftrainer reconcile --watch`, as the systemd unit runs it.
+type service struct {
 	cmd *exec.Cmd
 }
 
 // StartService starts the reconciler service (every interval).
-func (c *Cluster) StartService(interval time.Duration) (*Service, error) {
+func (c *Cluster) StartService(interval time.Duration) (*service, error) {
 	cmd := exec.Command(c.In.Bin, "reconcile", "--watch", "--interval", interval.String())
 	cmd.Env = c.In.env()
 	cmd.Dir = "/"
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	return &Service{cmd: cmd}, nil
+	return &service{cmd: cmd}, nil
 }
 
 // Kill stops the service with SIGKILL (as a crash would) and reaps it.
-func (s *Service) Kill() error {
+func (s *service) Kill() error {
 	if s == nil || s.cmd.Process == nil {
 		return nil
 	}

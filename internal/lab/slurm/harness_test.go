@@ -56,7 +56,7 @@ func TestRounds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []string
-			for _, r := range Rounds(steps, tc.since) {
+			for _, r := range rounds(steps, tc.since) {
 				got = append(got, fmtRound(r))
 			}
 			if !slices.Equal(got, tc.want) {
@@ -92,7 +92,7 @@ func TestNodeSecondsAndSamples(t *testing.T) {
 			if got := NodeSeconds(steps, tc.from, tc.to); math.Abs(got-tc.nodeSeconds) > 1e-6 {
 				t.Errorf("NodeSeconds = %v, want %v", got, tc.nodeSeconds)
 			}
-			if got := SamplesGained(steps, tc.from, tc.to); math.Abs(got-tc.samplesGains) > 1e-6 {
+			if got := samplesGained(steps, tc.from, tc.to); math.Abs(got-tc.samplesGains) > 1e-6 {
 				t.Errorf("SamplesGained = %v, want %v", got, tc.samplesGains)
 			}
 		})

@@ -65,13 +65,13 @@ type Settings struct {
 	Raw            string   // when set, the whole file (a corrupt configuration)
 }
 
-// NewInstall builds bftrainer from the module at repo into dir/bin and
+// newInstall builds bftrainer from the module at repo into dir/bin and
 // lays out its directories. labConf is the slurm.conf of the lab the
 // hooks will serve (the sinfo wrapper points at it); the configuration
 // itself is written by Configure, which must run before the lab starts
 // (a hook without its configuration would fall back to the system
 // paths).
-func NewInstall(ctx context.Context, repo, dir, labConf string) (_ *Install, err error) {
+func newInstall(ctx context.Context, repo, dir, labConf string) (_ *Install, err error) {
 	tag := make([]byte, 2)
 	rand.Read(tag)
 	in := &Install{
@@ -134,7 +134,7 @@ func NewInstall(ctx context.Context, repo, dir, labConf string) (_ *Install, err
 			return nil, err
 		}
 	}
-	if err := Build(ctx, repo, in.Bin, in.Config, in.FallbackLog); err != nil {
+	if err := build(ctx, repo, in.Bin, in.Config, in.FallbackLog); err != nil {
 		return nil, err
 	}
 	// The controller hooks get no SLURM_CONF (notes/slurm.md); a site's
@@ -191,12 +191,12 @@ func (in *Install) Remove() error {
 	return errors.Join(errs...)
 }
 
-// Build builds bftrainer from the module at repo with its default
+// build builds bftrainer from the module at repo with its default
 // configuration path set to config: Slurm runs hooks with no arguments
 // and no environment of ours, so the path has to be in the binary (or at
 // the system default). hookLog is its built-in hooks.log, where hooks log
 // when the configuration does not load.
-func Build(ctx context.Context, repo, out, config, hookLog string) error {
+func build(ctx context.Context, repo, out, config, hookLog string) error {
 	cmd := exec.CommandContext(ctx, "go", "build", "-ldflags", "-X main.defaultConfig="+config+" -X main.defaultHookLog="+hookLog, "-o", out, "./cmd/bftrainer")
 	cmd.Dir = repo
 	if b, err := cmd.CombinedOutput(); err != nil {

@@ -90,11 +90,14 @@ type Lab struct {
 	Hook   string   // the hook program the cluster was started with
 }
 
-// Start starts a cluster in dir (a short path: Slurm's unix sockets live
+// LabScript is lab.sh in the module at repo.
+func LabScript(repo string) string { return filepath.Join(repo, "internal", "lab", "slurm", "lab.sh") }
+
+// startLab starts a cluster in dir (a short path: Slurm's unix sockets live
 // below it) with lab.sh and waits until every node is exactly idle. On
 // failure lab.sh has already stopped what it started; the error carries
 // its log tails.
-func Start(ctx context.Context, script, dir string, o Options) (*Lab, error) {
+func startLab(ctx context.Context, script, dir string, o Options) (*Lab, error) {
 	if o.Nodes <= 0 {
 		o.Nodes = 6
 	}

@@ -167,7 +167,7 @@ func (c *Cluster) TrainersMatchPool(ctx context.Context, timeout time.Duration) 
 		return len(diff) == 0, nil
 	})
 	if err != nil {
-		return fmt.Errorf("Trainer processes and the pool disagree (%s): %w", last, err)
+		return fmt.Errorf("the Trainer processes and the pool disagree (%s): %w", last, err)
 	}
 	return nil
 }
@@ -340,7 +340,7 @@ func measureMain(ctx context.Context, c *Cluster, o SideOptions, r *SideResult) 
 	}
 	end := j.Submitted.Add(o.Window)
 	r.NodeSeconds = NodeSeconds(steps, j.Submitted, end)
-	r.Samples = SamplesGained(steps, j.Submitted, end)
+	r.Samples = samplesGained(steps, j.Submitted, end)
 	return nil
 }
 

@@ -23,10 +23,10 @@ type Round struct {
 	Nodes []string // sorted
 }
 
-// Rounds groups the steps logged at or after since into complete rounds:
+// rounds groups the steps logged at or after since into complete rounds:
 // every rank of the world logged the step. Redone steps (after a restart
 // from the checkpoint) form rounds of their own when their world differs.
-func Rounds(steps []Step, since time.Time) []Round {
+func rounds(steps []Step, since time.Time) []Round {
 	type key struct{ step, world int }
 	byKey := map[key]*Round{}
 	var order []key
@@ -66,7 +66,7 @@ func WaitRounds(ctx context.Context, log string, since time.Time, k int, timeout
 		if err != nil {
 			return false, err
 		}
-		rs := Rounds(steps, since)
+		rs := rounds(steps, since)
 		last = rs
 		n := 0
 		for _, r := range rs {
@@ -131,11 +131,11 @@ func NodeSeconds(steps []Step, from, to time.Time) float64 {
 	return total
 }
 
-// SamplesGained returns the job's net progress in [from, to): the
+// samplesGained returns the job's net progress in [from, to): the
 // samples done at its last step before to, minus those at its last step
 // before from (a restart from the checkpoint takes the count back, and
 // that loss counts).
-func SamplesGained(steps []Step, from, to time.Time) float64 {
+func samplesGained(steps []Step, from, to time.Time) float64 {
 	var before, by Step
 	for _, s := range steps {
 		if s.At.Before(from) && !s.At.Before(before.At) {
