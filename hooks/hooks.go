@@ -85,6 +85,14 @@ type Call struct {
 	// Local is the node the hook runs on, for node-local hooks (and where
 	// known for the others); empty for Slurm's controller hooks.
 	Local string
+	// OnlyHook marks a job-level call (Reclaim or Release) that is the
+	// only hook its scheduler runs for the job: no node-local prolog or
+	// epilog runs on Nodes (Grid Engine runs its prolog and epilog on the
+	// job's master host alone). The call itself then kills (Reclaim) or
+	// cleans up (Release) on every one of Nodes, as their own prologs and
+	// epilogs would: on Local from this machine's registry, on the others
+	// through the node agents.
+	OnlyHook bool
 }
 
 // Env looks up one variable of the hook's environment, as os.LookupEnv does

@@ -67,9 +67,14 @@ func TestQueryRunsTheProgram(t *testing.T) {
 // TestRegistry: lookups, validation and the choice between a named and a
 // detected scheduler all go through the registry's own list.
 func TestRegistry(t *testing.T) {
-	r := Builtin()
+	// A registry of its own, so that adding a scheduler to Builtin changes
+	// nothing here; Builtin's order is checked below.
+	r := Registry{slurm, lsf, pbs}
 	if got, want := r.Names(), []string{Slurm, nameLSF, namePBS}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("Names = %v, want %v", got, want)
+	}
+	if b, ok := Builtin().Default(); !ok || b.Name != Slurm {
+		t.Fatalf("Builtin's first scheduler is %q, want Slurm (detected first; sync's default)", b.Name)
 	}
 	if err := r.Validate(""); err != nil {
 		t.Fatal(err)

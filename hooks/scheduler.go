@@ -75,7 +75,7 @@ type Registry []Scheduler
 // (Slurm first: a Slurm hook wins over stray LSF or PBS variables). A new
 // scheduler's one registration line goes here.
 func Builtin() Registry {
-	return Registry{slurm, lsf, pbs}
+	return Registry{slurm, lsf, pbs, gridEngine}
 }
 
 // Lookup returns the scheduler named name.

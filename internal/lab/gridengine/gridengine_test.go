@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -230,6 +231,7 @@ func TestSerialJob(t *testing.T) {
 	if got := epi.Env["SGE_JOBEXIT_STAT"]; got != "0" {
 		t.Errorf("epilog SGE_JOBEXIT_STAT = %q, want 0", got)
 	}
+	writeHookFixtures(t, c, "serial", calls)
 	own := ownEnv(c, pro)
 	for _, k := range gridEngineEnv {
 		if !slices.Contains(own, k) {
@@ -300,6 +302,7 @@ func TestParallelJob(t *testing.T) {
 			t.Errorf("%s: PE hostfile names %v, want %v:\n%s", call.Context, got, hosts, call.PEHostfile)
 		}
 	}
+	writeHookFixtures(t, c, "parallel", []HookCall{calls[0], calls[3]})
 	if pro := calls[0]; !slices.Equal(pro.Args, []string{hosts[0], j.ID, "root", "parallel", c.Queue}) {
 		t.Errorf("prolog args %q", pro.Args)
 	}
@@ -345,6 +348,42 @@ func TestPrologFailure(t *testing.T) {
 	if _, err := os.Stat(j.Out); err == nil {
 		if r, _ := j.Report(); !r.First.IsZero() {
 			t.Error("the job ran although its prolog failed")
+		}
+	}
+}
+
+// writeHookFixtures, with -update, writes what a job's prolog and epilog
+// were given into hooks/testdata/gridengine, for the scheduler's parser:
+// NAME.CONTEXT.env (the environment Grid Engine gave, one KEY=VALUE per
+// line, sorted, the cell's directory written /CELL, the lab's own
+// variables left out), NAME.CONTEXT.args (the hook line's expanded
+// arguments, one per line) and, for a parallel job, NAME.pe_hostfile.
+func writeHookFixtures(t *testing.T, c *Cell, name string, calls []HookCall) {
+	t.Helper()
+	if !*updateFlag {
+		return
+	}
+	dir := fixtureDir(t)
+	write := func(file, body string) {
+		t.Helper()
+		body = strings.ReplaceAll(body, c.Dir, "/CELL")
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, call := range calls {
+		var env []string
+		for k, v := range call.Env {
+			if k == tokenVar || strings.HasPrefix(k, "BFT_") {
+				continue
+			}
+			env = append(env, k+"="+v)
+		}
+		sort.Strings(env)
+		write(name+"."+call.Context+".env", strings.Join(env, "\n")+"\n")
+		write(name+"."+call.Context+".args", strings.Join(call.Args, "\n")+"\n")
+		if call.PEHostfile != "" {
+			write(name+".pe_hostfile", call.PEHostfile)
 		}
 	}
 }

@@ -1,0 +1,287 @@
+package hooks
+
+import (
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/bftrainer/bftrainer/names"
+)
+
+// nameGridEngine is Grid Engine's name (Son of Grid Engine, and the Sun,
+// Oracle and Univa lines it comes from).
+const nameGridEngine = "gridengine"
+
+// gridEngine is Grid Engine: the queue's prolog and epilog run
+// `bftrainer hook gridengine prolog|epilog $host` as root
+// (contrib/gridengine); sync and idle checks read `qhost -q -xml`.
+var gridEngine = Scheduler{
+	Name:    nameGridEngine,
+	Contrib: "contrib/gridengine",
+	Usage: `the queue's prolog and epilog, as root (qconf -mattr queue …):
+    prolog root@/usr/sbin/bftrainer hook gridengine prolog $host $job_id $job_owner
+    epilog root@/usr/sbin/bftrainer hook gridengine epilog $host $job_id $job_owner
+    (on the job's master host only: kills on every host of the job)`,
+	// SGE_JOB_SPOOL_DIR is in every job's environment, and so in its
+	// prolog's and epilog's, and in nothing else's.
+	Detect: func(in Input) bool { return present(in.Env, "SGE_JOB_SPOOL_DIR") },
+	Parse: func(in Input) (Call, error) {
+		return parseGridEngine(in.Env, in.Args, in.ReadFile, in.Hostname)
+	},
+	Listing: &Listing{Key: "qhost", Program: "qhost",
+		Args: func([]string) []string { return []string{"-q", "-xml"} }, Parse: parseQhostXML},
+}
+
+// gridEngineAction maps the context the queue's hook line passes to what it
+// means for us.
+func gridEngineAction(ctx string) (a Action, known bool) {
+	switch ctx {
+	case "prolog":
+		return Reclaim, true
+	case "epilog":
+		return Release, true
+	}
+	return Ignore, false
+}
+
+// parseGridEngine decodes a Grid Engine queue prolog or epilog call. args
+// are the hook line's words after `bftrainer hook gridengine`: the context
+// ("prolog" or "epilog"), then optionally Grid Engine's $host, $job_id and
+// $job_owner, which it expands on the line. hostname is the host the hook
+// runs on (os.Hostname); readFile reads the PE hostfile (os.ReadFile).
+//
+// Observed on Son of Grid Engine 8.1.9 (internal/lab/gridengine's cell:
+// TestSerialJob, TestParallelJob): the queue's prolog and epilog run as
+// root (the "root@" prefix of the queue's prolog and epilog lines) once per
+// job, on the job's master host only — a parallel job's other hosts run no
+// hook at all — with the job's environment: JOB_ID, SGE_TASK_ID
+// ("undefined" unless an array job), USER (the job's owner, although the
+// hook runs as root), HOSTNAME, SGE_JOB_SPOOL_DIR, and for a parallel job
+// PE and PE_HOSTFILE, a file of one line per host ("host slots queue
+// processors", readable in the prolog and still in the epilog). The prolog
+// and the epilog differ only in SGE_JOBEXIT_STAT, the epilog's alone.
+//
+// Contexts and their Actions:
+//   - "prolog" → Reclaim of the job's hosts; "epilog" → Release;
+//   - with no context at all, the epilog is told from the prolog by
+//     SGE_JOBEXIT_STAT; anything else is an error.
+//
+// Both calls are OnlyHook: they speak for every host of the job, Local (the
+// master host) included, since nothing else of Grid Engine runs there.
+//
+// The job is JOB_ID (else $job_id), as "JOB_ID.TASK" for an array task
+// (Grid Engine's own notation); the user $job_owner, else USER, else
+// LOGNAME; Local is $host, else HOSTNAME, else hostname: Grid Engine's own
+// name for the host comes first, so that it matches qhost's. The hosts are
+// the PE hostfile's, in its order, without repeats; a job without one
+// (serial) holds Local alone. A PE hostfile that cannot be read or parsed
+// is an error, and the partial Call then names Local alone: the master
+// host is the job's for certain.
+func parseGridEngine(env Env, args []string, readFile func(string) ([]byte, error), hostname string) (Call, error) {
+	c := Call{Scheduler: nameGridEngine}
+	arg := func(i int) string {
+		if i < len(args) {
+			return args[i]
+		}
+		return ""
+	}
+	ctx := arg(0)
+	if ctx == "" {
+		ctx = "prolog"
+		if present(env, "SGE_JOBEXIT_STAT") {
+			ctx = "epilog"
+		}
+	}
+	action, known := gridEngineAction(ctx)
+	if !known {
+		return c, fmt.Errorf("gridengine: unknown hook %q (want prolog or epilog)", ctx)
+	}
+	c.Context, c.Action, c.OnlyHook = ctx, action, true
+	host := arg(1)
+	if host == "" {
+		host, _ = env.get("HOSTNAME")
+	}
+	if host == "" {
+		host = hostname
+	}
+	if err := setLocal(&c, host, true); err != nil {
+		return c, fmt.Errorf("gridengine %s: %w", ctx, err)
+	}
+	c.Nodes = []string{c.Local}
+	id, err := gridEngineJob(env, arg(2))
+	if err != nil {
+		return c, fmt.Errorf("gridengine %s: %w", ctx, err)
+	}
+	c.JobID = id
+	if user, key := firstOf(arg(3), "argument 3", env, "USER", "LOGNAME"); user != "" {
+		if err := names.ValidateUser(user); err != nil {
+			return c, fmt.Errorf("gridengine %s: %s: %w", ctx, key, err)
+		}
+		c.User = user
+	}
+	path, key := env.get("PE_HOSTFILE")
+	if path == "" {
+		return c, nil
+	}
+	hosts, err := readPEHostfile(readFile, path)
+	if err == nil {
+		hosts, err = names.Unique(hosts)
+	}
+	if err == nil && len(hosts) == 0 {
+		err = errors.New("no hosts")
+	}
+	if err != nil {
+		return c, fmt.Errorf("gridengine %s: %s: %w", ctx, key, err)
+	}
+	if !slices.Contains(hosts, c.Local) {
+		// Grid Engine's names and the local one differ (a domain, an
+		// alias): the call still speaks for the job's hosts, but Local is
+		// not among them and gets no kill of its own.
+		c.Local = ""
+	}
+	c.Nodes = hosts
+	return c, nil
+}
+
+// gridEngineJob returns the job's ID: JOB_ID (else the hook line's
+// $job_id), and ".TASK" for an array task.
+func gridEngineJob(env Env, arg string) (string, error) {
+	id, key := env.get("JOB_ID")
+	if id == "" {
+		id, key = arg, "argument 2"
+	}
+	if id == "" {
+		return "", errors.New("no job id (JOB_ID or argument 2)")
+	}
+	if !allDigits(id) {
+		return "", fmt.Errorf("%s %q is not a job number: %w", key, id, names.ErrJob)
+	}
+	if task, _ := env.get("SGE_TASK_ID"); task != "" && task != "undefined" {
+		if !allDigits(task) {
+			return "", fmt.Errorf("SGE_TASK_ID %q is not a number", task)
+		}
+		id += "." + task
+	}
+	return id, names.ValidateJob(id)
+}
+
+// firstOf returns the first of a given value (named what) and the
+// environment's keys that is not empty, and its name.
+func firstOf(value, what string, env Env, keys ...string) (string, string) {
+	if value != "" {
+		return value, what
+	}
+	return env.get(keys...)
+}
+
+// readPEHostfile returns the hosts of a PE hostfile (sge_pe(5)): one line
+// per host and queue, "host slots queue processors"; a host may appear once
+// per queue.
+func readPEHostfile(readFile func(string) ([]byte, error), path string) ([]string, error) {
+	if readFile == nil {
+		return nil, fmt.Errorf("read %s: no file reader given", path)
+	}
+	data, err := readFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read PE hostfile: %w", err)
+	}
+	var hosts []string
+	n := 0
+	for line := range strings.Lines(string(data)) {
+		n++
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if len(f) < 3 || !allDigits(f[1]) {
+			return nil, fmt.Errorf("line %d: %q is not \"host slots queue processors\"", n, strings.TrimSpace(line))
+		}
+		hosts = append(hosts, f[0])
+	}
+	return hosts, nil
+}
+
+// qhostXML is `qhost -q -xml`: each host with its values and its queue
+// instances (qhost.xsd).
+type qhostXML struct {
+	Hosts []struct {
+		Name   string `xml:"name,attr"`
+		Queues []struct {
+			Name   string `xml:"name,attr"`
+			Values []struct {
+				Name  string `xml:"name,attr"`
+				Value string `xml:",chardata"`
+			} `xml:"queuevalue"`
+		} `xml:"queue"`
+	} `xml:"host"`
+}
+
+// parseQhostXML reads `qhost -q -xml`. A host is exactly idle when it
+// serves at least one queue and every queue instance on it has no slot
+// used, no slot reserved by an advance reservation and no state letter (u
+// unknown, a/A alarm, d/D disabled, E error, s/S/C suspended, o orphaned, c
+// configuration ambiguous): observed on 8.1.9, hooks/testdata/gridengine. A
+// job's slots stay used until its epilog has returned. Otherwise its state
+// lists what is not idle, comma-separated: "used", "resv", the state
+// letters, or "no-queue". The "global" pseudo-host is skipped. A
+// scheduler's own reservation (qsub -R y) does not show here: a host
+// reserved for a waiting job is idle until the job starts (GridEnginePlan
+// reads the reservations).
+func parseQhostXML(out []byte) (map[string]string, error) {
+	var doc qhostXML
+	if err := xml.Unmarshal(out, &doc); err != nil {
+		return nil, fmt.Errorf("qhost -q -xml: %w", err)
+	}
+	states := map[string]string{}
+	for _, h := range doc.Hosts {
+		if h.Name == "global" {
+			continue
+		}
+		if err := names.ValidateNode(h.Name); err != nil {
+			return nil, fmt.Errorf("qhost -q -xml: %w", err)
+		}
+		var why []string
+		add := func(s string) {
+			if !slices.Contains(why, s) {
+				why = append(why, s)
+			}
+		}
+		if len(h.Queues) == 0 {
+			add("no-queue")
+		}
+		for _, q := range h.Queues {
+			for _, v := range q.Values {
+				val := strings.TrimSpace(v.Value)
+				switch v.Name {
+				case "slots_used", "slots_resv":
+					n, err := strconv.Atoi(val)
+					if err != nil || n < 0 {
+						return nil, fmt.Errorf("qhost -q -xml: host %s queue %s: %s %q is not a count", h.Name, q.Name, v.Name, val)
+					}
+					if n > 0 {
+						add(strings.TrimPrefix(v.Name, "slots_"))
+					}
+				case "state_string":
+					for _, r := range val {
+						if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+							return nil, fmt.Errorf("qhost -q -xml: host %s queue %s: state %q is not state letters", h.Name, q.Name, val)
+						}
+						add(string(r))
+					}
+				}
+			}
+		}
+		state := "idle"
+		if len(why) > 0 {
+			state = strings.Join(why, ",")
+		}
+		if prev, ok := states[h.Name]; ok && prev != "idle" {
+			continue
+		}
+		states[h.Name] = state
+	}
+	return states, nil
+}

@@ -1,0 +1,296 @@
+package hooks
+
+import (
+	"errors"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/bftrainer/bftrainer/names"
+)
+
+// geFixture reads a file of testdata/gridengine: what the real cell of
+// internal/lab/gridengine gave its hooks and printed (see its README).
+func geFixture(tb testing.TB, name string) string {
+	tb.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "gridengine", name))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return string(b)
+}
+
+// geEnv reads a recorded hook environment (KEY=VALUE lines).
+func geEnv(tb testing.TB, name string) map[string]string {
+	tb.Helper()
+	env := map[string]string{}
+	for line := range strings.Lines(geFixture(tb, name)) {
+		k, v, ok := strings.Cut(strings.TrimSuffix(line, "\n"), "=")
+		if !ok {
+			tb.Fatalf("%s: %q is not KEY=VALUE", name, line)
+		}
+		env[k] = v
+	}
+	return env
+}
+
+// geArgs is the hook line's arguments for a recorded call: the context,
+// then what the cell expanded for $host $job_id $job_owner.
+func geArgs(tb testing.TB, context, name string) []string {
+	tb.Helper()
+	rec := strings.Fields(geFixture(tb, name))
+	if len(rec) < 3 {
+		tb.Fatalf("%s: %q, want $host $job_id $job_owner first", name, rec)
+	}
+	return append([]string{context}, rec[:3]...)
+}
+
+// geFiles serves the recorded PE hostfile at the path the parallel job's
+// environment names, and a few broken ones.
+func geFiles(tb testing.TB) func(string) ([]byte, error) {
+	return files(map[string]string{
+		"/CELL/spool/gel1/active_jobs/2.1/pe_hostfile": geFixture(tb, "parallel.pe_hostfile"),
+		"/pe/two-queues":  "a1 1 q1@a1 UNDEFINED\na2 2 q1@a2 UNDEFINED\na1 1 q2@a1 UNDEFINED\n",
+		"/pe/bad-host":    "a1 1 q@a1 UNDEFINED\na;reboot 1 q@a2 UNDEFINED\n",
+		"/pe/no-slots":    "a1 x q@a1 UNDEFINED\n",
+		"/pe/short":       "a1\n",
+		"/pe/empty":       "\n\n",
+		"/pe/fqdn":        "a1.example.org 1 q@a1.example.org UNDEFINED\n",
+		"/pe/no-trailing": "a1 1 q@a1 UNDEFINED\na2 1 q@a2 UNDEFINED",
+	})
+}
+
+func TestParseGridEngine(t *testing.T) {
+	serialPro, serialEpi := geEnv(t, "serial.prolog.env"), geEnv(t, "serial.epilog.env")
+	parPro, parEpi := geEnv(t, "parallel.prolog.env"), geEnv(t, "parallel.epilog.env")
+	tests := []struct {
+		name     string
+		env      map[string]string
+		args     []string
+		hostname string
+		want     string
+	}{
+		// The cell's own calls, with the hook line contrib/gridengine
+		// prescribes (context, $host, $job_id, $job_owner).
+		{"serial prolog", serialPro, geArgs(t, "prolog", "serial.prolog.args"), "x", "gridengine|prolog|reclaim|1|nobody|gel2|gel2"},
+		{"serial epilog", serialEpi, geArgs(t, "epilog", "serial.epilog.args"), "x", "gridengine|epilog|release|1|nobody|gel2|gel2"},
+		{"parallel prolog: the PE hostfile's hosts", parPro, geArgs(t, "prolog", "parallel.prolog.args"), "x", "gridengine|prolog|reclaim|2|root|gel1,gel2|gel1"},
+		{"parallel epilog", parEpi, geArgs(t, "epilog", "parallel.epilog.args"), "x", "gridengine|epilog|release|2|root|gel1,gel2|gel1"},
+		// Shorter hook lines.
+		{"context only: HOSTNAME, USER", serialPro, []string{"prolog"}, "x", "gridengine|prolog|reclaim|1|nobody|gel2|gel2"},
+		{"no context: a prolog", serialPro, nil, "x", "gridengine|prolog|reclaim|1|nobody|gel2|gel2"},
+		{"no context: SGE_JOBEXIT_STAT makes an epilog", serialEpi, nil, "x", "gridengine|epilog|release|1|nobody|gel2|gel2"},
+		{"os hostname last", with(serialPro, "HOSTNAME", "-"), []string{"prolog"}, "gel2", "gridengine|prolog|reclaim|1|nobody|gel2|gel2"},
+		{"$host wins over HOSTNAME", with(serialPro, "HOSTNAME", "other"), []string{"prolog", "gel2"}, "x", "gridengine|prolog|reclaim|1|nobody|gel2|gel2"},
+		{"$job_owner wins over USER", serialPro, []string{"prolog", "gel2", "1", "alice"}, "x", "gridengine|prolog|reclaim|1|alice|gel2|gel2"},
+		{"LOGNAME without USER", with(serialPro, "USER", "-"), []string{"prolog"}, "x", "gridengine|prolog|reclaim|1|nobody|gel2|gel2"},
+		{"no user at all", with(serialPro, "USER", "-", "LOGNAME", "-"), []string{"prolog"}, "x", "gridengine|prolog|reclaim|1||gel2|gel2"},
+		{"JOB_ID wins over $job_id", serialPro, []string{"prolog", "gel2", "99"}, "x", "gridengine|prolog|reclaim|1|nobody|gel2|gel2"},
+		{"$job_id without JOB_ID", with(serialPro, "JOB_ID", "-"), []string{"prolog", "gel2", "99"}, "x", "gridengine|prolog|reclaim|99|nobody|gel2|gel2"},
+		{"array task", with(serialPro, "SGE_TASK_ID", "7"), []string{"prolog"}, "x", "gridengine|prolog|reclaim|1.7|nobody|gel2|gel2"},
+		{"a host once per queue", with(parPro, "PE_HOSTFILE", "/pe/two-queues", "HOSTNAME", "a1"), []string{"prolog"}, "x", "gridengine|prolog|reclaim|2|root|a1,a2|a1"},
+		{"a last line without newline", with(parPro, "PE_HOSTFILE", "/pe/no-trailing", "HOSTNAME", "a2"), []string{"prolog"}, "x", "gridengine|prolog|reclaim|2|root|a1,a2|a2"},
+		{"local name not among the job's: no Local", with(parPro, "PE_HOSTFILE", "/pe/fqdn", "HOSTNAME", "a1"), []string{"prolog"}, "x", "gridengine|prolog|reclaim|2|root|a1.example.org|"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := parseGridEngine(MapEnv(tt.env), tt.args, geFiles(t), tt.hostname)
+			if err != nil {
+				t.Fatalf("parseGridEngine: %v", err)
+			}
+			if got, want := callString(c), tt.want; got != want {
+				t.Fatalf("parseGridEngine = %q, want %q", got, want)
+			}
+			if !c.OnlyHook {
+				t.Fatal("a Grid Engine call is not OnlyHook: nothing would kill on the job's other hosts")
+			}
+			checkCall(t, c)
+		})
+	}
+}
+
+func TestParseGridEngineErrors(t *testing.T) {
+	pro := geEnv(t, "parallel.prolog.env")
+	tests := []struct {
+		name     string
+		env      map[string]string
+		args     []string
+		hostname string
+		errText  string
+		is       error
+		partial  string
+	}{
+		{"unknown context", pro, []string{"pe_start"}, "x", `unknown hook "pe_start"`, nil, "gridengine||ignore||||"},
+		{"no host at all", with(pro, "HOSTNAME", "-"), []string{"prolog"}, "", "local host name is unknown", nil, "gridengine|prolog|reclaim||||"},
+		{"bad host", pro, []string{"prolog", "gel1;reboot"}, "x", `node name "gel1;reboot"`, names.ErrNode, "gridengine|prolog|reclaim||||"},
+		{"no job id", with(pro, "JOB_ID", "-"), []string{"prolog"}, "x", "no job id", nil, "gridengine|prolog|reclaim|||gel1|gel1"},
+		{"job id not a number", with(pro, "JOB_ID", "2/../x"), []string{"prolog"}, "x", `JOB_ID "2/../x" is not a job number`, names.ErrJob, "gridengine|prolog|reclaim|||gel1|gel1"},
+		{"task not a number", with(pro, "SGE_TASK_ID", "1-3"), []string{"prolog"}, "x", `SGE_TASK_ID "1-3"`, nil, "gridengine|prolog|reclaim|||gel1|gel1"},
+		{"bad user", pro, []string{"prolog", "gel1", "2", "al ice"}, "x", `argument 3: user "al ice"`, names.ErrUser, "gridengine|prolog|reclaim|2||gel1|gel1"},
+		// The PE hostfile's problems: the master host stays the job's.
+		{"missing PE hostfile", with(pro, "PE_HOSTFILE", "/nope"), []string{"prolog"}, "x", "PE_HOSTFILE: read PE hostfile", fs.ErrNotExist, "gridengine|prolog|reclaim|2|root|gel1|gel1"},
+		{"bad host in PE hostfile", with(pro, "PE_HOSTFILE", "/pe/bad-host"), []string{"epilog"}, "x", `node name "a;reboot"`, names.ErrNode, "gridengine|epilog|release|2|root|gel1|gel1"},
+		{"slots not a number", with(pro, "PE_HOSTFILE", "/pe/no-slots"), []string{"prolog"}, "x", "line 1", nil, "gridengine|prolog|reclaim|2|root|gel1|gel1"},
+		{"short line", with(pro, "PE_HOSTFILE", "/pe/short"), []string{"prolog"}, "x", "line 1", nil, "gridengine|prolog|reclaim|2|root|gel1|gel1"},
+		{"empty PE hostfile", with(pro, "PE_HOSTFILE", "/pe/empty"), []string{"prolog"}, "x", "no hosts", nil, "gridengine|prolog|reclaim|2|root|gel1|gel1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := parseGridEngine(MapEnv(tt.env), tt.args, geFiles(t), tt.hostname)
+			if err == nil {
+				t.Fatalf("parseGridEngine = %q, want an error", callString(c))
+			}
+			if !strings.Contains(err.Error(), tt.errText) {
+				t.Fatalf("error %q, want it to contain %q", err, tt.errText)
+			}
+			if tt.is != nil && !errors.Is(err, tt.is) {
+				t.Fatalf("error %q is not %v", err, tt.is)
+			}
+			if got, want := callString(c), tt.partial; got != want {
+				t.Fatalf("partial Call = %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// TestGridEngineDetect: a Grid Engine hook is recognised by its job
+// environment, with or without the scheduler's name on the hook line.
+func TestGridEngineDetect(t *testing.T) {
+	pro := geEnv(t, "serial.prolog.env")
+	s, err := Builtin().Choose("", Input{Env: MapEnv(pro), Args: []string{"prolog"}})
+	if err != nil || s.Name != nameGridEngine {
+		t.Fatalf("Choose detected %q, %v; want gridengine", s.Name, err)
+	}
+	if s, _ := Builtin().Detect(Input{Env: MapEnv(with(pro, "SLURM_JOB_ID", "3"))}); s.Name != Slurm {
+		t.Fatalf("a Slurm variable among Grid Engine's detected %q, want Slurm first", s.Name)
+	}
+	if gridEngine.Detect(Input{Env: MapEnv(map[string]string{"JOB_ID": "1"})}) {
+		t.Fatal("a bare JOB_ID was taken for Grid Engine")
+	}
+}
+
+// TestQhostXML reads the cell's qhost -q -xml in each scenario of the
+// fixtures: a host is idle only with no slot used, none reserved and no
+// state letter.
+func TestQhostXML(t *testing.T) {
+	for _, tt := range []struct {
+		scenario string
+		want     map[string]string
+	}{
+		{"idle", map[string]string{"gel1": "idle", "gel2": "idle"}},
+		{"running", map[string]string{"gel1": "used", "gel2": "used"}},
+		// The scheduler's reservation for the waiting job does not show.
+		{"reserved", map[string]string{"gel1": "used", "gel2": "idle"}},
+		{"error", map[string]string{"gel1": "E", "gel2": "idle"}},
+		{"disabled", map[string]string{"gel1": "d", "gel2": "idle"}},
+		{"unknown", map[string]string{"gel1": "idle", "gel2": "u"}},
+	} {
+		t.Run(tt.scenario, func(t *testing.T) {
+			got, err := gridEngine.Listing.Parse([]byte(geFixture(t, tt.scenario+".qhost-q.xml")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(got, tt.want) {
+				t.Fatalf("states = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestQhostXMLHostile(t *testing.T) {
+	host := func(name, queues string) string { return "<host name='" + name + "'>" + queues + "</host>" }
+	queue := func(name, used, resv, state string) string {
+		return "<queue name='" + name + "'><queuevalue qname='" + name + "' name='slots_used'>" + used +
+			"</queuevalue><queuevalue qname='" + name + "' name='slots_resv'>" + resv +
+			"</queuevalue><queuevalue qname='" + name + "' name='state_string'>" + state + "</queuevalue></queue>"
+	}
+	doc := func(hosts ...string) []byte { return []byte("<qhost>" + strings.Join(hosts, "") + "</qhost>") }
+	for _, tt := range []struct {
+		name string
+		in   []byte
+		want map[string]string // nil: an error
+	}{
+		{"two queues, one busy", doc(host("a", queue("q1", "0", "0", "")+queue("q2", "1", "0", ""))), map[string]string{"a": "used"}},
+		{"several reasons", doc(host("a", queue("q1", "1", "2", "dE")+queue("q2", "0", "0", "d"))), map[string]string{"a": "used,resv,d,E"}},
+		{"a host without a queue is not idle", doc(host("a", "")), map[string]string{"a": "no-queue"}},
+		{"global is no host", doc(host("global", ""), host("b", queue("q", "0", "0", ""))), map[string]string{"b": "idle"}},
+		{"listed twice, busy once", doc(host("a", queue("q", "1", "0", "")), host("a", queue("q", "0", "0", ""))), map[string]string{"a": "used"}},
+		{"blanks around values", doc(host("a", queue("q", " 0\n", "0", " "))), map[string]string{"a": "idle"}},
+		{"nothing", doc(), map[string]string{}},
+		{"a name that could reach a shell", doc(host("a;reboot", queue("q", "0", "0", ""))), nil},
+		{"a count that is no count", doc(host("a", queue("q", "x", "0", ""))), nil},
+		{"a negative count", doc(host("a", queue("q", "-1", "0", ""))), nil},
+		{"a state that is no letters", doc(host("a", queue("q", "0", "0", "a,b"))), nil},
+		{"not XML", []byte("qhost: cannot reach qmaster\n"), nil},
+		{"cut short", doc(host("a", queue("q", "0", "0", "")))[:40], nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseQhostXML(tt.in)
+			if tt.want == nil {
+				if err == nil {
+					t.Fatalf("parse = %v, want an error", got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(got, tt.want) {
+				t.Fatalf("states = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func FuzzParseGridEngine(f *testing.F) {
+	f.Add("prolog", "gel1", "2", "root", "gel1", "2", "undefined", "/pe", "gel1 1 bft.q@gel1 UNDEFINED\ngel2 1 bft.q@gel2 UNDEFINED\n", "", "x")
+	f.Add("epilog", "", "", "", "gel2", "1", "undefined", "", "", "0", "gel2")
+	f.Add("", "", "", "", "a", "5", "3", "/pe", "a 1 q@a x\na 2 q2@a x\n", "1", "")
+	f.Add("pe_start", "h", "x", "u", "", "", "", "", "", "", "")
+	f.Add("prolog", "-h", "1", "-u", "h;x", "1;2", "1-2", "/pe", "a\n", "", "")
+	f.Fuzz(func(t *testing.T, ctx, hostArg, jobArg, ownerArg, hostname, jobID, task, peFile, peContent, exit, osHost string) {
+		env := map[string]string{"HOSTNAME": hostname, "JOB_ID": jobID, "SGE_TASK_ID": task, "PE_HOSTFILE": peFile,
+			"SGE_JOBEXIT_STAT": exit, "USER": ownerArg}
+		var args []string
+		for _, a := range []string{ctx, hostArg, jobArg, ownerArg} {
+			if a == "" {
+				break
+			}
+			args = append(args, a)
+		}
+		c, err := parseGridEngine(MapEnv(env), args, files(map[string]string{peFile: peContent}), osHost)
+		if got, want := c.Scheduler, nameGridEngine; got != want {
+			t.Fatalf("Scheduler = %q, want %q", got, want)
+		}
+		if err == nil {
+			checkCall(t, c)
+			if c.Local != "" && !strings.Contains(","+strings.Join(c.Nodes, ",")+",", ","+c.Local+",") {
+				t.Fatalf("Call %+v: Local is not one of the job's nodes", c)
+			}
+		}
+	})
+}
+
+func FuzzParseQhostXML(f *testing.F) {
+	for _, s := range []string{"idle", "running", "error", "unknown"} {
+		f.Add([]byte(geFixture(f, s+".qhost-q.xml")))
+	}
+	f.Add([]byte("<qhost><host name='a'><queue name='q'><queuevalue name='slots_used'>1</queuevalue></queue></host></qhost>"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		states, err := parseQhostXML(b)
+		if err != nil {
+			return
+		}
+		for n, st := range states {
+			if err := names.ValidateNode(n); err != nil {
+				t.Fatalf("node %q: %v", n, err)
+			}
+			if st == "" || strings.ContainsAny(st, " \n") {
+				t.Fatalf("node %s: state %q", n, st)
+			}
+		}
+	})
+}
