@@ -64,6 +64,11 @@ type Options struct {
 	// Killer kills our processes on this node in its prolog and epilog;
 	// nil: nothing to kill here.
 	Killer Killer
+	// RemoteKiller kills and cleans up on another node, through its node
+	// agent, for a hook that is the only one its scheduler runs for a job
+	// (hooks.Call.OnlyHook: Grid Engine's prolog and epilog, on the job's
+	// master host); nil: those nodes are left to the reconciler's runner.
+	RemoteKiller Killer
 	// Trigger starts or nudges a reconciler after a hook recorded a
 	// reclaim or a release; nil: a service picks the events up.
 	Trigger func() error

@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bftrainer/bftrainer/hooks"
@@ -16,8 +17,9 @@ import (
 
 // Killer kills every Trainer process of ours on a node.
 type Killer interface {
-	// KillLocal kills what runs on this machine as the given node and
-	// reports it once they are gone. It runs in the node's prolog, and
+	// KillLocal kills what runs on the given node — on this machine, from
+	// its registry, for Options.Killer; through the node's agent for
+	// Options.RemoteKiller — and reports it once they are gone. It runs in the node's prolog, and
 	// refuses new starts until the epilog, so that a re-plan made just
 	// before the reclaim cannot start a Trainer there. An error means
 	// something of ours may remain.
@@ -55,6 +57,12 @@ type KillResult struct {
 //     understood, or the configuration did not load; then record it, but
 //     only where the database already exists (the controller, or a single
 //     machine): a compute node never gets an empty database.
+//   - A Reclaim or Release that is the only hook its scheduler runs for
+//     the job (Call.OnlyHook: Grid Engine's prolog and epilog, on a
+//     compute node) does both: it kills (or cleans up) on every node of the
+//     job first — here from the local registry, on the others through
+//     their node agents (RemoteKiller), all at once — then records the
+//     leave (or release) with the kills, where the database exists.
 //
 // It never solves and never waits for a re-plan.
 func (c *Core) Hook(ctx context.Context, env hooks.Env, args []string) {
@@ -115,7 +123,8 @@ func (c *Core) hook(ctx context.Context, env hooks.Env, args []string, started t
 	}
 	call, perr := s.Parse(in)
 	label = strings.TrimSpace(s.Name + " " + call.Context)
-	local := call.Action == hooks.KillLocal || call.Action == hooks.CleanupLocal
+	// Calls that run on a compute node record only where the database is.
+	local := call.Action == hooks.KillLocal || call.Action == hooks.CleanupLocal || call.OnlyHook
 	if perr == nil && call.Action == hooks.Ignore {
 		return label, nil
 	}
@@ -166,10 +175,17 @@ func (c *Core) hook(ctx context.Context, env hooks.Env, args []string, started t
 // processes killed, -1 when no kill ran.
 func (c *Core) act(ctx context.Context, call hooks.Call) (evs []store.Event, killed int, err error) {
 	switch call.Action {
-	case hooks.Reclaim:
-		return []store.Event{{At: c.o.Now(), Kind: store.KindLeave, Source: call.Scheduler, Context: call.Context, Job: call.JobID, User: call.User, Nodes: call.Nodes}}, -1, nil
-	case hooks.Release:
-		return []store.Event{{At: c.o.Now(), Kind: store.KindRelease, Source: call.Scheduler, Context: call.Context, Job: call.JobID, User: call.User, Nodes: call.Nodes}}, -1, nil
+	case hooks.Reclaim, hooks.Release:
+		kind := store.KindLeave
+		if call.Action == hooks.Release {
+			kind = store.KindRelease
+		}
+		ev := store.Event{At: c.o.Now(), Kind: kind, Source: call.Scheduler, Context: call.Context, Job: call.JobID, User: call.User, Nodes: call.Nodes}
+		if !call.OnlyHook {
+			return []store.Event{ev}, -1, nil
+		}
+		evs, killed, err = c.killJob(ctx, call)
+		return append([]store.Event{ev}, evs...), killed, err
 	case hooks.KillLocal, hooks.CleanupLocal:
 	default:
 		return nil, -1, nil
@@ -177,25 +193,90 @@ func (c *Core) act(ctx context.Context, call hooks.Call) (evs []store.Event, kil
 	if c.o.Killer == nil || call.Local == "" {
 		return nil, -1, nil
 	}
-	start := c.o.Now()
-	kill := c.o.Killer.KillLocal
-	if call.Action == hooks.CleanupLocal {
-		kill = c.o.Killer.CleanLocal
+	ev, n, err := c.kill(ctx, c.o.Killer, call, call.Local, call.Action == hooks.CleanupLocal)
+	if ev == nil {
+		return nil, n, err
 	}
-	res, err := kill(ctx, call.Local)
+	return []store.Event{*ev}, n, err
+}
+
+// remoteKills bounds the node agents an OnlyHook call reaches at once.
+const remoteKills = 32
+
+// killJob kills (Reclaim) or cleans up (Release) on every node of an
+// OnlyHook call's job, all at once: Local from this machine's registry,
+// the others through RemoteKiller (left to the reconciler's runner without
+// one). It returns the kill events in the job's node order and the
+// processes killed (-1 when no kill ran).
+func (c *Core) killJob(ctx context.Context, call hooks.Call) ([]store.Event, int, error) {
+	clean := call.Action == hooks.Release
+	type result struct {
+		ev  *store.Event
+		n   int
+		err error
+		ran bool
+	}
+	res := make([]result, len(call.Nodes))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, remoteKills)
+	for i, node := range call.Nodes {
+		k := c.o.RemoteKiller
+		if node == call.Local {
+			k = c.o.Killer
+		}
+		if k == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			ev, n, err := c.kill(ctx, k, call, node, clean)
+			res[i] = result{ev, n, err, true}
+		}()
+	}
+	wg.Wait()
+	var evs []store.Event
+	var errs []error
+	killed := -1
+	for _, r := range res {
+		if !r.ran {
+			continue
+		}
+		killed = max(killed, 0) + r.n
+		if r.ev != nil {
+			evs = append(evs, *r.ev)
+		}
+		if r.err != nil {
+			errs = append(errs, r.err)
+		}
+	}
+	return evs, killed, errors.Join(errs...)
+}
+
+// kill runs one kill (or clean-up) on node with k and returns its event —
+// nil when it killed nothing and failed in nothing — and what it killed.
+func (c *Core) kill(ctx context.Context, k Killer, call hooks.Call, node string, clean bool) (*store.Event, int, error) {
+	start := c.o.Now()
+	do := k.KillLocal
+	if clean {
+		do = k.CleanLocal
+	}
+	res, err := do(ctx, node)
 	if err != nil {
-		err = fmt.Errorf("kill on %s: %w", call.Local, err)
+		err = fmt.Errorf("kill on %s: %w", node, err)
 	}
 	if res.Killed == 0 && err == nil {
 		return nil, 0, nil
 	}
 	ev := store.Event{At: c.o.Now(), Kind: store.KindKill, Source: call.Scheduler, Context: call.Context,
-		Job: call.JobID, Nodes: []string{call.Local}, Value: float64(res.Killed), HasVal: true,
+		Job: call.JobID, Nodes: []string{node}, Value: float64(res.Killed), HasVal: true,
 		Ms: ms(c.o.Now().Sub(start)), HasMs: true, Detail: res.Report}
 	if err != nil {
 		ev.Error = err.Error()
 	}
-	return []store.Event{ev}, res.Killed, err
+	return &ev, res.Killed, err
 }
 
 // hookEvent is the history's row for the call itself.

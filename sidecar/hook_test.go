@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"log"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,10 +21,11 @@ import (
 // fakeKiller is the node agent one layer up: it records the nodes it was
 // asked to kill on, and blocks or panics when told to.
 type fakeKiller struct {
-	mu     sync.Mutex
-	killed []string
-	block  chan struct{}
-	panics bool
+	mu      sync.Mutex
+	killed  []string
+	cleaned []string
+	block   chan struct{}
+	panics  bool
 }
 
 func (k *fakeKiller) KillLocal(ctx context.Context, node string) (KillResult, error) {
@@ -39,6 +42,9 @@ func (k *fakeKiller) KillLocal(ctx context.Context, node string) (KillResult, er
 }
 
 func (k *fakeKiller) CleanLocal(ctx context.Context, node string) (KillResult, error) {
+	k.mu.Lock()
+	k.cleaned = append(k.cleaned, node)
+	k.mu.Unlock()
 	return KillResult{}, nil
 }
 
@@ -46,6 +52,12 @@ func (k *fakeKiller) nodes() []string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return append([]string(nil), k.killed...)
+}
+
+func (k *fakeKiller) cleanedNodes() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Sorted(slices.Values(k.cleaned))
 }
 
 var prologN1 = map[string]string{"SLURM_SCRIPT_CONTEXT": "prolog_slurmd", "SLURM_JOB_ID": "3", "SLURMD_NODENAME": "n1", "SLURM_NODELIST": "n[1-2]"}
@@ -127,5 +139,117 @@ func TestHookRecordsOnce(t *testing.T) {
 	}
 	if !strings.Contains(string(evs[0].Detail), `"killed":1`) {
 		t.Fatalf("hook detail %s does not say what it killed", evs[0].Detail)
+	}
+}
+
+// gridEngineProlog is a Grid Engine prolog's environment on g1, the master
+// host of a job on g1, g2 and g3 (hooks/testdata/gridengine has the real
+// ones); its PE hostfile is served by geFiles.
+var gridEngineProlog = map[string]string{"SGE_JOB_SPOOL_DIR": "/spool/g1/active_jobs/5.1", "JOB_ID": "5",
+	"SGE_TASK_ID": "undefined", "HOSTNAME": "g1", "USER": "alice", "PE_HOSTFILE": "/spool/g1/active_jobs/5.1/pe_hostfile"}
+
+func geFiles(path string) ([]byte, error) {
+	if path == "/spool/g1/active_jobs/5.1/pe_hostfile" {
+		return []byte("g1 1 q@g1 UNDEFINED\ng2 1 q@g2 UNDEFINED\ng3 1 q@g3 UNDEFINED\n"), nil
+	}
+	return nil, os.ErrNotExist
+}
+
+// TestHookOnlyHook: a job-level hook that is the only one its scheduler
+// runs for the job (Grid Engine's prolog, on the master host) kills on
+// every node of the job before it records: the master host from the local
+// registry, the others through their node agents; its epilog cleans up
+// on all of them. Without a remote killer the other nodes are left to the
+// reconciler; a remote kill that hangs never holds the job beyond the
+// deadline, and the local kill still happens. Like a node hook, it records
+// only where the database exists.
+func TestHookOnlyHook(t *testing.T) {
+	ctx := context.Background()
+	epilog := maps.Clone(gridEngineProlog)
+	epilog["SGE_JOBEXIT_STAT"] = "0"
+	for _, tt := range []struct {
+		name           string
+		env            map[string]string
+		remote         *fakeKiller
+		noDB           bool
+		local, remotes string // nodes killed (cleaned, for the epilog)
+		events         string // kinds recorded, in order
+		logs           string
+	}{
+		{"prolog", gridEngineProlog, &fakeKiller{}, false, "g1", "g2,g3", "hook leave kill kill kill", ""},
+		{"prolog without remote killer", gridEngineProlog, nil, false, "g1", "", "hook leave kill", ""},
+		{"prolog, a remote kill hangs", gridEngineProlog, &fakeKiller{block: make(chan struct{})}, false, "g1", "g2,g3", "", "deadline"},
+		{"prolog on a node without the database", gridEngineProlog, &fakeKiller{}, true, "g1", "g2,g3", "", ""},
+		{"epilog cleans up", epilog, &fakeKiller{}, false, "g1", "g2,g3", "hook release", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			db := filepath.Join(t.TempDir(), "b.db")
+			if !tt.noDB {
+				db = MustDB(t).Path()
+			}
+			local := &fakeKiller{}
+			o := Options{Database: db, Killer: local, HookDeadline: 300 * time.Millisecond, ReadFile: geFiles,
+				HookLog: log.New(&logs, "", 0)}
+			if tt.remote != nil {
+				o.RemoteKiller = tt.remote
+			}
+			c, err := New(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() { c.Hook(ctx, hooks.MapEnv(tt.env), []string{"gridengine"}); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Hook did not return")
+			}
+			if tt.remote != nil && tt.remote.block != nil {
+				close(tt.remote.block)
+			}
+			got, gotRemote := local.nodes(), []string(nil)
+			if tt.remote != nil {
+				gotRemote = slices.Sorted(slices.Values(tt.remote.nodes()))
+			}
+			if _, ok := tt.env["SGE_JOBEXIT_STAT"]; ok {
+				got = local.cleanedNodes()
+				if tt.remote != nil {
+					gotRemote = tt.remote.cleanedNodes()
+				}
+			}
+			if strings.Join(got, ",") != tt.local || strings.Join(gotRemote, ",") != tt.remotes {
+				t.Fatalf("local %v, remote %v; want %s and %s", got, gotRemote, tt.local, tt.remotes)
+			}
+			if tt.logs == "" && logs.Len() > 0 || !strings.Contains(logs.String(), tt.logs) {
+				t.Fatalf("hook log %q, want %q", logs.String(), tt.logs)
+			}
+			if tt.noDB {
+				if _, err := os.Stat(db); err == nil {
+					t.Fatal("a compute node's hook created a database")
+				}
+				return
+			}
+			if tt.events == "" {
+				return
+			}
+			evs, err := c.Events(ctx, store.Filter{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var kinds []string
+			for _, e := range evs {
+				kinds = append(kinds, e.Kind)
+				if e.Kind == store.KindKill && (len(e.Nodes) != 1 || e.Job != "5" || e.Source != "gridengine") {
+					t.Errorf("kill event %+v, want one node of job 5", e)
+				}
+				if e.Kind == store.KindLeave && strings.Join(e.Nodes, ",") != "g1,g2,g3" {
+					t.Errorf("leave of %v, want the job's three nodes", e.Nodes)
+				}
+			}
+			if got := strings.Join(kinds, " "); got != tt.events {
+				t.Fatalf("recorded %q, want %q", got, tt.events)
+			}
+		})
 	}
 }

@@ -50,6 +50,7 @@ func options(cfg Config, log *log.Logger) sidecar.Options {
 		Admins:       cfg.isAdmin,
 		Runner:       func() (sidecar.Runner, error) { return newRunner(cfg) },
 		Killer:       localKiller(cfg),
+		RemoteKiller: remoteKiller(cfg),
 		Trigger:      reconcilerTrigger(cfg),
 		HookDeadline: cfg.Hooks.Deadline.Duration,
 		IdleWait:     cfg.Reconciler.IdleWait.Duration,

@@ -43,20 +43,7 @@ func newRunner(cfg Config) (sidecar.Runner, error) {
 		return nil, err
 	}
 	local := trainer.Local{Argv: self}
-	var nodes trainer.Transport = local
-	nodeBin, nodeConfig := self[0], cfg.path
-	if t.Transport == "ssh" {
-		if t.RemoteBftrainer != "" {
-			nodeBin = t.RemoteBftrainer
-		}
-		nodeConfig = t.RemoteConfig
-		remote := []string{nodeBin}
-		if nodeConfig != "" {
-			remote = append(remote, "--config", nodeConfig)
-		}
-		nodes = trainer.SSH{Program: t.SSH, Config: t.SSHConfig, Identity: t.SSHIdentity, User: t.SSHUser,
-			ConnectTimeout: t.ConnectTimeout.Duration, Remote: remote}
-	}
+	nodes, nodeBin, nodeConfig := nodeTransport(cfg, self)
 	addr := t.Controller
 	if addr == "" {
 		if addr, err = os.Hostname(); err != nil {
@@ -81,6 +68,27 @@ func newRunner(cfg Config) (sidecar.Runner, error) {
 		Parallel:   t.Parallel,
 		Log:        newLogger(os.Stderr),
 	}, nil
+}
+
+// nodeTransport is how the node agents are reached (transport "local" or
+// "ssh"), with the bftrainer command and configuration they run; self is
+// this process's own command (selfCommand).
+func nodeTransport(cfg Config, self []string) (nodes trainer.Transport, nodeBin, nodeConfig string) {
+	t := cfg.Trainer
+	nodeBin, nodeConfig = self[0], cfg.path
+	if t.Transport != "ssh" {
+		return trainer.Local{Argv: self}, nodeBin, nodeConfig
+	}
+	if t.RemoteBftrainer != "" {
+		nodeBin = t.RemoteBftrainer
+	}
+	nodeConfig = t.RemoteConfig
+	remote := []string{nodeBin}
+	if nodeConfig != "" {
+		remote = append(remote, "--config", nodeConfig)
+	}
+	return trainer.SSH{Program: t.SSH, Config: t.SSHConfig, Identity: t.SSHIdentity, User: t.SSHUser,
+		ConnectTimeout: t.ConnectTimeout.Duration, Remote: remote}, nodeBin, nodeConfig
 }
 
 // timed bounds every node-agent call: a node that hangs after the ssh
@@ -142,6 +150,41 @@ func (k registryKiller) KillLocal(ctx context.Context, node string) (sidecar.Kil
 
 func (k registryKiller) CleanLocal(ctx context.Context, node string) (sidecar.KillResult, error) {
 	rep, err := k.a.Clean(ctx, node)
+	return killResult(rep), err
+}
+
+// remoteKiller is the reclaim on the other nodes of a job whose scheduler
+// runs no hook there (Grid Engine: the prolog runs on the master host
+// only): kill-all (fenced, as a node's own prolog) and clean through each
+// node's agent, over the transport; nil with transport "none".
+func remoteKiller(cfg Config) sidecar.Killer {
+	if cfg.Trainer.Transport == "none" {
+		return nil
+	}
+	self, err := selfCommand(cfg)
+	if err != nil {
+		return nil
+	}
+	nodes, _, _ := nodeTransport(cfg, self)
+	return agentKiller{timed{nodes, cfg.Trainer.CommandTimeout.Duration}}
+}
+
+type agentKiller struct{ t trainer.Transport }
+
+func (k agentKiller) KillLocal(ctx context.Context, node string) (sidecar.KillResult, error) {
+	return k.run(ctx, node, []string{"kill-all", "--fence", node})
+}
+
+func (k agentKiller) CleanLocal(ctx context.Context, node string) (sidecar.KillResult, error) {
+	return k.run(ctx, node, []string{"clean", node})
+}
+
+func (k agentKiller) run(ctx context.Context, node string, args []string) (sidecar.KillResult, error) {
+	out, err := k.t.Agent(ctx, node, args, nil)
+	var rep wire.KillReport
+	if jerr := json.Unmarshal(out, &rep); jerr != nil && err == nil {
+		err = fmt.Errorf("%s on %s: unreadable answer %q", args[0], node, out)
+	}
 	return killResult(rep), err
 }
 
