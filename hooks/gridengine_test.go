@@ -2,12 +2,14 @@ package hooks
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bftrainer/bftrainer/names"
 )
@@ -290,6 +292,110 @@ func FuzzParseQhostXML(f *testing.F) {
 			}
 			if st == "" || strings.ContainsAny(st, " \n") {
 				t.Fatalf("node %s: state %q", n, st)
+			}
+		}
+	})
+}
+
+// TestGridEnginePlan reads the cell's schedule file as it stood with a
+// 2-host job waiting on a reservation behind a running serial job
+// (testdata/gridengine/reserved.schedule.txt, real), and variations.
+func TestGridEnginePlan(t *testing.T) {
+	real := geFixture(t, "reserved.schedule.txt")
+	older := "::::::::\n9:1:RESERVING:100:60:Q:bft.q@old:slots:1.000000\n"
+	for _, tt := range []struct {
+		name string
+		in   string
+		want string // "job@start+duration:nodes;…", "" for none, "error" for an error
+	}{
+		{"the cell's reservation", real, "3@1796129031+11m0s:gel2,gel1"},
+		{"only the latest run counts", older + real, "3@1796129031+11m0s:gel2,gel1"},
+		{"a run without reservations", real + "::::::::\n2:1:RUNNING:1796125371:3660:Q:bft.q@gel1:slots:1.000000\n", ""},
+		{"a run still being written: its last line is left out", real + "4:1:RESERVING:1796129100:60:Q:bft.q@gel3:slots:1.0", "3@1796129031+11m0s:gel2,gel1"},
+		{"host resources and several jobs", "::::::::\n" +
+			"5:1:RESERVING:2000:600:H:n1:mem:1.0\n5:1:RESERVING:2000:600:Q:q@n1:slots:1.0\n5:1:RESERVING:2000:600:G:global:lic:1.0\n" +
+			"6:2:RESERVING:3000:60:Q:q@n2:slots:1.0\n6:2:STARTING:3000:60:Q:q@n3:slots:1.0\n", "5@2000+10m0s:n1;6@3000+1m0s:n2"},
+		{"a job reserving no host", "::::::::\n7:1:RESERVING:10:10:G:global:lic:1.0\n7:1:RESERVING:10:10:P:pe:slots:1.0\n", ""},
+		{"nothing yet", "", ""},
+		{"no separator at all", "7:1:RESERVING:10:10:Q:q@n1:slots:1.0\n", "7@10+10s:n1"},
+		{"a line that is no record", "::::::::\nhello\n", "error"},
+		{"a start that is no number", "::::::::\n7:1:RESERVING:soon:10:Q:q@n1:slots:1.0\n", "error"},
+		{"a queue instance without host", "::::::::\n7:1:RESERVING:10:10:Q:q:slots:1.0\n", "error"},
+		{"a host that could reach a shell", "::::::::\n7:1:RESERVING:10:10:H:n1;reboot:slots:1.0\n", "error"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			plan, err := GridEnginePlan([]byte(tt.in))
+			if tt.want == "error" {
+				if err == nil {
+					t.Fatalf("plan %v, want an error", plan)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := planString(plan); got != tt.want {
+				t.Fatalf("plan %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func planString(plan []PlannedStart) string {
+	var s []string
+	for _, p := range plan {
+		s = append(s, fmt.Sprintf("%s@%d+%v:%s", p.Job, p.Start.Unix(), p.Duration, strings.Join(p.Nodes, ",")))
+	}
+	return strings.Join(s, ";")
+}
+
+// TestReadGridEnginePlan reads the end of a long schedule file: the
+// latest run, even when it starts beyond the first read.
+func TestReadGridEnginePlan(t *testing.T) {
+	var b strings.Builder
+	for b.Len() < 3*scheduleTail {
+		b.WriteString("::::::::\n1:1:RUNNING:100:60:Q:bft.q@n1:slots:1.000000\n8:1:RESERVING:160:60:Q:bft.q@n1:slots:1.000000\n")
+	}
+	b.WriteString("::::::::\n")
+	for b.Len() < 5*scheduleTail {
+		b.WriteString("2:1:RUNNING:100:60:Q:bft.q@n2:slots:1.000000\n") // one long last run
+	}
+	b.WriteString("3:1:RESERVING:200:60:Q:bft.q@n2:slots:1.000000\n3:1:RESERVING:200:60:Q:bft.q@n3:slots:1.000000\n")
+	path := filepath.Join(t.TempDir(), "schedule")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Minute)
+	if err := os.Chtimes(path, old, old); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := ReadGridEnginePlan(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := planString(plan), "3@200+1m0s:n2,n3"; got != want {
+		t.Fatalf("plan %q, want %q", got, want)
+	}
+	if _, err := ReadGridEnginePlan(filepath.Join(t.TempDir(), "none")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a missing file: %v", err)
+	}
+}
+
+func FuzzGridEnginePlan(f *testing.F) {
+	f.Add([]byte(geFixture(f, "reserved.schedule.txt")))
+	f.Add([]byte("::::::::\n5:1:RESERVING:2000:600:H:n1:mem:1.0\n5:1:RESERVING:2000:600:Q:q@n2:slots:1.0\n"))
+	f.Add([]byte("::::::::\n7:1:RESERVING:10:10:Q:q@n1:slots:1.0"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		plan, err := GridEnginePlan(b)
+		if err != nil {
+			return
+		}
+		for _, p := range plan {
+			if !allDigits(p.Job) || p.Duration < 0 {
+				t.Fatalf("planned start %+v", p)
+			}
+			if _, err := names.Unique(p.Nodes); err != nil {
+				t.Fatalf("planned start %+v: %v", p, err)
 			}
 		}
 	})
