@@ -1,23 +1,27 @@
 // Package hooks decides what a batch scheduler's hook call means for the
 // idle pool: which scheduler called, in which hook, for which job and nodes,
 // and so whether bftrainer must reclaim nodes, release them, or act on the
-// local node only. It also reads each scheduler's own view of node states.
+// local node only. It also reads each scheduler's own view of node states,
+// and, where a scheduler publishes one, its plan of the jobs it will start
+// (PlannedStart; Grid Engine's reservations, GridEnginePlan).
 //
 // Each scheduler is one Scheduler value in its own file (slurm.go, lsf.go,
-// pbs.go), and a Registry lists them (Builtin); nothing outside a
-// scheduler's file knows its hooks or its commands. A parser reads the
-// hook's environment (and, for PBS, its arguments and node file) and
-// returns a Call; it never runs a scheduler command on the hook's path, so
-// Slurm hostlists are expanded natively (names.ExpandHostlist). Every node
-// name, job ID and user name in a Call has been validated against a
-// conservative character set, because they later reach ssh command lines
-// and SQL.
+// pbs.go, gridengine.go), and a Registry lists them (Builtin); nothing
+// outside a scheduler's file knows its hooks or its commands. A parser
+// reads the hook's environment (and, for PBS and Grid Engine, its arguments
+// and node file) and returns a Call; it never runs a scheduler command on
+// the hook's path, so Slurm hostlists are expanded natively
+// (names.ExpandHostlist). Every node name, job ID and user name in a Call
+// has been validated against a conservative character set, because they
+// later reach ssh command lines and SQL.
 //
 // Slurm's behaviour is documented and was observed on a real cluster
-// (Slurm 22.05, the project's notes on Slurm). LSF and PBS were not available:
-// what this package assumes about them is written on parseLSF and parsePBS,
-// each point marked as taken from the vendor's documentation or as our
-// assumption.
+// (Slurm 22.05, the project's notes on Slurm), Grid Engine's on a real cell
+// (Son of Grid Engine 8.1.9: internal/lab/gridengine, whose recorded hook
+// environments and listings are testdata/gridengine). LSF and PBS were not
+// available: what this package assumes about them is written on parseLSF
+// and parsePBS, each point marked as taken from the vendor's documentation
+// or as our assumption.
 package hooks
 
 import (
