@@ -25,8 +25,8 @@ var gridEngine = Scheduler{
 	Name:    nameGridEngine,
 	Contrib: "contrib/gridengine",
 	Usage: `the queue's prolog and epilog, as root (qconf -mattr queue …):
-    prolog root@/usr/sbin/bftrainer hook gridengine prolog $host $job_id $job_owner
-    epilog root@/usr/sbin/bftrainer hook gridengine epilog $host $job_id $job_owner
+    prolog root@/usr/local/sbin/bftrainer hook gridengine prolog $host $job_id $job_owner
+    epilog root@/usr/local/sbin/bftrainer hook gridengine epilog $host $job_id $job_owner
     (on the job's master host only: kills on every host of the job)`,
 	// SGE_JOB_SPOOL_DIR is in every job's environment, and so in its
 	// prolog's and epilog's, and in nothing else's.

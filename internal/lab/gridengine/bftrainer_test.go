@@ -3,6 +3,7 @@ package gridengine
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/bftrainer/bftrainer/internal/lab"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
+	"github.com/bftrainer/bftrainer/trainer/agent"
 	"github.com/bftrainer/bftrainer/trainer/trainertest"
 )
 
@@ -38,7 +40,10 @@ type install struct {
 	registry string
 	work     string
 	tag      string // every Trainer's name starts with it
-	service  *exec.Cmd
+	// cgroups is the install's own cgroup subtree (trainer.cgroup_root),
+	// removed at the end; "" where there is no cgroup2 mount.
+	cgroups string
+	service *exec.Cmd
 }
 
 // hookLine is the queue's prolog or epilog line for context, as
@@ -66,12 +71,24 @@ func newInstall(t *testing.T, c *Cell, rec *Recorder) *install {
 	in := &install{cell: c, dir: dir, bin: filepath.Join(dir, "bin", "bftrainer"), config: filepath.Join(dir, "etc", "bftrainer.toml"),
 		db: filepath.Join(dir, "db", "bftrainer.db"), hooksLog: filepath.Join(dir, "log", "hooks.log"),
 		registry: filepath.Join(shm, "nodes"), work: filepath.Join(dir, "work"), tag: fmt.Sprintf("ge%d", os.Getpid()%10000)}
+	if m, err := agent.CgroupMount(); err == nil {
+		in.cgroups = filepath.Join(m, "bftrainer-lab-"+in.tag)
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("bftrainer:\n%s", in.debug(ctx))
 		}
 		if err := in.stop(); err != nil {
 			t.Error(err)
+		}
+		if _, err := os.Stat(in.cgroups); in.cgroups != "" && err == nil {
+			cg, err := agent.OpenCgroups(in.cgroups)
+			if err == nil {
+				err = cg.RemoveAll(10 * time.Second)
+			}
+			if err != nil {
+				t.Error(err)
+			}
 		}
 		if err := c.SetHooks(ctx, rec.Command("prolog"), rec.Command("epilog")); err != nil {
 			t.Error(err)
@@ -142,9 +159,9 @@ state_dir = %q
 controller = "127.0.0.1"
 command_timeout = "30s"
 kill_wait = "5s"
-reclaim_fence = "10m"
+cgroup_root = %q
 allow_root_owner = true
-`, in.db, filepath.Join(in.dir, "spool"), in.hooksLog, in.registry, filepath.Join(in.dir, "log", "trainers"), filepath.Join(in.dir, "runner"))
+`, in.db, filepath.Join(in.dir, "spool"), in.hooksLog, in.registry, filepath.Join(in.dir, "log", "trainers"), filepath.Join(in.dir, "runner"), in.cgroups)
 }
 
 // run runs the CLI as root on the qmaster's host.
@@ -374,6 +391,17 @@ func (in *install) jobEvents(ctx context.Context, job string) (map[string][]stor
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
+// containment is how a kill found the processes, from its report.
+func containment(kill store.Event) string {
+	var rep struct {
+		Containment string `json:"containment"`
+	}
+	if json.Unmarshal(kill.Detail, &rep) != nil || rep.Containment == "" {
+		return "unknown"
+	}
+	return rep.Containment
+}
+
 // TestBftrainer wires bftrainer into the cell and runs its scenarios in
 // order on one exec Trainer per host: a main job reclaims a Trainer's
 // host, the finished job returns it, a 2-host job reclaims both hosts from
@@ -421,8 +449,8 @@ func TestBftrainer(t *testing.T) {
 		if len(kills) != 1 || kills[0].Value < 1 || kills[0].Error != "" || !slices.Equal(kills[0].Nodes, []string{host}) {
 			t.Fatalf("job %s: kills %+v, want one kill on %s", main.ID, kills, host)
 		}
-		t.Logf("reclaim on %s (job %s): prolog start to the Trainer's processes gone %.1f ms (the kill itself %.1f ms); prolog start to the job's first line %.0f ms; qsub to first line %.0f ms",
-			host, main.ID, ms(kills[0].At.Sub(pro[0].At)), kills[0].Ms, ms(r.First.Sub(pro[0].At)), ms(r.First.Sub(main.Submitted)))
+		t.Logf("reclaim on %s (job %s): prolog start to the Trainer's processes gone %.1f ms (the kill itself %.1f ms, containment %s); prolog start to the job's first line %.0f ms; qsub to first line %.0f ms",
+			host, main.ID, ms(kills[0].At.Sub(pro[0].At)), kills[0].Ms, containment(kills[0]), ms(r.First.Sub(pro[0].At)), ms(r.First.Sub(main.Submitted)))
 		if p := must[map[string]map[string][]int](t)(in.trainerProcs())[host]; len(p) > 0 {
 			t.Errorf("Trainer processes came back on %s while the main job holds it: %v", host, p)
 		}
@@ -508,8 +536,8 @@ func TestBftrainer(t *testing.T) {
 			if i > 0 {
 				how = "through its node agent"
 			}
-			t.Logf("2-host job %s: %s (%s): prolog start to the Trainer's processes gone %.1f ms (the kill %.1f ms)",
-				j.ID, h, how, ms(k.At.Sub(pro[0].At)), k.Ms)
+			t.Logf("2-host job %s: %s (%s): prolog start to the Trainer's processes gone %.1f ms (the kill %.1f ms, containment %s)",
+				j.ID, h, how, ms(k.At.Sub(pro[0].At)), k.Ms, containment(k))
 		}
 		t.Logf("2-host job %s: prolog start to the job's first line %.0f ms", j.ID, ms(r.First.Sub(pro[0].At)))
 		// What the reconciler alone would have taken on the slave host
