@@ -184,23 +184,15 @@ func firstOf(value, what string, env Env, keys ...string) (string, string) {
 // per host and queue, "host slots queue processors"; a host may appear once
 // per queue.
 func readPEHostfile(readFile func(string) ([]byte, error), path string) ([]string, error) {
-	if readFile == nil {
-		return nil, fmt.Errorf("read %s: no file reader given", path)
-	}
-	data, err := readFile(path)
+	lines, err := readHostFile(readFile, path)
 	if err != nil {
-		return nil, fmt.Errorf("read PE hostfile: %w", err)
+		return nil, err
 	}
-	var hosts []string
-	n := 0
-	for line := range strings.Lines(string(data)) {
-		n++
+	hosts := make([]string, 0, len(lines))
+	for i, line := range lines {
 		f := strings.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
 		if len(f) < 3 || !allDigits(f[1]) {
-			return nil, fmt.Errorf("line %d: %q is not \"host slots queue processors\"", n, strings.TrimSpace(line))
+			return nil, fmt.Errorf("line %d: %q is not \"host slots queue processors\"", i+1, line)
 		}
 		hosts = append(hosts, f[0])
 	}

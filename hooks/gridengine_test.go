@@ -133,7 +133,7 @@ func TestParseGridEngineErrors(t *testing.T) {
 		{"task not a number", with(pro, "SGE_TASK_ID", "1-3"), []string{"prolog"}, "x", `SGE_TASK_ID "1-3"`, nil, "gridengine|prolog|reclaim|||gel1|gel1"},
 		{"bad user", pro, []string{"prolog", "gel1", "2", "al ice"}, "x", `argument 3: user "al ice"`, names.ErrUser, "gridengine|prolog|reclaim|2||gel1|gel1"},
 		// The PE hostfile's problems: the master host stays the job's.
-		{"missing PE hostfile", with(pro, "PE_HOSTFILE", "/nope"), []string{"prolog"}, "x", "PE_HOSTFILE: read PE hostfile", fs.ErrNotExist, "gridengine|prolog|reclaim|2|root|gel1|gel1"},
+		{"missing PE hostfile", with(pro, "PE_HOSTFILE", "/nope"), []string{"prolog"}, "x", "PE_HOSTFILE: read host file", fs.ErrNotExist, "gridengine|prolog|reclaim|2|root|gel1|gel1"},
 		{"bad host in PE hostfile", with(pro, "PE_HOSTFILE", "/pe/bad-host"), []string{"epilog"}, "x", `node name "a;reboot"`, names.ErrNode, "gridengine|epilog|release|2|root|gel1|gel1"},
 		{"slots not a number", with(pro, "PE_HOSTFILE", "/pe/no-slots"), []string{"prolog"}, "x", "line 1", nil, "gridengine|prolog|reclaim|2|root|gel1|gel1"},
 		{"short line", with(pro, "PE_HOSTFILE", "/pe/short"), []string{"prolog"}, "x", "line 1", nil, "gridengine|prolog|reclaim|2|root|gel1|gel1"},
@@ -142,18 +142,7 @@ func TestParseGridEngineErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := parseGridEngine(MapEnv(tt.env), tt.args, geFiles(t), tt.hostname)
-			if err == nil {
-				t.Fatalf("parseGridEngine = %q, want an error", callString(c))
-			}
-			if !strings.Contains(err.Error(), tt.errText) {
-				t.Fatalf("error %q, want it to contain %q", err, tt.errText)
-			}
-			if tt.is != nil && !errors.Is(err, tt.is) {
-				t.Fatalf("error %q is not %v", err, tt.is)
-			}
-			if got, want := callString(c), tt.partial; got != want {
-				t.Fatalf("partial Call = %q, want %q", got, want)
-			}
+			wantParseError(t, c, err, tt.errText, tt.is, tt.partial)
 		})
 	}
 }

@@ -1,9 +1,7 @@
 package hooks
 
 import (
-	"errors"
 	"io/fs"
-	"strings"
 	"testing"
 
 	"github.com/bftrainer/bftrainer/names"
@@ -101,18 +99,7 @@ func TestParseLSFErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := parseLSF(MapEnv(tt.env), fsys, tt.context, tt.hostname)
-			if err == nil {
-				t.Fatalf("ParseLSF = %q, want an error", callString(c))
-			}
-			if !strings.Contains(err.Error(), tt.errText) {
-				t.Fatalf("error %q, want it to contain %q", err, tt.errText)
-			}
-			if tt.is != nil && !errors.Is(err, tt.is) {
-				t.Fatalf("error %q is not %v", err, tt.is)
-			}
-			if got, want := callString(c), tt.partial; got != want {
-				t.Fatalf("partial Call = %q, want %q", got, want)
-			}
+			wantParseError(t, c, err, tt.errText, tt.is, tt.partial)
 		})
 	}
 }

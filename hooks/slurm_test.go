@@ -63,6 +63,24 @@ func callString(c Call) string {
 		strings.Join(c.Nodes, ","), c.Local}, "|")
 }
 
+// wantParseError checks a parser's failure: an error that says errText
+// (and wraps is, when set), and the partial Call it still decoded.
+func wantParseError(t *testing.T, c Call, err error, errText string, is error, partial string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("parse = %q, want an error", callString(c))
+	}
+	if !strings.Contains(err.Error(), errText) {
+		t.Fatalf("error %q, want it to contain %q", err, errText)
+	}
+	if is != nil && !errors.Is(err, is) {
+		t.Fatalf("error %q is not %v", err, is)
+	}
+	if got := callString(c); got != partial {
+		t.Fatalf("partial Call = %q, want %q", got, partial)
+	}
+}
+
 func TestParseSlurm(t *testing.T) {
 	ctld := envOf(t, labPrologSlurmctld)
 	prolog := envOf(t, labPrologN1)
@@ -129,18 +147,7 @@ func TestParseSlurmErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := parseSlurm(MapEnv(tt.env))
-			if err == nil {
-				t.Fatalf("parseSlurm = %q, want an error", callString(c))
-			}
-			if !strings.Contains(err.Error(), tt.errText) {
-				t.Fatalf("error %q, want it to contain %q", err, tt.errText)
-			}
-			if tt.is != nil && !errors.Is(err, tt.is) {
-				t.Fatalf("error %q is not %v", err, tt.is)
-			}
-			if got, want := callString(c), tt.partial; got != want {
-				t.Fatalf("partial Call = %q, want %q", got, want)
-			}
+			wantParseError(t, c, err, tt.errText, tt.is, tt.partial)
 		})
 	}
 }

@@ -1,7 +1,8 @@
 // Package lab holds what every scheduler lab of the tests shares (the
 // Grid Engine cell in lab/gridengine; the Slurm cluster's lab can use it
 // too): the main job's scripts and the report they write, bounded waits
-// on a condition, and where the schedulers' programs are found.
+// on a condition, where the schedulers' programs are found, and
+// read-only looks at bftrainer's history and pool.
 //
 // A main job is the scheduler's own job in a scenario: it says when it
 // started, runs a check on every node it holds (which names the live

@@ -250,35 +250,13 @@ func eachProc(fn func(pid int, env []byte)) error {
 	return nil
 }
 
-func (in *install) openDB(ctx context.Context) (*store.DB, error) {
-	return store.Open(ctx, in.db, store.Options{ReadOnly: true})
-}
-
 func (in *install) events(ctx context.Context, f store.Filter) ([]store.Event, error) {
-	db, err := in.openDB(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer db.Close()
-	return db.Events(ctx, f)
+	return lab.Events(ctx, in.db, f)
 }
 
 // poolNodes returns the pool's nodes as the last round saved them.
 func (in *install) poolNodes(ctx context.Context) (map[string]pool.Node, error) {
-	db, err := in.openDB(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer db.Close()
-	snap, err := db.Load(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]pool.Node{}
-	for _, n := range snap.State.Nodes {
-		out[n.Name] = n
-	}
-	return out, nil
+	return lab.PoolNodes(ctx, in.db)
 }
 
 // submitSleeper submits an exec Trainer of one node whose program is a

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bftrainer/bftrainer/internal/lab"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
 	"github.com/bftrainer/bftrainer/trainer/agent"
@@ -387,31 +388,13 @@ func (in *Install) OpenDB(ctx context.Context) (*store.DB, error) {
 
 // Events returns history rows.
 func (in *Install) Events(ctx context.Context, f store.Filter) ([]store.Event, error) {
-	db, err := in.OpenDB(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer db.Close()
-	return db.Events(ctx, f)
+	return lab.Events(ctx, in.DB, f)
 }
 
 // PoolNodes returns the pool's nodes as the last reconciler round saved
 // them.
 func (in *Install) PoolNodes(ctx context.Context) (map[string]pool.Node, error) {
-	db, err := in.OpenDB(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer db.Close()
-	snap, err := db.Load(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]pool.Node{}
-	for _, n := range snap.State.Nodes {
-		out[n.Name] = n
-	}
-	return out, nil
+	return lab.PoolNodes(ctx, in.DB)
 }
 
 // Held returns the nodes each Trainer holds now (saved state).
