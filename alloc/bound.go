@@ -42,6 +42,9 @@ func (ch *choices) envelope(owner int) (k0 int, v0 float64, segs []seg, ok bool)
 	if ch.cur > 0 {
 		pts = append(pts, pt{ch.cur, ch.curV})
 	}
+	for i, v := range ch.table {
+		pts = append(pts, pt{ch.lo + i, v})
+	}
 	if len(pts) == 0 {
 		return 0, 0, nil, false
 	}
@@ -80,10 +83,10 @@ func (ch *choices) envelope(owner int) (k0 int, v0 float64, segs []seg, ok bool)
 }
 
 // lpFill writes G(c) for c = from, from+1, … into out, where G is the LP
-// relaxation of the Trainers for which use(owner) is true: all of them at
-// their smallest feasible counts (k0 nodes, worth v0), then the segments
-// of the slope-sorted list segs by decreasing slope. −Inf below k0.
-func lpFill(k0 int, v0 float64, segs []seg, use func(owner int) bool, from int, out []float64) {
+// relaxation of the Trainers whose index is in [ownLo, ownHi): all of them
+// at their smallest feasible counts (k0 nodes, worth v0), then the
+// segments of the slope-sorted list segs by decreasing slope. −Inf below k0.
+func lpFill(k0 int, v0 float64, segs []seg, ownLo, ownHi int, from int, out []float64) {
 	c, i := from, 0
 	for ; i < len(out) && c < k0; i, c = i+1, c+1 {
 		out[i] = math.Inf(-1)
@@ -91,7 +94,7 @@ func lpFill(k0 int, v0 float64, segs []seg, use func(owner int) bool, from int, 
 	v, used, s, taken := v0, k0, 0, 0
 	for ; i < len(out); i, c = i+1, c+1 {
 		for used < c && s < len(segs) {
-			if !use(segs[s].owner) {
+			if o := segs[s].owner; o < ownLo || o >= ownHi {
 				s++
 				continue
 			}
@@ -154,7 +157,7 @@ func roundDown(chs []choices, n int) []int {
 // prune returns, per stage j = 1..J, the capacities [from[j], to[j]]
 // (within [L[j], U[j]]) that can lie on an optimal path; from > to means
 // none. ok is false when no bound applies (then every capacity counts).
-func prune(p *Problem, chs []choices, L, U []int, tol float64) (from, to []int, ok bool) {
+func prune(p *Problem, chs []choices, L, U []int, tol float64, val valueFunc) (from, to []int, ok bool) {
 	J, N := len(chs), p.Size()
 	counts := roundDown(chs, N)
 	if counts == nil {
@@ -162,7 +165,7 @@ func prune(p *Problem, chs []choices, L, U []int, tol float64) (from, to []int, 
 	}
 	lb := 0.0
 	for j, k := range counts {
-		lb += p.Value(j, k)
+		lb += val(j, k)
 	}
 	// One slope-sorted list of every Trainer's envelope segments; the
 	// prefix and suffix bounds of each stage filter it by owner.
@@ -190,9 +193,9 @@ func prune(p *Problem, chs []choices, L, U []int, tol float64) (from, to []int, 
 		w := hi - lo + 1
 		gp = slices.Grow(gp[:0], w)[:w]
 		gs = slices.Grow(gs[:0], w)[:w]
-		lpFill(k0s[j], v0s[j], all, func(o int) bool { return o < j }, lo, gp)
+		lpFill(k0s[j], v0s[j], all, 0, j, lo, gp)
 		// Suffix (Trainers j..J-1, 0-based) at capacity N−c, c from hi down.
-		lpFill(k0s[J]-k0s[j], v0s[J]-v0s[j], all, func(o int) bool { return o >= j }, N-hi, gs)
+		lpFill(k0s[J]-k0s[j], v0s[J]-v0s[j], all, j, J, N-hi, gs)
 		from[j], to[j] = hi+1, lo-1
 		for i := 0; i < w; i++ {
 			c := lo + i

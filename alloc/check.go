@@ -9,8 +9,8 @@ import (
 // the Problem: node bounds, one Trainer per node, only pool nodes, no
 // migration (grow by adding, or shrink to a subset, never both), Add and
 // Release consistent with the node sets, the Reference step limit, and
-// the reported objective. Every solver's plans go through this one checker
-// in the tests.
+// the reported objective (under the plan's Pricing). Every solver's plans
+// go through this one checker in the tests.
 func Check(p *Problem, pl *Plan) error {
 	if len(pl.Trainers) != len(p.Trainers) {
 		return fmt.Errorf("plan has %d trainers, problem %d", len(pl.Trainers), len(p.Trainers))
@@ -105,11 +105,12 @@ func Check(p *Problem, pl *Plan) error {
 	if total > p.Size() {
 		return fmt.Errorf("plan uses %d nodes, pool has %d", total, p.Size())
 	}
-	want := p.ObjectiveOf(pl.Counts())
+	want := p.ObjectiveWith(pl.Pricing, pl.Counts())
 	if pl.NoStepLimit {
+		val := p.Prices(pl.Pricing)
 		want = 0
 		for j, a := range pl.Trainers {
-			want += p.Value(j, a.To)
+			want += val(j, a.To)
 		}
 	}
 	if !approxEqual(pl.Objective, want, 1e-9) {

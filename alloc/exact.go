@@ -99,6 +99,12 @@ func (s *stage) run(d *deques, c0, c1 int) {
 		if C > 0 && c-C >= base {
 			bv = max(bv, ext[c-C-base]+ch.curV)
 		}
+		if tab := ch.table; tab != nil {
+			// Every count its own value: max over k of dp(c−k) + v(k).
+			for k := ch.lo; k <= min(ch.maxK, c-base); k++ {
+				bv = max(bv, ext[c-k-base]+tab[k-ch.lo])
+			}
+		}
 		for q := range np {
 			pc, w := &ch.pieces[q], &d.w[q]
 			beta := pc.beta
@@ -129,25 +135,42 @@ type choices struct {
 	cur    int     // current size C, or -1 if C is not a feasible count (or is 0)
 	curV   float64
 	pieces []piece // feasible counts other than 0 and C, in increasing order
-	maxK   int     // largest feasible count
-	lo     int     // smallest feasible count above 0 (maxK+1 if none)
+	// table, when set instead of pieces, holds the value of every count
+	// lo..maxK (C included).
+	table []float64
+	maxK  int // largest feasible count
+	lo    int // smallest feasible count above 0 (maxK+1 if none)
 }
 
-func trainerChoices(p *Problem, j, step int) choices {
+// valueFunc is an objective term: Trainer j's value on k nodes.
+type valueFunc func(j, k int) float64
+
+// trainerChoices describes Trainer j's feasible counts and their values.
+// With linear set, val is linear between the curve's breakpoints and on
+// either side of the current size (Problem.Value is), so runs of counts
+// become pieces; otherwise the value of every count is kept in a table.
+func trainerChoices(p *Problem, j, step int, val valueFunc, linear bool) choices {
 	t := &p.Trainers[j]
 	c := len(t.Held)
 	lo, hi := p.bounds(j)
 	lo, hi = max(lo, c-step), min(hi, c+step)
 	ch := choices{cur: -1, lo: 1}
 	if c <= step {
-		ch.zero, ch.zeroV = true, p.Value(j, 0)
+		ch.zero, ch.zeroV = true, val(j, 0)
 	}
 	if lo > hi {
 		return ch
 	}
 	ch.maxK, ch.lo = hi, lo
 	if c >= lo && c <= hi {
-		ch.cur, ch.curV = c, p.Value(j, c)
+		ch.cur, ch.curV = c, val(j, c)
+	}
+	if !linear {
+		ch.table = make([]float64, hi-lo+1)
+		for k := lo; k <= hi; k++ {
+			ch.table[k-lo] = val(j, k)
+		}
+		return ch
 	}
 	// Breakpoints where the value's slope may change.
 	cuts := []int{lo, hi + 1}
@@ -169,10 +192,10 @@ func trainerChoices(p *Problem, j, step int) choices {
 		if a == c && b == c {
 			continue // the current size is handled on its own
 		}
-		va := p.Value(j, a)
+		va := val(j, a)
 		beta := 0.0
 		if b > a {
-			beta = (p.Value(j, b) - va) / float64(b-a)
+			beta = (val(j, b) - va) / float64(b-a)
 		}
 		ch.pieces = append(ch.pieces, piece{a: a, b: b, alpha: va - beta*float64(a), beta: beta})
 	}
@@ -182,15 +205,24 @@ func trainerChoices(p *Problem, j, step int) choices {
 // OptimalCounts returns node counts maximising the Problem's objective, and
 // false if no feasible counts exist. The Problem must be valid.
 func OptimalCounts(p *Problem) ([]int, bool) {
+	return optimalCounts(p, p.Value, true)
+}
+
+// optimalCounts maximises Σ_j val(j, k_j) over feasible counts (see
+// trainerChoices for linear).
+func optimalCounts(p *Problem, val valueFunc, linear bool) ([]int, bool) {
 	J, N := len(p.Trainers), p.Size()
 	step := p.StepLimit()
 	chs := make([]choices, J)
 	scale := 1.0
 	for j := range chs {
-		chs[j] = trainerChoices(p, j, step)
+		chs[j] = trainerChoices(p, j, step, val, linear)
 		scale += math.Abs(chs[j].zeroV) + math.Abs(chs[j].curV)
 		for _, pc := range chs[j].pieces {
 			scale += math.Abs(pc.alpha) + math.Abs(pc.beta)*float64(pc.b)
+		}
+		for _, v := range chs[j].table {
+			scale += math.Abs(v)
 		}
 		if !chs[j].zero && chs[j].maxK == 0 {
 			return nil, false
@@ -217,7 +249,7 @@ func OptimalCounts(p *Problem) ([]int, bool) {
 	// keeps values for [F[j], T[j]] only; outside is −Inf, above U[j] the
 	// value at U[j].
 	F, T := slices.Clone(L), slices.Clone(U)
-	if from, to, ok := prune(p, chs, L, U, 1e-9*scale); ok {
+	if from, to, ok := prune(p, chs, L, U, 1e-9*scale, val); ok {
 		for j := 1; j <= J; j++ {
 			F[j], T[j] = max(L[j], from[j]), min(U[j], to[j])
 		}
@@ -311,7 +343,7 @@ func OptimalCounts(p *Problem) ([]int, bool) {
 			consider(0, at(j-1, c)+ch.zeroV)
 		}
 		for k := ch.lo; k <= min(ch.maxK, c); k++ {
-			consider(k, at(j-1, c-k)+p.Value(j-1, k))
+			consider(k, at(j-1, c-k)+val(j-1, k))
 		}
 		if best < 0 {
 			panic(fmt.Sprintf("alloc: exact: no count attains stage %d value %v at capacity %d", j, target, c))

@@ -46,6 +46,9 @@ type Plan struct {
 	// NoStepLimit is set by solvers that do not honour the Reference step
 	// limit (the equal-share heuristic, as in the reference code).
 	NoStepLimit bool
+	// Pricing is the objective Objective and the Values are in; nil is
+	// FixedHorizon, the paper's (Problem.Value).
+	Pricing Pricing
 }
 
 // Assignment is one Trainer's part of a Plan.
@@ -141,6 +144,11 @@ func sortedNodes(ns []Node) []Node {
 //
 // counts must be feasible; Place does not check the objective.
 func Place(p *Problem, counts []int) []Assignment {
+	return place(p, counts, p.Value)
+}
+
+// place is Place with each Assignment's Value from val.
+func place(p *Problem, counts []int, val valueFunc) []Assignment {
 	out := make([]Assignment, len(p.Trainers))
 	var released []Node
 	for j := range p.Trainers {
@@ -164,12 +172,11 @@ func Place(p *Problem, counts []int) []Assignment {
 			}
 		}
 		a.Nodes = Names(keep)
-		a.Value = p.Value(j, counts[j])
+		a.Value = val(j, counts[j])
 	}
 	pool := sortedNodes(p.Free)
 	if len(released) > 0 {
-		pool = append(slices.Clone(pool), released...)
-		slices.SortFunc(pool, CompareNodes)
+		pool = mergeNodes(pool, sortedNodes(released))
 	}
 	next := 0
 	for j := range p.Trainers {
@@ -182,6 +189,19 @@ func Place(p *Problem, counts []int) []Assignment {
 		}
 	}
 	return out
+}
+
+// mergeNodes merges two node lists sorted by nodeCmp into a new one.
+func mergeNodes(a, b []Node) []Node {
+	out := make([]Node, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if nodeCmp(&b[0], &a[0]) < 0 {
+			out, b = append(out, b[0]), b[1:]
+		} else {
+			out, a = append(out, a[0]), a[1:]
+		}
+	}
+	return append(append(out, a...), b...)
 }
 
 // Names returns the nodes' names, in order (nil for none).
@@ -200,20 +220,42 @@ func Names(ns []Node) []string {
 // note. Trainers whose current size is infeasible keep it all the same:
 // a kept allocation is never worse than a half-applied one.
 func Keep(p *Problem, solver string, st Status, note string) *Plan {
+	return keepPriced(p, nil, p.Value, solver, st, note)
+}
+
+// KeepWith is Keep with the objective under pr (nil: FixedHorizon).
+func KeepWith(p *Problem, pr Pricing, solver string, st Status, note string) *Plan {
+	return keepPriced(p, pr, p.Prices(pr), solver, st, note)
+}
+
+// keepPriced is Keep under the Pricing pr, whose terms val gives.
+func keepPriced(p *Problem, pr Pricing, val valueFunc, solver string, st Status, note string) *Plan {
 	counts := make([]int, len(p.Trainers))
 	obj := 0.0
 	for j := range p.Trainers {
 		counts[j] = len(p.Trainers[j].Held)
-		obj += p.Value(j, counts[j])
+		obj += val(j, counts[j])
 	}
-	return &Plan{Solver: solver, Status: st, Note: note, Objective: obj, Trainers: Place(p, counts)}
+	return &Plan{Solver: solver, Status: st, Note: note, Objective: obj, Pricing: pr, Trainers: place(p, counts, val)}
 }
 
-// newPlan places counts and fills in the objective.
+// newPlan places counts and fills in the fixed-horizon objective.
 func newPlan(p *Problem, solver string, counts []int) *Plan {
-	pl := &Plan{Solver: solver, Status: Optimal, Trainers: Place(p, counts)}
+	return newPricedPlan(p, nil, p.Value, solver, counts)
+}
+
+// newPricedPlan places counts and fills in the objective under pr, whose
+// terms val gives.
+func newPricedPlan(p *Problem, pr Pricing, val valueFunc, solver string, counts []int) *Plan {
+	pl := &Plan{Solver: solver, Status: Optimal, Pricing: pr, Trainers: place(p, counts, val)}
 	for j := range pl.Trainers {
 		pl.Objective += pl.Trainers[j].Value
 	}
 	return pl
+}
+
+// PlaceWith is Place with each Assignment's Value under pr (nil:
+// FixedHorizon).
+func PlaceWith(p *Problem, pr Pricing, counts []int) []Assignment {
+	return place(p, counts, p.Prices(pr))
 }

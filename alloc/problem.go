@@ -111,6 +111,10 @@ type Trainer struct {
 	RUp      float64 // seconds of progress lost when it grows
 	RDown    float64 // seconds of progress lost when it shrinks
 	Held     []Node  // nodes it runs on now
+	// Remaining is the samples it has left to process; 0 means unknown
+	// (it runs until it exits). AdaptiveHorizon values no node past the
+	// time the Trainer needs to finish.
+	Remaining float64
 }
 
 // Problem is one allocation decision.
@@ -120,6 +124,12 @@ type Problem struct {
 	TFwd      float64 // horizon in seconds the decision is worth over
 	Objective Objective
 	Semantics Semantics
+	// Now is the decision time: a node's idle age is Now − Since. Zero
+	// means the youngest node has just become idle.
+	Now time.Time
+	// Idle is what the pool has observed of idle periods that ended; nil
+	// means none yet (AdaptiveHorizon then relies on its prior).
+	Idle *IdleHistory
 }
 
 // ErrInvalid wraps every validation error.
@@ -161,6 +171,16 @@ func (p *Problem) Validate() error {
 	}
 	if p.Semantics != Default && p.Semantics != Reference {
 		return bad("", "semantics", "unknown semantics %d", p.Semantics)
+	}
+	if p.Idle != nil {
+		if len(p.Idle.Ended) > IdleBins {
+			return bad("", "idle", "%d bins, want at most %d", len(p.Idle.Ended), IdleBins)
+		}
+		for b, n := range p.Idle.Ended {
+			if !finite(n) || n < 0 {
+				return bad("", "idle", "bin %d: count must be a finite number ≥ 0, got %v", b, n)
+			}
+		}
 	}
 	seen := make(map[string]string, p.Size())
 	for _, n := range p.Free {
@@ -219,6 +239,9 @@ func (t *Trainer) validate(obj Objective) error {
 	}
 	if !finite(t.RDown) || t.RDown < 0 {
 		return bad(t.ID, "rescale_down", "must be a finite number of seconds ≥ 0, got %v", t.RDown)
+	}
+	if !finite(t.Remaining) || t.Remaining < 0 {
+		return bad(t.ID, "remaining", "must be a finite number of samples ≥ 0, got %v", t.Remaining)
 	}
 	c := &t.Curve
 	if len(c.Nodes) == 0 {
@@ -366,15 +389,22 @@ func (p *Problem) StepLimit() int {
 	return n
 }
 
-// Value is the objective term of Trainer j at k nodes:
+// Value is the objective term of Trainer j at k nodes in the paper's
+// fixed-horizon model (FixedHorizon):
 //
 //	w·(T_fwd·O(k) − [k>C]·R_up·r − [k<C]·R_down·r)
 //
 // with C its current count and r its current rate.
 func (p *Problem) Value(j, k int) float64 {
+	return p.price(j, k, p.TFwd*p.Trainers[j].value(p.Goal(), k))
+}
+
+// price is Trainer j's objective term at k nodes for a gain (what the
+// Pricing says k nodes are worth): w·(gain − [k>C]·R_up·r − [k<C]·R_down·r).
+func (p *Problem) price(j, k int, gain float64) float64 {
 	t := &p.Trainers[j]
 	c := len(t.Held)
-	v := p.TFwd * t.value(p.Goal(), k)
+	v := gain
 	r := t.Rate(p.Goal(), c)
 	switch {
 	case k > c:
@@ -383,6 +413,44 @@ func (p *Problem) Value(j, k int) float64 {
 		v -= t.RDown * r
 	}
 	return t.Priority() * v
+}
+
+// Pricing is an objective a solver maximises: Σ_j w_j·(gain_j(k_j) −
+// rescale cost), the rescale cost priced as Value does. Pricings differ in
+// what k nodes are worth to a Trainer before rescaling, its gain.
+type Pricing interface {
+	// Name names the objective ("fixed", "adaptive").
+	Name() string
+	// Gains returns, for p, Trainer j's gain on k nodes (before its weight
+	// and rescale cost), for 0 ≤ k ≤ p.Size(). It may precompute; the
+	// function is valid while p is not modified.
+	Gains(p *Problem) func(j, k int) float64
+}
+
+// FixedHorizon is the paper's objective: a count is worth T_fwd seconds of
+// its metric, gain = T_fwd·O(k). Problem.Value prices with it.
+type FixedHorizon struct{}
+
+// Name returns "fixed".
+func (FixedHorizon) Name() string { return "fixed" }
+
+// Gains returns T_fwd·O(k).
+func (FixedHorizon) Gains(p *Problem) func(j, k int) float64 {
+	obj := p.Goal()
+	return func(j, k int) float64 { return p.TFwd * p.Trainers[j].value(obj, k) }
+}
+
+// Prices returns the objective term of every Trainer and count under pr
+// (nil: FixedHorizon, that is Problem.Value).
+func (p *Problem) Prices(pr Pricing) func(j, k int) float64 {
+	if pr == nil {
+		return p.Value
+	}
+	if _, ok := pr.(FixedHorizon); ok {
+		return p.Value
+	}
+	gain := pr.Gains(p)
+	return func(j, k int) float64 { return p.price(j, k, gain(j, k)) }
 }
 
 // Goal is the objective the Problem maximises: Objective, with "" read as
@@ -415,18 +483,26 @@ func (p *Problem) bounds(j int) (lo, hi int) {
 	return lo, hi
 }
 
-// Objective returns the objective of the counts, or -Inf if infeasible.
+// ObjectiveOf returns the fixed-horizon objective of the counts, or -Inf
+// if they are infeasible.
 func (p *Problem) ObjectiveOf(counts []int) float64 {
+	return p.ObjectiveWith(nil, counts)
+}
+
+// ObjectiveWith returns the objective of the counts under pr (nil:
+// FixedHorizon), or -Inf if they are infeasible.
+func (p *Problem) ObjectiveWith(pr Pricing, counts []int) float64 {
 	if len(counts) != len(p.Trainers) {
 		return math.Inf(-1)
 	}
+	val := p.Prices(pr)
 	total, sum := 0, 0.0
 	for j, k := range counts {
 		if !p.Feasible(j, k) {
 			return math.Inf(-1)
 		}
 		total += k
-		sum += p.Value(j, k)
+		sum += val(j, k)
 	}
 	if total > p.Size() {
 		return math.Inf(-1)

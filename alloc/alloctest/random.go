@@ -4,6 +4,7 @@ package alloctest
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -22,6 +23,10 @@ type Options struct {
 	Nice bool
 	// Objective; empty picks throughput.
 	Objective alloc.Objective
+	// Adaptive also fills in what alloc.AdaptiveHorizon reads: the
+	// decision time, an idle-period history, each Trainer's remaining
+	// work, and nodes idle since a few shared instants (cohorts).
+	Adaptive bool
 }
 
 var epoch = time.Date(2021, 2, 10, 20, 21, 15, 0, time.UTC)
@@ -132,5 +137,50 @@ func Problem(r *rand.Rand, o Options) *alloc.Problem {
 		p.Trainers = append(p.Trainers, t)
 	}
 	p.Free = append(p.Free, nodes[next:]...)
+	if o.Adaptive {
+		adapt(rand.New(rand.NewPCG(r.Uint64(), 12)), p, o.Nice)
+	}
 	return p
+}
+
+// adapt adds the adaptive inputs to p from its own random stream: the
+// problem's other numbers stay those of the same seed without Adaptive.
+func adapt(r *rand.Rand, p *alloc.Problem, nice bool) {
+	p.Now = epoch.Add(2 * time.Hour)
+	// Nodes idle since one of a few instants, as nodes join in groups.
+	instants := make([]time.Time, 1+r.IntN(4))
+	for i := range instants {
+		instants[i] = p.Now.Add(-time.Duration(r.IntN(7200)) * time.Second)
+	}
+	if r.IntN(3) == 0 {
+		instants[0] = p.Now // some have just joined
+	}
+	since := func(ns []alloc.Node) {
+		for i := range ns {
+			ns[i].Since = instants[r.IntN(len(instants))]
+		}
+	}
+	since(p.Free)
+	for j := range p.Trainers {
+		t := &p.Trainers[j]
+		since(t.Held)
+		if r.IntN(4) != 0 {
+			top := t.Curve.Throughput[len(t.Curve.Throughput)-1]
+			t.Remaining = top * float64(60+r.IntN(7200))
+			if nice {
+				t.Remaining = float64(int64(t.Remaining))
+			}
+		}
+	}
+	p.Idle = IdleHistory(r, 50+r.IntN(2000))
+}
+
+// IdleHistory returns n idle periods drawn from a heavy-tailed
+// distribution (log-normal, median 8 min): test input, fitted to nothing.
+func IdleHistory(r *rand.Rand, n int) *alloc.IdleHistory {
+	h := &alloc.IdleHistory{}
+	for range n {
+		h.Add(math.Exp(math.Log(480) + 1.3*r.NormFloat64()))
+	}
+	return h
 }

@@ -26,6 +26,12 @@ var models = [][]float64{
 // U[17,19] s up and U[11,13] s down as in the paper's data, T_fwd = 10, and
 // about half the Trainers already running on part of the pool.
 func Summit(J, N, nmax int, seed uint64) *alloc.Problem {
+	return SummitCohorts(J, N, nmax, 16, seed)
+}
+
+// SummitCohorts is Summit with nodes idle since the same instant in groups
+// of cohort.
+func SummitCohorts(J, N, nmax, cohort int, seed uint64) *alloc.Problem {
 	r := rand.New(rand.NewPCG(seed, 1))
 	p := &alloc.Problem{TFwd: 10, Objective: alloc.Throughput}
 	base := time.Date(2021, 2, 10, 20, 21, 15, 0, time.UTC)
@@ -65,5 +71,25 @@ func Summit(J, N, nmax int, seed uint64) *alloc.Problem {
 		p.Trainers = append(p.Trainers, t)
 	}
 	p.Free = nodes[next:]
+	// What AdaptiveHorizon reads, from a stream of its own so the rest is
+	// unchanged: an idle-period history, remaining work, and nodes idle
+	// since instants of the last day — in groups of cohort consecutive
+	// nodes (on the Summit trace idle nodes leave with the nodes that
+	// became idle with them: 17.7 a group on average), or each its own
+	// instant when cohort is 1 (the worst case for AdaptiveHorizon).
+	ra := rand.New(rand.NewPCG(seed, 12))
+	p.Now = base
+	var at time.Time
+	for i := range nodes {
+		if i%cohort == 0 {
+			at = base.Add(-time.Duration(ra.IntN(86400)) * time.Second)
+		}
+		nodes[i].Since = at
+	}
+	for j := range p.Trainers {
+		t := &p.Trainers[j]
+		t.Remaining = 1.3e8 * ra.Float64()
+	}
+	p.Idle = IdleHistory(ra, 20000)
 	return p
 }

@@ -32,10 +32,16 @@ func requireBackend(tb testing.TB, b milp.Backend) milp.Backend {
 // nodePlan turns decoded node sets into a Plan for alloc.Check: Add and
 // Release are the differences from the held nodes.
 func nodePlan(p *alloc.Problem, name string, counts []int, sets [][]string) *alloc.Plan {
-	pl := &alloc.Plan{Solver: name, Status: alloc.Optimal, Objective: p.ObjectiveOf(counts)}
+	return nodePlanWith(p, nil, name, counts, sets)
+}
+
+// nodePlanWith is nodePlan with the objective under pr.
+func nodePlanWith(p *alloc.Problem, pr alloc.Pricing, name string, counts []int, sets [][]string) *alloc.Plan {
+	val := p.Prices(pr)
+	pl := &alloc.Plan{Solver: name, Status: alloc.Optimal, Objective: p.ObjectiveWith(pr, counts), Pricing: pr}
 	for j := range p.Trainers {
 		t := &p.Trainers[j]
-		a := alloc.Assignment{ID: t.ID, From: len(t.Held), To: counts[j], Nodes: sets[j], Value: p.Value(j, counts[j])}
+		a := alloc.Assignment{ID: t.ID, From: len(t.Held), To: counts[j], Nodes: sets[j], Value: val(j, counts[j])}
 		held := make(map[string]bool, len(t.Held))
 		for _, n := range t.Held {
 			held[n.Name] = true

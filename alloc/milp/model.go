@@ -122,6 +122,23 @@ type curve struct {
 	// curve may say so); alloc values 0 nodes at 0, so the objective
 	// corrects it through z^min.
 	o0 float64
+	// mult is what S_j is worth per unit in the objective, before the
+	// Trainer's weight: T_fwd for the paper's curve, 1 for a gain table.
+	mult float64
+	// oneHot: a breakpoint at every count, so the weights λ are binaries
+	// (one of them 1) and need no segment binaries.
+	oneHot bool
+}
+
+// gainCurve is the curve of a Pricing's gains: a breakpoint at every count
+// 0..limit, so that S_j, interpolated between adjacent integers, is the
+// gain at the integer n_j.
+func gainCurve(gain func(j, k int) float64, j, limit int) curve {
+	cv := curve{mult: 1, oneHot: true}
+	for k := 0; k <= max(limit, 1); k++ {
+		cv.nu, cv.o = append(cv.nu, k), append(cv.o, gain(j, k))
+	}
+	return cv
 }
 
 // trainerCurve returns the breakpoints the MILP needs for Trainer t, up
@@ -148,6 +165,7 @@ func trainerCurve(p *alloc.Problem, t *alloc.Trainer, limit int) curve {
 	if c.Nodes[0] == 0 {
 		cv.o0 = cv.o[0]
 	}
+	cv.mult = p.TFwd
 	return cv
 }
 
@@ -215,6 +233,20 @@ func trainerCurve(p *alloc.Problem, t *alloc.Trainer, limit int) curve {
 // O, E index j; H counts up. Nodes are in Problem order: the free nodes,
 // then each Trainer's held nodes.
 func Build(p *alloc.Problem) *Model {
+	return BuildPriced(p, nil)
+}
+
+// BuildPriced is Build with the objective of the Pricing pr (nil or
+// alloc.FixedHorizon: the paper's, as Build). For any other pricing the
+// curve of Trainer j is its gain table, a breakpoint at every count from 0
+// to its largest, and S_j is worth ω_j·S_j: the objective is
+// Σ_j ω_j (gain_j(n_j) − (u_j R_up,j + w_j R_down,j) r_j), each Trainer's
+// term alloc's (Problem.Prices) at its count. With a breakpoint at every
+// count the weights λ_{j,i} are binaries instead of a convex combination
+// (n_j = Σ_i i·λ_{j,i}, Σ_i λ_{j,i} = 1), so there are no segment binaries y
+// nor their rows; every other row is Build's. (the convex-combination form is
+// equivalent on integers, with more columns and rows).
+func BuildPriced(p *alloc.Problem, pr alloc.Pricing) *Model {
 	J := len(p.Trainers)
 	nodes := make([]string, 0, p.Size())
 	for _, n := range p.Free {
@@ -237,10 +269,18 @@ func Build(p *alloc.Problem) *Model {
 	}
 	m := &Model{Name: "BFTRAIN", BigM: M, nodes: nodes, trainers: make([]string, J)}
 	curves := make([]curve, J)
+	var gain func(j, k int) float64
+	if _, fixed := pr.(alloc.FixedHorizon); pr != nil && !fixed {
+		gain = pr.Gains(p)
+	}
 	for j := range p.Trainers {
 		t := &p.Trainers[j]
 		m.trainers[j] = t.ID
-		curves[j] = trainerCurve(p, t, min(t.MaxNodes(), N))
+		if gain != nil {
+			curves[j] = gainCurve(gain, j, min(t.MaxNodes(), N))
+		} else {
+			curves[j] = trainerCurve(p, t, min(t.MaxNodes(), N))
+		}
 	}
 
 	b := newBuilder(m, J, N, curves)
@@ -297,7 +337,7 @@ func (b *builder) rows(p *alloc.Problem, held []int) {
 	nrows := N + 4*J*N
 	for j := range J {
 		nrows += fixedRows
-		if k := len(b.curves[j].nu); k > 1 {
+		if k := len(b.curves[j].nu); k > 1 && !b.curves[j].oneHot {
 			nrows += 1 + k
 		}
 	}
@@ -341,7 +381,7 @@ func (b *builder) rows(p *alloc.Problem, held []int) {
 		b.row(famV, j, EQ, 1)       // Σλ = 1
 		b.row(famI, j, EQ, 0)       // n − Σνλ = 0
 		b.row(famO, j, EQ, 0)       // Σoλ − S = 0
-		if k := len(b.curves[j].nu); k > 1 {
+		if k := len(b.curves[j].nu); k > 1 && !b.curves[j].oneHot {
 			b.row(famE, j, EQ, 1) // Σy = 1
 			for range k {
 				b.row(famH, h, LE, 0) // λ_i − y_i − y_{i+1} ≤ 0
@@ -371,7 +411,10 @@ func (b *builder) columns(p *alloc.Problem, held []int) {
 	ncols := 2 * J * N
 	for j := range J {
 		k := len(b.curves[j].nu)
-		ncols += 5 + (k - 1) + 2 + k
+		ncols += 5 + 2 + k
+		if !b.curves[j].oneHot {
+			ncols += k - 1
+		}
 	}
 	m := b.m
 	m.Cols = make([]Column, 0, ncols)
@@ -411,7 +454,7 @@ func (b *builder) columns(p *alloc.Problem, held []int) {
 		C := len(t.Held)
 		w := t.Priority()
 		r := t.Rate(obj, C)
-		b.col(famA, j, 0, 1, true, -w*p.TFwd*cv.o0)
+		b.col(famA, j, 0, 1, true, -w*cv.mult*cv.o0)
 		b.add(base+rR0, float64(M))
 		b.add(base+rR1, float64(M))
 		b.col(famB, j, 0, 1, true, 0)
@@ -436,7 +479,7 @@ func (b *builder) columns(p *alloc.Problem, held []int) {
 		}
 		b.add(base+rI, 1)
 		// Segment s (1..k−1) joins breakpoints s−1 and s.
-		for s := 1; s < len(cv.nu); s++ {
+		for s := 1; s < len(cv.nu) && !cv.oneHot; s++ {
 			b.col(famY, y, 0, 1, true, 0)
 			y++
 			b.add(base+rE, 1)
@@ -449,15 +492,15 @@ func (b *builder) columns(p *alloc.Problem, held []int) {
 		t := &p.Trainers[j]
 		cv := &b.curves[j]
 		base := b.tRow[j]
-		b.col(famS, j, math.Inf(-1), inf, false, t.Priority()*p.TFwd)
+		b.col(famS, j, math.Inf(-1), inf, false, t.Priority()*cv.mult)
 		b.add(base+rO, -1)
 		for i := range cv.nu {
-			b.col(famL, l, 0, 1, false, 0)
+			b.col(famL, l, 0, 1, cv.oneHot, 0)
 			l++
 			b.add(base+rV, 1)
 			b.add(base+rI, -float64(cv.nu[i]))
 			b.add(base+rO, cv.o[i])
-			if len(cv.nu) > 1 {
+			if len(cv.nu) > 1 && !cv.oneHot {
 				b.add(base+rE+1+i, 1)
 			}
 		}

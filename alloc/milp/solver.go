@@ -36,6 +36,9 @@ type Solver struct {
 	TimeLimit time.Duration // 0 means DefaultTimeLimit
 	Threads   int           // 0 means 1
 	Dir       string        // see Options.Dir
+	// Pricing is the objective (nil: the paper's fixed horizon; see
+	// BuildPriced).
+	Pricing alloc.Pricing
 }
 
 // Name returns the backend's name, e.g. "cbc".
@@ -66,7 +69,7 @@ func (s Solver) Solve(ctx context.Context, p *alloc.Problem) (*alloc.Plan, error
 		// Nothing to decide: no model, no solver run.
 		return &alloc.Plan{Solver: name, Status: alloc.Optimal}, nil
 	}
-	m := Build(p)
+	m := BuildPriced(p, s.Pricing)
 	sol, err := s.Backend.Solve(ctx, m, Options{TimeLimit: s.limit(), Threads: s.Threads, Dir: s.Dir})
 	if err != nil {
 		return nil, err
@@ -74,22 +77,23 @@ func (s Solver) Solve(ctx context.Context, p *alloc.Problem) (*alloc.Plan, error
 	switch sol.Status {
 	case Optimal:
 	case TimeLimit:
-		return alloc.Keep(p, name, alloc.KeptCurrent,
+		return alloc.KeepWith(p, s.Pricing, name, alloc.KeptCurrent,
 			fmt.Sprintf("%s: stopped on time limit %v (%s); kept the current allocation", name, s.limit(), sol.Message)), nil
 	case Infeasible:
-		return alloc.Keep(p, name, alloc.Infeasible,
+		return alloc.KeepWith(p, s.Pricing, name, alloc.Infeasible,
 			fmt.Sprintf("%s: no feasible allocation under the step limit; kept the current one", name)), nil
 	default:
-		return alloc.Keep(p, name, alloc.KeptCurrent,
+		return alloc.KeepWith(p, s.Pricing, name, alloc.KeptCurrent,
 			fmt.Sprintf("%s: %s; kept the current allocation", name, sol.Message)), nil
 	}
 	counts, _, err := m.Decode(sol.Values)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	obj := p.ObjectiveOf(counts)
+	obj := p.ObjectiveWith(s.Pricing, counts)
 	if math.IsInf(obj, -1) {
 		return nil, fmt.Errorf("%s: optimal answer decodes to infeasible counts %v", name, counts)
 	}
-	return &alloc.Plan{Solver: name, Status: alloc.Optimal, Objective: obj, Trainers: alloc.Place(p, counts)}, nil
+	return &alloc.Plan{Solver: name, Status: alloc.Optimal, Objective: obj, Pricing: s.Pricing,
+		Trainers: alloc.PlaceWith(p, s.Pricing, counts)}, nil
 }

@@ -1,0 +1,274 @@
+package alloc
+
+import (
+	"context"
+	"math"
+	"slices"
+	"time"
+)
+
+// Adaptive is bftrainer's default allocator: the paper's constraints and an
+// exact dynamic programme, but each count priced over what the pool knows
+// at decision time (AdaptiveHorizon) instead of a fixed T_fwd.
+type Adaptive struct{}
+
+// Name returns "adaptive".
+func (Adaptive) Name() string { return "adaptive" }
+
+// Solve returns the plan optimal for AdaptiveHorizon, or an Infeasible plan
+// that keeps the current allocation when no allocation is feasible (only
+// possible under Reference semantics).
+func (Adaptive) Solve(_ context.Context, p *Problem) (*Plan, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	pr := AdaptiveHorizon{}
+	val := p.Prices(pr)
+	counts, ok := optimalCounts(p, val, false)
+	if !ok {
+		return keepPriced(p, pr, val, "adaptive", Infeasible, "no feasible allocation under the step limit; kept the current one"), nil
+	}
+	return newPricedPlan(p, pr, val, "adaptive", counts), nil
+}
+
+// AdaptiveHorizon prices a Trainer's count by what its nodes are expected to
+// yield before they are reclaimed or the Trainer finishes, from the idle
+// periods the pool has observed (Problem.Idle) and the ages of its nodes
+// (Problem.Now − Node.Since). Nothing of the future enters.
+//
+// The model. Trainer j on a set of k nodes finishes its remaining work
+// (Trainer.Remaining samples) in T = Remaining / P(k) seconds at its
+// throughput P(k) (T = ∞ when the work is not known). Its nodes are ranked
+// by idle age, oldest first; with heavy-tailed idle periods the oldest are
+// the likeliest to stay, so the i-th ranked node is taken to carry the i-th
+// step of the curve, O'(i) − O'(i−1) (O' is the metric, 0 below Min), for
+// as long as it stays idle within T. Nodes that became idle at the same
+// instant (a cohort: one job's nodes, released together) are taken to be
+// reclaimed together, by one event; each such reclaim within T costs the
+// Trainer R_down seconds of its rate then, O'(r) with r the nodes of rank up
+// to the cohort's last, as the pool charges a reclaim. So for the cohorts
+// c of the set, of age a_c and ranks s_c..e_c,
+//
+//	gain(k) = Σ_c (O'(e_c) − O'(s_c − 1))·h(a_c, T) − R_down·O'(e_c)·π(a_c, T)
+//
+// with h and π from the observed idle periods (see survival). The rescale
+// cost is the paper's (Problem.Value), so the term of the count is
+// w·(gain − [k>C]·R_up·r − [k<C]·R_down·r). A growth pays only if the
+// extra metric over the nodes' expected idle time, before the Trainer
+// finishes, exceeds the rescale cost and the reclaims it adds.
+//
+// Which nodes. The gain depends on the set, and the optimum must not depend
+// on which physical nodes a count stands for, or the count-level DP would
+// not be exact. So the set a count is priced on is fixed by the count:
+//
+//   - keeping k ≤ C nodes: the k that Place keeps (under Default semantics
+//     the oldest, since a shrink releases the youngest);
+//   - growing by δ: the Trainer's nodes plus the free nodes at positions
+//     B_j … B_j+δ−1 of the free pool, oldest first, where B_j = Σ_{i<j}
+//     (MaxNodes_i − C_i)⁺ is the most that the Trainers before it in
+//     Problem order can take; positions past the free pool are priced as
+//     the youngest node of the decision.
+//
+// This makes every term a function of the Trainer's own count, so Σ_j is
+// separable and the DP over counts (optimalCounts) is exact for it. It is
+// also a bound on what Place gives: growers take, in Problem order, the
+// oldest nodes of the free pool merged with the nodes released in the same
+// decision, so the Trainers before j take G ≤ B_j of them and j's nodes are
+// positions G … G+δ−1 of a pool that contains the free one. The m-th oldest
+// node of a superset is at least as old as the m-th oldest of the set, and
+// ages fall along the order, so j's i-th oldest added node is at least as
+// old as the free node at position B_j+i, or than the youngest node when
+// that position is past the free pool (TestAdaptivePricedSetBoundsPlacement
+// checks it). The first Trainer that can grow is priced on exactly the
+// nodes it gets; later ones on nodes no older than theirs.
+type AdaptiveHorizon struct{}
+
+// Name returns "adaptive".
+func (AdaptiveHorizon) Name() string { return "adaptive" }
+
+// Gains returns the adaptive gain of every Trainer and count; it computes
+// the life table and each Trainer's gains once.
+func (AdaptiveHorizon) Gains(p *Problem) func(j, k int) float64 {
+	m := newAdaptiveModel(p)
+	tables := make([][]float64, len(p.Trainers))
+	return func(j, k int) float64 {
+		if tables[j] == nil {
+			tables[j] = m.gains(j)
+		}
+		if k <= 0 || k >= len(tables[j]) {
+			if k <= 0 {
+				return 0
+			}
+			return m.gain(j, k)
+		}
+		return tables[j][k]
+	}
+}
+
+// adaptiveModel is what AdaptiveHorizon needs of one Problem.
+type adaptiveModel struct {
+	p        *Problem
+	now      time.Time // decision time (Problem.Now, or the youngest node's Since)
+	sv       *survival
+	free     []nodeOutlook // free nodes, oldest first
+	youngest nodeOutlook   // the youngest node of the decision
+	before   []int         // B_j
+}
+
+func newAdaptiveModel(p *Problem) *adaptiveModel {
+	m := &adaptiveModel{p: p, now: p.Now, before: make([]int, len(p.Trainers))}
+	if m.now.IsZero() {
+		// Without a clock, the youngest node has just become idle.
+		for i := range p.Free {
+			m.now = later(m.now, p.Free[i].Since)
+		}
+		for j := range p.Trainers {
+			for _, n := range p.Trainers[j].Held {
+				m.now = later(m.now, n.Since)
+			}
+		}
+	}
+	ages := make([]float64, 0, p.Size())
+	free := sortedNodes(p.Free)
+	for i := range free {
+		ages = append(ages, ageSeconds(m.now, free[i].Since))
+	}
+	for j := range p.Trainers {
+		for _, n := range p.Trainers[j].Held {
+			ages = append(ages, ageSeconds(m.now, n.Since))
+		}
+	}
+	m.sv = newSurvival(p.Idle, ages)
+	m.free = make([]nodeOutlook, len(free))
+	for i := range free {
+		m.free[i] = m.sv.outlook(ages[i])
+	}
+	young := 0.0
+	if len(ages) > 0 {
+		young = slices.Min(ages)
+	}
+	m.youngest = m.sv.outlook(young)
+	b := 0
+	for j := range p.Trainers {
+		m.before[j] = b
+		t := &p.Trainers[j]
+		b += max(0, t.MaxNodes()-len(t.Held))
+	}
+	return m
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// trainerSets is the ordered node outlooks a Trainer's counts are priced on:
+// the first k kept for k ≤ C, held plus added[:k−C] for k > C.
+type trainerSets struct {
+	held  []nodeOutlook // oldest first
+	added []nodeOutlook // oldest first
+	// youngFirst: Place keeps the youngest held nodes (Reference
+	// semantics), so keeping k is held[C−k:].
+	youngFirst bool
+}
+
+func (m *adaptiveModel) sets(j, hi int) trainerSets {
+	t := &m.p.Trainers[j]
+	held := sortedNodes(t.Held)
+	ts := trainerSets{held: make([]nodeOutlook, len(held)), youngFirst: m.p.Semantics == Reference}
+	for i := range held {
+		ts.held[i] = m.sv.outlook(ageSeconds(m.now, held[i].Since))
+	}
+	for i := 0; len(held)+i < hi; i++ {
+		if pos := m.before[j] + i; pos < len(m.free) {
+			ts.added = append(ts.added, m.free[pos])
+		} else {
+			ts.added = append(ts.added, m.youngest)
+		}
+	}
+	return ts
+}
+
+// gains returns Trainer j's gain for k = 0..hi (its largest count).
+func (m *adaptiveModel) gains(j int) []float64 {
+	_, hi := m.p.bounds(j)
+	hi = max(hi, len(m.p.Trainers[j].Held))
+	ts := m.sets(j, hi)
+	rates := m.rates(j, hi)
+	out := make([]float64, hi+1)
+	buf := make([]nodeOutlook, 0, hi)
+	for k := 1; k <= hi; k++ {
+		out[k] = m.gainOf(j, k, ts.set(k, buf), rates)
+	}
+	return out
+}
+
+// rates returns Trainer j's metric O'(i) (0 below Min) for i = 0..hi.
+func (m *adaptiveModel) rates(j, hi int) []float64 {
+	t := &m.p.Trainers[j]
+	obj := m.p.Goal()
+	out := make([]float64, hi+1)
+	for i := range out {
+		out[i] = t.Rate(obj, i)
+	}
+	return out
+}
+
+// gain returns Trainer j's gain on k nodes on its own (the same arithmetic
+// as gains).
+func (m *adaptiveModel) gain(j, k int) float64 {
+	if k <= 0 {
+		return 0
+	}
+	ts := m.sets(j, k)
+	return m.gainOf(j, k, ts.set(k, nil), m.rates(j, k))
+}
+
+// set returns the outlooks count k is priced on, oldest first.
+func (ts *trainerSets) set(k int, buf []nodeOutlook) []nodeOutlook {
+	C := len(ts.held)
+	if k <= C {
+		if ts.youngFirst {
+			return append(buf[:0], ts.held[C-k:]...)
+		}
+		return append(buf[:0], ts.held[:k]...)
+	}
+	// Merge held and added, both oldest first.
+	buf = buf[:0]
+	add := ts.added[:k-C]
+	i, a := 0, 0
+	for i < C || a < len(add) {
+		if a == len(add) || (i < C && ts.held[i].age >= add[a].age) {
+			buf = append(buf, ts.held[i])
+			i++
+		} else {
+			buf = append(buf, add[a])
+			a++
+		}
+	}
+	return buf
+}
+
+// gainOf prices Trainer j on the node set (outlooks, oldest first, len k),
+// with rates[i] = O'(i).
+func (m *adaptiveModel) gainOf(j, k int, set []nodeOutlook, rates []float64) float64 {
+	t := &m.p.Trainers[j]
+	T := math.Inf(1)
+	if P := t.Curve.SamplesPerSecond(k, t.Min); t.Remaining > 0 && P > 0 {
+		T = t.Remaining / P
+	}
+	g := 0.0
+	for s := 0; s < len(set); {
+		e := s + 1
+		for e < len(set) && set[e].age == set[s].age {
+			e++
+		}
+		h, pi := m.sv.over(set[s], T)
+		top := rates[e]
+		g += (top-rates[s])*h - t.RDown*top*pi
+		s = e
+	}
+	return g
+}
