@@ -32,30 +32,46 @@ func (Adaptive) Solve(_ context.Context, p *Problem) (*Plan, error) {
 }
 
 // AdaptiveHorizon prices a Trainer's count by what its nodes are expected to
-// yield before they are reclaimed or the Trainer finishes, from the idle
-// periods the pool has observed (Problem.Idle) and the ages of its nodes
-// (Problem.Now − Node.Since). Nothing of the future enters.
+// yield before the pool can do better with them, from what the pool has
+// observed (Problem.Idle: how long idle periods last, how often nodes
+// become free) and the ages of its nodes (Problem.Now − Node.Since).
+// Nothing of the future enters.
+//
+// The horizon. The pool re-decides whenever nodes become free — nodes join,
+// or a Trainer ends and frees its own — so a placement pays until the next
+// such moment, τ = Idle.FreeGap() seconds away on average (the observed
+// mean gap), unless its node is reclaimed before: a node idle for a seconds
+// yields h(a, τ), its expected idle time within τ (see survival). That is
+// the paper's T_fwd, measured: long on a machine where nodes seldom come
+// free (one growth must last), short where they come free often (a growth
+// by one node now would be followed by another at the next moment, each
+// paying its rescale).
 //
 // The model. Trainer j on a set of k nodes finishes its remaining work
 // (Trainer.Remaining samples) in T = Remaining / P(k) seconds at its
 // throughput P(k) (T = ∞ when the work is not known). Its nodes are ranked
 // by idle age, oldest first; with heavy-tailed idle periods the oldest are
 // the likeliest to stay, so the i-th ranked node is taken to carry the i-th
-// step of the curve, O'(i) − O'(i−1) (O' is the metric, 0 below Min), for
-// as long as it stays idle within T. Nodes that became idle at the same
-// instant (a cohort: one job's nodes, released together) are taken to be
-// reclaimed together, by one event; each such reclaim within T costs the
-// Trainer R_down seconds of its rate then, O'(r) with r the nodes of rank up
-// to the cohort's last, as the pool charges a reclaim. So for the cohorts
-// c of the set, of age a_c and ranks s_c..e_c,
+// step of the curve, O'(i) − O'(i−1) (O' is the metric, 0 below Min). A
+// node it holds carries its step for h(a, τ), whether or not the Trainer
+// finishes before: a Trainer that finishes frees its nodes for the next,
+// and the pool loses nothing by it. A node it would grow onto carries its
+// step only for h(a, min(τ, T)): after the Trainer finishes that node
+// would have been free anyway, so a growth must win back its rescale cost
+// before the Trainer is done. Nodes that became idle at the same instant (a
+// cohort: one job's nodes, released together) are taken to be reclaimed
+// together, by one event; a reclaim within min(τ, T) costs the Trainer
+// R_down seconds of its rate then, O'(r) with r the nodes ranked up to the
+// cohort's last, as the pool charges a reclaim. So, with π(a, T) the
+// probability that a node of age a is reclaimed within T, the gain of the
+// set is
 //
-//	gain(k) = Σ_c (O'(e_c) − O'(s_c − 1))·h(a_c, T) − R_down·O'(e_c)·π(a_c, T)
+//	Σ_c [ Σ_runs (O'(end) − O'(start−1))·h(a_c, horizon) − R_down·O'(e_c)·π(a_c, min(τ, T)) ]
 //
-// with h and π from the observed idle periods (see survival). The rescale
-// cost is the paper's (Problem.Value), so the term of the count is
-// w·(gain − [k>C]·R_up·r − [k<C]·R_down·r). A growth pays only if the
-// extra metric over the nodes' expected idle time, before the Trainer
-// finishes, exceeds the rescale cost and the reclaims it adds.
+// over its cohorts c (of age a_c, last rank e_c) and, within a cohort, the
+// run of its held nodes and the run of those it would grow onto, each over
+// its horizon. The rescale cost is the paper's (Problem.Value), so the term
+// of the count is w·(gain − [k>C]·R_up·r − [k<C]·R_down·r).
 //
 // Which nodes. The gain depends on the set, and the optimum must not depend
 // on which physical nodes a count stands for, or the count-level DP would
@@ -109,6 +125,7 @@ func (AdaptiveHorizon) Gains(p *Problem) func(j, k int) float64 {
 type adaptiveModel struct {
 	p        *Problem
 	now      time.Time // decision time (Problem.Now, or the youngest node's Since)
+	gap      float64   // τ: Problem.Idle.FreeGap()
 	sv       *survival
 	free     []nodeOutlook // free nodes, oldest first
 	youngest nodeOutlook   // the youngest node of the decision
@@ -116,7 +133,7 @@ type adaptiveModel struct {
 }
 
 func newAdaptiveModel(p *Problem) *adaptiveModel {
-	m := &adaptiveModel{p: p, now: p.Now, before: make([]int, len(p.Trainers))}
+	m := &adaptiveModel{p: p, now: p.Now, gap: p.Idle.FreeGap(), before: make([]int, len(p.Trainers))}
 	if m.now.IsZero() {
 		// Without a clock, the youngest node has just become idle.
 		for i := range p.Free {
@@ -182,11 +199,12 @@ func (m *adaptiveModel) sets(j, hi int) trainerSets {
 		ts.held[i] = m.sv.outlook(ageSeconds(m.now, held[i].Since))
 	}
 	for i := 0; len(held)+i < hi; i++ {
+		o := m.youngest
 		if pos := m.before[j] + i; pos < len(m.free) {
-			ts.added = append(ts.added, m.free[pos])
-		} else {
-			ts.added = append(ts.added, m.youngest)
+			o = m.free[pos]
 		}
+		o.added = true
+		ts.added = append(ts.added, o)
 	}
 	return ts
 }
@@ -252,22 +270,39 @@ func (ts *trainerSets) set(k int, buf []nodeOutlook) []nodeOutlook {
 }
 
 // gainOf prices Trainer j on the node set (outlooks, oldest first, len k),
-// with rates[i] = O'(i).
+// with rates[i] = O'(i) (see AdaptiveHorizon).
 func (m *adaptiveModel) gainOf(j, k int, set []nodeOutlook, rates []float64) float64 {
 	t := &m.p.Trainers[j]
-	T := math.Inf(1)
+	finish := math.Inf(1)
 	if P := t.Curve.SamplesPerSecond(k, t.Min); t.Remaining > 0 && P > 0 {
-		T = t.Remaining / P
+		finish = t.Remaining / P
 	}
+	grown := min(finish, m.gap) // what a node it grows onto is worth over
 	g := 0.0
 	for s := 0; s < len(set); {
 		e := s + 1
 		for e < len(set) && set[e].age == set[s].age {
 			e++
 		}
-		h, pi := m.sv.over(set[s], T)
-		top := rates[e]
-		g += (top-rates[s])*h - t.RDown*top*pi
+		// One cohort, one reclaim: R_down at the rate then, if it comes
+		// before the Trainer finishes or the pool re-places.
+		_, pi := m.sv.over(set[s], grown)
+		g -= t.RDown * rates[e] * pi
+		// Its nodes' steps of the curve, held ones first (set puts them
+		// first among equal ages), each over its horizon.
+		for a := s; a < e; {
+			b := a + 1
+			for b < e && set[b].added == set[a].added {
+				b++
+			}
+			horizon := m.gap
+			if set[a].added {
+				horizon = grown
+			}
+			h, _ := m.sv.over(set[a], horizon)
+			g += (rates[b] - rates[a]) * h
+			a = b
+		}
 		s = e
 	}
 	return g

@@ -44,30 +44,43 @@ const (
 
 // IdleHistory counts the idle periods a pool has seen end, by length (the
 // pool's own history, never the future of a trace). The zero value is empty.
+// It is a plain value (an array, no slice): copying it copies it.
 type IdleHistory struct {
 	// Ended[b] counts ended periods whose length falls in bin b (see
-	// IdleBin); nil or short means zeros.
-	Ended []float64 `json:"ended,omitempty"`
+	// IdleBin).
+	Ended [IdleBins]float64 `json:"ended"`
 	// Count is the number of ended periods recorded.
 	Count int `json:"count"`
+	// Frees is the number of moments at which nodes became free to take
+	// (nodes joined the pool, or a Trainer ended and freed its own), and
+	// Seconds how long the pool has been watching: Seconds/Frees is the
+	// mean time between two chances to place nodes anew.
+	Frees   int     `json:"frees"`
+	Seconds float64 `json:"seconds"`
+}
+
+// The prior of the time between two moments nodes become free, before the
+// pool has seen any: priorFrees pseudo-moments a minute apart (not fitted to
+// any machine; a few real ones outweigh it).
+const (
+	priorFrees   = 4.0
+	priorFreeGap = 60.0
+)
+
+// FreeGap is the mean time in seconds between two moments at which nodes
+// became free, from what was observed and the prior.
+func (h *IdleHistory) FreeGap() float64 {
+	if h == nil {
+		return priorFreeGap
+	}
+	return (h.Seconds + priorFrees*priorFreeGap) / (float64(h.Frees) + priorFrees)
 }
 
 // Add records an idle period of the given length in seconds (negative
 // lengths count as 0).
 func (h *IdleHistory) Add(seconds float64) {
-	if len(h.Ended) < IdleBins {
-		h.Ended = append(h.Ended, make([]float64, IdleBins-len(h.Ended))...)
-	}
 	h.Ended[IdleBin(seconds)]++
 	h.Count++
-}
-
-// Clone returns a copy that shares nothing with h.
-func (h *IdleHistory) Clone() *IdleHistory {
-	if h == nil {
-		return nil
-	}
-	return &IdleHistory{Ended: append([]float64(nil), h.Ended...), Count: h.Count}
 }
 
 // IdleBin returns the bin of a length in seconds: 0 for [0, 1 s), then bin
@@ -131,9 +144,7 @@ func newSurvival(h *IdleHistory, ages []float64) *survival {
 	copy(d, prior)
 	if h != nil {
 		for b, n := range h.Ended {
-			if b < IdleBins {
-				d[b] += n
-			}
+			d[b] += n
 		}
 	}
 	c := make([]float64, IdleBins)
@@ -219,6 +230,7 @@ func (sv *survival) tailTotal() float64 {
 // nodeOutlook is one node age's S(a) and ∫_0^a S, evaluated once.
 type nodeOutlook struct {
 	age, s, cum float64
+	added       bool // a node the Trainer would grow onto (see AdaptiveHorizon)
 }
 
 func (sv *survival) outlook(age float64) nodeOutlook {

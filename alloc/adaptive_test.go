@@ -18,10 +18,11 @@ var now = time.Date(2021, 2, 10, 20, 21, 15, 0, time.UTC)
 
 // certainIdle is a history in which every idle period ends evenly spread
 // over [1024 s, 1152 s): S = 1 up to 1024 s, then falls linearly to 0 at
-// 1152 s. A trillion observations make the prior and the censored nodes of
-// a small problem negligible (below 1e-7 relative).
+// 1152 s; and nodes became free every 500 s (τ). A trillion observations
+// make the priors and the censored nodes of a small problem negligible
+// (below 1e-7 relative).
 func certainIdle() *alloc.IdleHistory {
-	h := &alloc.IdleHistory{Ended: make([]float64, alloc.IdleBins), Count: 1e12}
+	h := &alloc.IdleHistory{Count: 1e12, Frees: 1e12, Seconds: 500e12}
 	h.Ended[alloc.IdleBin(1024)] = 1e12
 	return h
 }
@@ -40,25 +41,26 @@ var linear = alloc.Curve{Nodes: []int{0, 4}, Throughput: []float64{0, 400}}
 func approxRel(a, b, rel float64) bool { return math.Abs(a-b) <= rel*math.Max(1, math.Abs(b)) }
 
 // TestAdaptiveValuesByHand checks each piece of the adaptive objective on a
-// case worked out by hand. Under certainIdle a node idle for 1088 s (S = ½)
-// has h = ∫_1088^1152 S / S(1088) = 16/½ = 32 s left and is surely
-// reclaimed (π = 1); a node that has just joined has 1088 s on average,
-// and none before 1024 s.
+// case worked out by hand. Under certainIdle (τ = 500 s) a node idle for
+// 1088 s (S = ½) has h = ∫_1088^1152 S / S(1088) = 16/½ = 32 s left, within
+// any horizon over 64 s, and is surely reclaimed within it (π = 1); a node
+// that has just joined is idle for the whole of any horizon up to 1024 s and
+// is never reclaimed within it.
 func TestAdaptiveValuesByHand(t *testing.T) {
 	held := nodes("old", 2, 1088*time.Second) // one cohort
 	free := nodes("new", 3, 0)                // another
 	trainer := alloc.Trainer{ID: "a", Min: 1, Max: 4, Curve: linear, RUp: 3, RDown: 2, Held: held}
 	p := &alloc.Problem{Trainers: []alloc.Trainer{trainer}, Free: free, Now: now, Idle: certainIdle()}
 
-	// Unknown remaining work: the horizon is the nodes' whole idle time.
+	// Unknown remaining work: every horizon is τ.
 	//   k=1: the older node carries the first step of the curve, 100/s
 	//        for 32 s, and its cohort's reclaim costs R_down·O(1) = 200:
 	//        3200 − 200 = 3000, less the shrink R_down·r(C=2) = 400.
 	//   k=2: 200·32 − 2·200 = 6000, kept as it is.
-	//   k=3: + the new node: 100/s for 1088 s, its reclaim 2·O(3) = 600:
-	//        6000 + 108800 − 600 = 114200, less the growth R_up·r = 600.
-	//   k=4: 6000 + 200·1088 − 2·400 = 222800, less 600.
-	want := []float64{-400, 2600, 6000, 113600, 222200}
+	//   k=3: + a new node: 100/s for τ = 500 s, no reclaim within it:
+	//        6000 + 50000 = 56000, less the growth R_up·r = 600.
+	//   k=4: 6000 + 200·500 = 106000, less 600.
+	want := []float64{-400, 2600, 6000, 55400, 105400}
 	val := p.Prices(alloc.AdaptiveHorizon{})
 	for k, w := range want {
 		if got := val(0, k); !approxRel(got, w, 1e-6) {
@@ -66,21 +68,36 @@ func TestAdaptiveValuesByHand(t *testing.T) {
 		}
 	}
 
-	// 200,000 samples left: on k nodes it finishes in 2000/k s, and a new
-	// node's expected idle time within that horizon is the horizon (no
-	// period ends before 1024 s), with no reclaim. The old cohort still
-	// yields 32 s and is reclaimed within every horizon here.
-	//   k=3: 6000 + 100·666.67 = 72666.67, less 600;
-	//   k=4: 6000 + 200·500 = 106000, less 600.
-	// Growing to 4 is worth less than without the finish: the extra nodes
-	// only pay until the Trainer is done.
-	p.Trainers[0].Remaining = 200000
+	// 100,000 samples left: on k nodes it finishes in 1000/k s. The nodes
+	// it holds still count over τ (what it does not finish, the next
+	// Trainer gets from them), but a node it grows onto only until it
+	// finishes: 333.3 s on 3 nodes, 250 s on 4.
+	//   k=3: 6000 + 100·333.33 = 39333.33, less 600;
+	//   k=4: 6000 + 200·250 = 56000, less 600.
+	p.Trainers[0].Remaining = 100000
 	val = p.Prices(alloc.AdaptiveHorizon{})
-	want = []float64{-400, 2600, 6000, 6000 + 100*2000.0/3 - 600, 106000 - 600}
+	want = []float64{-400, 2600, 6000, 6000 + 100*1000.0/3 - 600, 56000 - 600}
 	for k, w := range want {
 		if got := val(0, k); !approxRel(got, w, 1e-6) {
-			t.Errorf("200k samples left: value of %d nodes = %.6f, want %v", k, got, w)
+			t.Errorf("100k samples left: value of %d nodes = %.6f, want %v", k, got, w)
 		}
+	}
+
+	// The reclaim of a cohort within the horizon: the held cohort is sure
+	// to go within 64 s; its cost is R_down at the rate of the nodes ranked
+	// up to its last, O(2) = 200 on 2 nodes, O(1) on 1: shown above. A
+	// cohort that leaves after the horizon costs nothing: with τ = 50 s the
+	// old nodes are idle for all of it (their S only falls from 1088 s on
+	// to 1152 s: h = ∫_1088^1138 S/S(1088) = 50 − ½·50·(50/64) = 30.47 s,
+	// π = 1 − S(1138)/S(1088) = 50/64).
+	short := certainIdle()
+	short.Seconds = 50e12
+	p.Idle = short
+	p.Trainers[0].Remaining = 0
+	val = p.Prices(alloc.AdaptiveHorizon{})
+	h := 50 - 0.5*50*(50.0/64)
+	if got, w := val(0, 2), 200*h-2*200*(50.0/64); !approxRel(got, w, 1e-6) {
+		t.Errorf("τ 50 s: value of 2 nodes = %.6f, want %v", got, w)
 	}
 
 	// The minimum: with Min 2 the metric is 0 below 2 nodes, so the
@@ -88,7 +105,7 @@ func TestAdaptiveValuesByHand(t *testing.T) {
 	q := &alloc.Problem{Now: now, Idle: certainIdle(), Free: nodes("new", 3, 0),
 		Trainers: []alloc.Trainer{{ID: "m", Min: 2, Max: 4, Curve: linear, RUp: 3, RDown: 2}}}
 	val = q.Prices(alloc.AdaptiveHorizon{})
-	for k, w := range map[int]float64{2: 200*1088 - 2*200, 3: 300*1088 - 2*300} {
+	for k, w := range map[int]float64{2: 200 * 500, 3: 300 * 500} {
 		if got := val(0, k); !approxRel(got, w, 1e-6) {
 			t.Errorf("min 2: value of %d nodes = %.6f, want %v", k, got, w)
 		}
@@ -109,8 +126,9 @@ func TestAdaptivePricesGrowthByPosition(t *testing.T) {
 	if got, want := val(0, 2), 200*32.0; !approxRel(got, want, 1e-6) {
 		t.Errorf("a on 2 nodes: %v, want %v", got, want)
 	}
-	// b comes after a, which can take 2: priced on the new ones.
-	if got, want := val(2, 2), 200*1088.0; !approxRel(got, want, 1e-6) {
+	// b comes after a, which can take 2: priced on the new ones, idle for
+	// the whole of τ = 500 s.
+	if got, want := val(2, 2), 200*500.0; !approxRel(got, want, 1e-6) {
 		t.Errorf("b on 2 nodes: %v, want %v", got, want)
 	}
 	// Place gives a the old nodes and b the new ones, as priced.

@@ -173,9 +173,6 @@ func (p *Problem) Validate() error {
 		return bad("", "semantics", "unknown semantics %d", p.Semantics)
 	}
 	if p.Idle != nil {
-		if len(p.Idle.Ended) > IdleBins {
-			return bad("", "idle", "%d bins, want at most %d", len(p.Idle.Ended), IdleBins)
-		}
 		for b, n := range p.Idle.Ended {
 			if !finite(n) || n < 0 {
 				return bad("", "idle", "bin %d: count must be a finite number ≥ 0, got %v", b, n)

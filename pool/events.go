@@ -116,6 +116,7 @@ func (p *Pool) leave(nodes []string, job string) {
 			continue
 		}
 		if n.State == Idle {
+			p.totals.Idle.Add(p.now.Sub(n.Since).Seconds())
 			left = append(left, name)
 			an := alloc.Node{Name: n.Name, Since: n.Since, Order: n.Order}
 			if n.Trainer == "" {
@@ -167,6 +168,7 @@ func (p *Pool) join(nodes []JoinNode, job string) {
 		joined = append(joined, jn.Name)
 	}
 	if len(joined) > 0 {
+		p.totals.Idle.Frees++
 		p.record(Change{Kind: Joined, Job: job, Nodes: joined})
 	}
 	if len(stale) > 0 {
@@ -268,8 +270,9 @@ func (p *Pool) Progress(at time.Time, id string, samples float64) error {
 }
 
 // Problem returns the allocation problem for the pool now: the running
-// Trainers in admission order, the free nodes. It shares the pool's
-// slices; solvers do not modify them.
+// Trainers in admission order with their remaining samples, the free
+// nodes, the pool's clock and the idle periods it has seen end. It shares
+// the pool's slices and history; solvers do not modify them.
 func (p *Pool) Problem() *alloc.Problem {
 	pr := &alloc.Problem{
 		Trainers:  make([]alloc.Trainer, len(p.running)),
@@ -277,14 +280,25 @@ func (p *Pool) Problem() *alloc.Problem {
 		TFwd:      p.cfg.TFwd,
 		Objective: p.cfg.Objective,
 		Semantics: p.cfg.Semantics,
+		Now:       p.now,
+		Idle:      &p.totals.Idle,
 	}
 	for i, t := range p.running {
 		pr.Trainers[i] = alloc.Trainer{
 			ID: t.ID, Min: t.Min, Max: t.Max, Curve: t.Curve, Weight: t.Weight,
-			RUp: t.RUp, RDown: t.RDown, Held: t.Nodes,
+			RUp: t.RUp, RDown: t.RDown, Held: t.Nodes, Remaining: remaining(t),
 		}
 	}
 	return pr
+}
+
+// remaining is the samples a Trainer has left, the rescale cost it owes
+// included (0: no target).
+func remaining(t *Trainer) float64 {
+	if t.Samples <= 0 {
+		return 0
+	}
+	return max(0, t.Samples-t.Done+t.PendingCost)
 }
 
 // Commit applies a plan for the current Problem. An Optimal plan moves

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -240,6 +241,7 @@ func (p *Pool) accrue(at time.Time) {
 		dt = 0
 	}
 	p.now = at
+	p.totals.Idle.Seconds += dt
 	p.totals.IdleNodeSeconds += dt * float64(p.IdleCount())
 	for _, t := range p.running {
 		gain := dt * t.Rate
@@ -268,20 +270,89 @@ func (p *Pool) finishReached() {
 	for i := 0; i < len(p.running); {
 		t := p.running[i]
 		if t.Samples > 0 && t.Done >= t.Samples {
-			over := t.Done - t.Samples
-			t.Done = t.Samples
-			p.totals.Samples -= over
-			p.end(t, Finished, "reached its samples")
+			p.finish(t)
 			continue
 		}
 		i++
 	}
 }
 
+// finish ends a Trainer that reached its samples, trimming the overshoot.
+func (p *Pool) finish(t *Trainer) {
+	over := t.Done - t.Samples
+	t.Done = t.Samples
+	p.totals.Samples -= over
+	p.totals.Overshoot += over
+	p.end(t, Finished, "reached its samples")
+}
+
+// due reports whether a running Trainer's samples are reached now, to a
+// relative 1e-9 (its completion time is rounded to the nanosecond).
+func due(t *Trainer) bool {
+	return t.Samples > 0 && t.Done >= t.Samples*(1-1e-9)
+}
+
+// NextCompletion returns when the first running Trainer will reach its
+// samples if nothing changes (the rescale cost it owes, charged at the next
+// accrual, included), rounded up to the nanosecond; false if none will
+// (no target, or no progress).
+func (p *Pool) NextCompletion() (time.Time, bool) {
+	var first time.Time
+	found := false
+	for _, t := range p.running {
+		if t.Samples <= 0 || t.Rate <= 0 {
+			continue
+		}
+		left := t.Samples - t.Done + t.PendingCost
+		d := time.Duration(math.Ceil(max(0, left) / t.Rate * 1e9))
+		at := p.now.Add(d)
+		if !found || at.Before(first) {
+			first, found = at, true
+		}
+	}
+	return first, found
+}
+
+// NextAdmission returns the earliest submit time after now of a queued
+// Trainer, if a slot is free for it; false otherwise.
+func (p *Pool) NextAdmission() (time.Time, bool) {
+	if len(p.running) >= p.cfg.MaxTrainers {
+		return time.Time{}, false
+	}
+	var first time.Time
+	found := false
+	for _, t := range p.queue {
+		if t.Submit.After(p.now) && (!found || t.Submit.Before(first)) {
+			first, found = t.Submit, true
+		}
+	}
+	return first, found
+}
+
+// Advance moves time to at, which must not pass the next node event, ends
+// every Trainer whose samples are reached by then (see NextCompletion), its
+// nodes free at once, and admits the queued Trainers whose submit time has
+// come: what the sidecar does when a Trainer exits or is submitted, at that
+// moment. The caller then decides.
+func (p *Pool) Advance(at time.Time) {
+	p.accrue(at)
+	for i := 0; i < len(p.running); {
+		if t := p.running[i]; due(t) {
+			p.finish(t)
+			continue
+		}
+		i++
+	}
+	p.Admit()
+}
+
 // end takes a Trainer out of the pool: its nodes become free (still idle
 // since when they joined).
 func (p *Pool) end(t *Trainer, st Status, note string) {
 	nodes := alloc.Names(t.Nodes)
+	if len(nodes) > 0 {
+		p.totals.Idle.Frees++ // its nodes are free to take
+	}
 	for _, hn := range t.Nodes {
 		if n := p.nodes[hn.Name]; n != nil {
 			n.Trainer = ""

@@ -116,4 +116,12 @@ type Totals struct {
 	PreemptLoss     float64
 	Rescales        int
 	Preemptions     int // Trainer-events that lost nodes to a reclaim
+	// Overshoot is the samples processed past a Trainer's target before
+	// the pool saw it finish (trimmed off Samples): work an event-driven
+	// replay books after the Trainer was done.
+	Overshoot float64
+	// Idle counts the idle periods that ended (a node idle since Since
+	// left the pool), by length: what the pool has observed of how long
+	// nodes stay idle (alloc.AdaptiveHorizon reads it).
+	Idle alloc.IdleHistory
 }

@@ -37,6 +37,7 @@ func BuiltinSolvers() Solvers {
 		return func(s SolverSettings) alloc.Solver { return milp.Solver{Backend: b(s.Path), TimeLimit: s.TimeLimit} }
 	}
 	return Solvers{
+		{"adaptive", func(SolverSettings) alloc.Solver { return alloc.Adaptive{} }},
 		{"exact", func(SolverSettings) alloc.Solver { return alloc.Exact{} }},
 		{"cbc", mip(func(p string) milp.Backend { return milp.CBC{Path: p} })},
 		{"highs", mip(func(p string) milp.Backend { return milp.HiGHS{Path: p} })},
@@ -46,7 +47,7 @@ func BuiltinSolvers() Solvers {
 	}
 }
 
-// New builds the allocator named name ("" is the first, exact).
+// New builds the allocator named name ("" is the first, adaptive).
 func (r Solvers) New(name string, s SolverSettings) (alloc.Solver, error) {
 	if name == "" && len(r) > 0 {
 		return r[0].New(s), nil
@@ -68,7 +69,7 @@ func (r Solvers) Names() []string {
 	return out
 }
 
-// Want lists the names for a message: "exact, cbc, … or greedy".
+// Want lists the names for a message: "adaptive, exact, … or greedy".
 func (r Solvers) Want() string {
 	n := r.Names()
 	if len(n) < 2 {

@@ -60,7 +60,7 @@ func (s *stepWriter) header() error {
 }
 
 func (s *stepWriter) write(r stepRow) error {
-	b := r.At.UTC().AppendFormat(s.buf[:0], traceTimeLayout)
+	b := r.At.UTC().AppendFormat(s.buf[:0], traceTimeLayout+".999999999")
 	for _, v := range []float64{r.Thr, r.Rate, r.ReScost} {
 		b = append(b, ',')
 		b = strconv.AppendFloat(b, v, 'f', 6, 64)
@@ -128,7 +128,7 @@ func WriteTrainersCSV(w io.Writer, trainers []TrainerResult) error {
 		if t.IsZero() {
 			return ""
 		}
-		return t.UTC().Format(traceTimeLayout)
+		return t.UTC().Format(traceTimeLayout + ".999999999")
 	}
 	num := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 	for _, t := range trainers {

@@ -169,6 +169,7 @@ type replayer struct {
 	tl    *timelineRecorder
 
 	events int // trace rows replayed, t0 included
+	midway int // moments between events the pool advanced to (completions, submits)
 	solves []time.Duration
 	kept   int // decisions that kept the allocation (solver not optimal, or failed)
 
@@ -326,6 +327,19 @@ func (r *replayer) run(ctx context.Context) error {
 		}
 		ev := &r.tr.Events[i]
 		before := p.Totals()
+		between, err := r.between(ctx, ev.Time, i)
+		if err != nil {
+			return err
+		}
+		if len(p.Running()) == 0 && len(p.Queued()) == 0 {
+			// The last Trainer finished before this event: the replay ends then.
+			after := p.Totals()
+			row := stepRow{At: p.Now(), Event: i, Thr: after.Samples - before.Samples, ReScost: between}
+			if err := r.log(row); err != nil {
+				return err
+			}
+			break
+		}
 		p.Step(r.event(ev))
 		r.harvest()
 		r.events++
@@ -343,6 +357,7 @@ func (r *replayer) run(ctx context.Context) error {
 		if row.ReScost, err = r.decide(ctx, i); err != nil {
 			return err
 		}
+		row.ReScost += between
 		if err := r.log(row); err != nil {
 			return err
 		}
@@ -377,6 +392,40 @@ func (r *replayer) event(ev *Event) pool.Event {
 		r.leaveBuf = append(r.leaveBuf, r.tr.Nodes[i])
 	}
 	return pool.Event{At: ev.Time, Join: r.joinBuf, Leave: r.leaveBuf}
+}
+
+// between replays, under alloc.Default semantics, what happens before the trace event
+// at next: each moment a Trainer reaches its samples (it ends and frees its nodes then)
+// or a queued Trainer's submit time comes with a slot free, the pool advances to it and
+// decides, as the sidecar does on a Trainer's exit or submission. It returns the rescale
+// cost those decisions booked. Under alloc.Reference nothing happens between events (the
+// reference looks only at events).
+func (r *replayer) between(ctx context.Context, next time.Time, event int) (float64, error) {
+	if r.opt.Semantics == alloc.Reference {
+		return 0, nil
+	}
+	cost := 0.0
+	for {
+		at, ok := r.p.NextCompletion()
+		if adm, ok2 := r.p.NextAdmission(); ok2 && (!ok || adm.Before(at)) {
+			at, ok = adm, true
+		}
+		if !ok || !at.Before(next) {
+			return cost, nil
+		}
+		r.p.Advance(at)
+		r.harvest()
+		r.midway++
+		if len(r.p.Running()) == 0 && len(r.p.Queued()) == 0 {
+			return cost, nil
+		}
+		c, err := r.decide(ctx, event)
+		if err != nil {
+			return cost, err
+		}
+		cost += c
+		r.record()
+	}
 }
 
 // harvest drains the pool's change log, keeping the final state of Trainers that ended.

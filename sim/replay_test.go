@@ -158,12 +158,13 @@ func TestReplayByHand(t *testing.T) {
 			// books R_up·P(2) = 100.
 			// t30: +300 − 100 → 640; n3: 20·40 − 5·30 = 650 > 600: grows, books 150.
 			// t40: +400 − 150 → 890; n4 joins, J1 is at its maximum.
-			// t50: +400 → 1290 ≥ 1000: finished, 290 trimmed; n4 (free) leaves; the end.
-			// Node-seconds held 3·10 + 2·10 + 3·10 + 4·10 + 4·10 = 160, idle 3·10 + 2·10 +
-			// 3·10 + 4·10 + 5·10 = 170. Rescales 0→3, 2→3, 3→4.
+			// J1 needs 110 more at 40/s: it finishes at t42.75, between events, with
+			// nothing to trim, and the replay ends then (the event at t50 is not reached).
+			// Node-seconds held 3·10 + 2·10 + 3·10 + 4·10 + 4·2.75 = 131, idle 3·10 + 2·10 +
+			// 3·10 + 4·10 + 5·2.75 = 133.75. Rescales 0→3, 2→3, 3→4.
 			name: "A default", sem: alloc.Default, tr: traceA, n: 5, jobs: jobsA, tfwd: 20,
-			want: wantSummary{makespanS: 50, meanJCTS: 50, samples: 1000, rescaleLoss: 250, preemptLoss: 60,
-				usedNodeS: 160, idleNodeS: 170, rescales: 3, reclaims: 1, events: 6, decisions: 5, done: 1},
+			want: wantSummary{makespanS: 42.75, meanJCTS: 42.75, samples: 1000, rescaleLoss: 250, preemptLoss: 60,
+				usedNodeS: 131, idleNodeS: 133.75, rescales: 3, reclaims: 1, events: 5, decisions: 5, done: 1},
 		},
 		{
 			// t0: the initial map gives J1 all 3 nodes: rate 30 and a start-up cost of
@@ -178,17 +179,18 @@ func TestReplayByHand(t *testing.T) {
 				usedNodeS: 160, idleNodeS: 170, rescales: 2, reclaims: 1, events: 6, decisions: 4, done: 1},
 		},
 		{
-			// t0: T is not yet submitted: nothing runs (4 idle nodes for 10 s).
-			// t10: admitted; N = 5: takes all 5 (n0–n4), rate 50.
-			// t20: +500; n5: 10·60 − 1·50 = 550 > 500: grows, books 50.
-			// t30: +600 − 50 → 1050; n0 reclaimed: −60 → 990; keeps 5.
-			// t40: +500 → 1490; n0 back: grows to 6, books 50.
-			// t50: +600 − 50 → 2040 ≥ 2000: finished (40 trimmed); the end.
-			// Held 50 + 60 + 50 + 60 = 220 node-s; idle 40 + 50 + 60 + 50 + 60 = 260.
-			// JCT from its submit (t=5) to t50.
+			// t5, between events: T is submitted, admitted and takes the 4 idle nodes
+			// (rate 40), as the sidecar decides on a submission.
+			// t10: +200; n4: 10·50 − 1·40 = 460 > 400: grows, books R_up·P(4) = 40.
+			// t20: +500 − 40 → 660; n5: 10·60 − 50 = 550 > 500: grows, books 50.
+			// t30: +600 − 50 → 1210; n0 reclaimed: −60 → 1150; keeps 5.
+			// t40: +500 → 1650; n0 back: grows to 6, books 50.
+			// 2000 − 1650 + 50 = 400 more at 60/s: finished at t46.667, the end.
+			// Held 4·5 + 50 + 60 + 50 + 6·6.667 = 220 node-s; idle 40 + 50 + 60 + 50 +
+			// 6·6.667 = 240. JCT from its submit (t=5).
 			name: "C default", sem: alloc.Default, tr: traceC, n: 7, jobs: jobsC, tfwd: 10,
-			want: wantSummary{makespanS: 50, meanJCTS: 45, samples: 2000, rescaleLoss: 100, preemptLoss: 60,
-				usedNodeS: 220, idleNodeS: 260, rescales: 3, reclaims: 1, events: 6, decisions: 4, done: 1},
+			want: wantSummary{makespanS: 140.0 / 3, meanJCTS: 140.0/3 - 5, samples: 2000, rescaleLoss: 140, preemptLoss: 60,
+				usedNodeS: 220, idleNodeS: 240, rescales: 4, reclaims: 1, events: 5, decisions: 5, done: 1},
 		},
 		{
 			// The reference's step limit ⌊(N+1)/2⌋ slows T down:
@@ -206,12 +208,13 @@ func TestReplayByHand(t *testing.T) {
 		},
 		{
 			// One slot. t0: A takes n0, n1 (rate 20). t10: 200; n2 joins, A is at its
-			// maximum. t20: 400 ≥ 300: A finished (100 trimmed); B admitted, takes n0, n1.
-			// t30: B 200. t40: B 400: finished. JCT A 20 s, B 40 s (it waited from t0).
-			// Held 2·20 + 2·20 = 80 node-s; idle 20 + 30 + 20 + 30 = 100.
+			// maximum. t15: A has its 300 and finishes; B is admitted and takes n0, n1
+			// (decided then). t20: B 100; n2 leaves. t30: B 300, finished at the event.
+			// JCT A 15 s, B 30 s (it waited from t0). Held 2·15 + 2·15 = 60 node-s;
+			// idle 20 + 30 + 20 = 70.
 			name: "D default", sem: alloc.Default, tr: traceD, n: 3, jobs: jobsD, tfwd: 10, maxJ: 1,
-			want: wantSummary{makespanS: 40, meanJCTS: 30, samples: 600,
-				usedNodeS: 80, idleNodeS: 100, rescales: 2, reclaims: 0, events: 5, decisions: 4, done: 2},
+			want: wantSummary{makespanS: 30, meanJCTS: 22.5, samples: 600,
+				usedNodeS: 60, idleNodeS: 70, rescales: 2, reclaims: 0, events: 4, decisions: 4, done: 2},
 		},
 		{
 			// Under the reference A starts from the initial map (start-up cost R_up·20 =
@@ -257,7 +260,7 @@ func TestStepLogByHand(t *testing.T) {
 2021-02-10 20:21:35,200.000000,30.000000,100.000000,2,0,0,1,1,3,1,3,0.000000
 2021-02-10 20:21:45,200.000000,40.000000,150.000000,3,0,0,1,1,4,1,4,0.000000
 2021-02-10 20:21:55,250.000000,40.000000,0.000000,4,0,0,1,1,5,1,4,0.000000
-2021-02-10 20:22:05,110.000000,0.000000,0.000000,5,1,0,0,0,4,0,0,0.000000
+2021-02-10 20:21:57.75,110.000000,0.000000,0.000000,5,0,0,0,0,5,0,0,0.000000
 `},
 		// No t0 row; the first interval pays the start-up cost 150 and the reclaim 60.
 		{"reference", alloc.Reference, stepLogHeader + `

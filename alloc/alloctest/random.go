@@ -182,5 +182,8 @@ func IdleHistory(r *rand.Rand, n int) *alloc.IdleHistory {
 	for range n {
 		h.Add(math.Exp(math.Log(480) + 1.3*r.NormFloat64()))
 	}
+	// Nodes came free every 30 s to 30 min on average.
+	h.Frees = 1 + n/4
+	h.Seconds = float64(h.Frees) * (30 + 1770*r.Float64())
 	return h
 }
