@@ -68,13 +68,46 @@ func (p *Pool) Propose(ctx context.Context, s alloc.Solver, check bool) Decision
 }
 
 // Decide proposes (see Propose for the policy) and commits the plan: the
-// one decision step of the live reconciler and of the replay. Its error is
+// one decision step of the live reconciler and of the replay. With
+// AutoAdmit it first admits by value (admitByValue). Its error is
 // a commit's, which means the plan was not made for this pool: a bug, never
 // a solver's failure.
 func (p *Pool) Decide(ctx context.Context, s alloc.Solver, check bool) (Decision, error) {
+	if p.cfg.AutoAdmit {
+		p.admitByValue(ctx, s)
+	}
 	d := p.Propose(ctx, s, check)
 	if err := p.Commit(d.Plan); err != nil {
 		return d, err
 	}
 	return d, nil
+}
+
+// admitByValue admits queued Trainers, first come first served, as long as
+// the next one whose submit time has come is worth its place: the solver,
+// asked about the running Trainers and it (holding nothing), gives it nodes.
+// Its objective then prefers running it to growing the others with those
+// nodes. The first that gets nothing, or a solver that fails, stops the
+// admissions: the Trainer waits for a later decision.
+func (p *Pool) admitByValue(ctx context.Context, s alloc.Solver) {
+	for {
+		i := p.eligible()
+		if i < 0 {
+			return
+		}
+		t := p.queue[i]
+		pr := p.Problem()
+		pr.Trainers = append(pr.Trainers, alloc.Trainer{
+			ID: t.ID, Min: t.Min, Max: t.Max, Curve: t.Curve, Weight: t.Weight,
+			RUp: t.RUp, RDown: t.RDown, Remaining: remaining(t),
+		})
+		if pr.Size() == 0 {
+			return
+		}
+		pl, err := s.Solve(ctx, pr)
+		if err != nil || pl.Status != alloc.Optimal || pl.Trainers[len(pl.Trainers)-1].To == 0 {
+			return
+		}
+		p.admit(i)
+	}
 }

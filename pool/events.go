@@ -213,19 +213,39 @@ func (p *Pool) Submit(at time.Time, s Spec) error {
 }
 
 // Admit moves queued Trainers whose submit time has come to running,
-// first come first served, up to MaxTrainers.
+// first come first served, up to MaxTrainers. With AutoAdmit it admits
+// nothing: Decide admits by value.
 func (p *Pool) Admit() {
+	if p.cfg.AutoAdmit {
+		return
+	}
 	for i := 0; i < len(p.queue) && len(p.running) < p.cfg.MaxTrainers; {
-		t := p.queue[i]
-		if t.Submit.After(p.now) {
+		if p.queue[i].Submit.After(p.now) {
 			i++
 			continue
 		}
-		p.queue = slices.Delete(p.queue, i, i+1)
-		t.Status, t.Admitted = Running, p.now
-		p.running = append(p.running, t)
-		p.record(Change{Kind: Admitted, Trainer: t.ID})
+		p.admit(i)
 	}
+}
+
+// admit moves queue[i] to running.
+func (p *Pool) admit(i int) {
+	t := p.queue[i]
+	p.queue = slices.Delete(p.queue, i, i+1)
+	t.Status, t.Admitted = Running, p.now
+	p.running = append(p.running, t)
+	p.record(Change{Kind: Admitted, Trainer: t.ID})
+}
+
+// eligible returns the index in the queue of the first Trainer whose submit
+// time has come, or -1.
+func (p *Pool) eligible() int {
+	for i, t := range p.queue {
+		if !t.Submit.After(p.now) {
+			return i
+		}
+	}
+	return -1
 }
 
 // Cancel ends an active Trainer: its nodes become free.

@@ -314,9 +314,10 @@ func (p *Pool) NextCompletion() (time.Time, bool) {
 }
 
 // NextAdmission returns the earliest submit time after now of a queued
-// Trainer, if a slot is free for it; false otherwise.
+// Trainer, if a slot is free for it (always, with AutoAdmit: the decision
+// then weighs it); false otherwise.
 func (p *Pool) NextAdmission() (time.Time, bool) {
-	if len(p.running) >= p.cfg.MaxTrainers {
+	if !p.cfg.AutoAdmit && len(p.running) >= p.cfg.MaxTrainers {
 		return time.Time{}, false
 	}
 	var first time.Time

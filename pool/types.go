@@ -93,10 +93,16 @@ type Node struct {
 
 // Config holds the pool's policy.
 type Config struct {
-	MaxTrainers int     // Trainers running at once; 0 means 10
-	TFwd        float64 // seconds the allocation is worth over
-	Objective   alloc.Objective
-	Semantics   alloc.Semantics
+	MaxTrainers int // Trainers running at once; 0 means 10 (ignored with AutoAdmit)
+	// AutoAdmit admits by value instead of up to MaxTrainers: at each
+	// decision the first queued Trainer whose submit time has come is
+	// admitted if the solver, given it beside the running ones, gives it
+	// nodes (its marginal value beats growing the others), and so on down
+	// the queue; see Decide.
+	AutoAdmit bool
+	TFwd      float64 // seconds the allocation is worth over
+	Objective alloc.Objective
+	Semantics alloc.Semantics
 }
 
 // State is the pool's whole state as plain data, for the store.

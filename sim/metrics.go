@@ -17,8 +17,10 @@ type Result struct {
 }
 
 // Summary is a replay's headline figures. Times are measured on the trace's clock from
-// t0, the first event replayed; completions are seen at the event where a Trainer's
-// samples are reached (as in the reference replayer, which only looks at events).
+// t0, the first event replayed. Under alloc.Default semantics a Trainer completes at the
+// moment its samples are reached, between events if need be, and frees its nodes then, as
+// live; under alloc.Reference it is seen at the next event, as the reference replayer
+// only looks at events, and the samples it did past its target are trimmed (Overshoot).
 //
 //   - MakespanH: hours from t0 to the last completion; if some Trainers did not finish
 //     before the trace ended, the hours replayed (Finished < Trainers says so).
@@ -35,7 +37,12 @@ type Result struct {
 //     makespan.
 //   - Rescales: rescales booked by decisions; Reclaims: Trainer-events that lost nodes to the scheduler (each
 //     charged R_down·rate once, however many nodes went).
-//   - Events: trace rows replayed, t0 included; Decisions: solver calls.
+//   - Overshoot: samples done past Trainers' targets before they were seen to finish,
+//     trimmed off Samples (work on nodes that would have been free); the gross work is
+//     Samples + RescaleLoss + PreemptLoss + StartupCost + Overshoot.
+//   - Events: trace rows replayed, t0 included; Between: moments between events the
+//     replay decided at (a completion, or a submission with a slot free: default
+//     semantics only); Decisions: solver calls.
 //   - SolveMsP50, SolveMsP99: nearest-rank percentiles of the wall time per decision
 //     the solver was called for (solve and commit), in milliseconds; WallS: the whole
 //     replay's wall time in seconds.
@@ -44,7 +51,8 @@ type Summary struct {
 	Semantics   string  `json:"semantics"`
 	Objective   string  `json:"objective"`
 	TFwd        float64 `json:"tfwd_s"`
-	MaxTrainers int     `json:"max_trainers"`
+	MaxTrainers int     `json:"max_trainers"` // 0 with admission by value
+	Admission   string  `json:"admission"`    // "fcfs" (up to MaxTrainers) or "auto" (by value)
 	Trainers    int     `json:"trainers"`
 	Finished    int     `json:"finished"`
 
@@ -58,14 +66,23 @@ type Summary struct {
 	RescaleLoss   float64 `json:"rescale_loss"`
 	PreemptLoss   float64 `json:"preempt_loss"`
 	StartupCost   float64 `json:"startup_cost"` // the reference initial map's P(n)·R_up
+	Overshoot     float64 `json:"overshoot"`
 	UsedNodeHours float64 `json:"used_node_h"`
 	IdleNodeHours float64 `json:"idle_node_h"`
 
-	Rescales  int `json:"rescales"`
-	Reclaims  int `json:"reclaims"`
-	Events    int `json:"events"`
-	Decisions int `json:"decisions"`
-	Kept      int `json:"kept"` // decisions whose plan was not optimal (time limit, solver error)
+	Rescales int `json:"rescales"`
+	Reclaims int `json:"reclaims"`
+	Events   int `json:"events"`
+	Between  int `json:"between"`
+	// What the inputs left out or could not line up: Trainers submitted before the
+	// first event replayed (admitted at t0) and after the last (never run); trace
+	// lines skipped and SWF jobs truncated (Trace.Skipped, Trace.Truncated).
+	EarlyTrainers int `json:"trainers_before_trace"`
+	LateTrainers  int `json:"trainers_after_trace"`
+	SkippedLines  int `json:"trace_lines_skipped"`
+	TruncatedJobs int `json:"trace_jobs_truncated"`
+	Decisions     int `json:"decisions"`
+	Kept          int `json:"kept"` // decisions whose plan was not optimal (time limit, solver error)
 	// SolverErrors counts the decisions whose solver failed (they kept the allocation,
 	// as live); FirstSolverError is the first such error.
 	SolverErrors     int     `json:"solver_errors"`
@@ -97,7 +114,7 @@ func (r *replayer) result() *Result {
 	end := r.p.Now()
 	s := &res.Summary
 	*s = Summary{Allocator: r.opt.Solver.Name(), Semantics: r.opt.Semantics.String(),
-		Objective: string(r.opt.Objective), TFwd: r.opt.TFwd, MaxTrainers: r.opt.MaxTrainers,
+		Objective: string(r.opt.Objective), TFwd: r.opt.TFwd, MaxTrainers: r.opt.MaxTrainers, Admission: "fcfs",
 		Trainers: len(r.jobs), Events: r.events, Decisions: len(r.solves), Kept: r.kept,
 		SolverErrors: r.failed, FirstSolverError: r.firstErr, StartupCost: r.initial}
 	live := map[string]*pool.Trainer{}
@@ -145,6 +162,20 @@ func (r *replayer) result() *Result {
 	s.E1Node = ratio(oneNode, tot.UsedNodeSeconds)
 	s.Utilisation = ratio(tot.UsedNodeSeconds, tot.IdleNodeSeconds)
 	s.Rescales, s.Reclaims = tot.Rescales, tot.Preemptions
+	s.Overshoot, s.Between = tot.Overshoot, r.midway
+	if r.opt.AutoAdmit {
+		s.Admission, s.MaxTrainers = "auto", 0
+	}
+	s.SkippedLines, s.TruncatedJobs = r.tr.Skipped, r.tr.Truncated
+	last := r.tr.Events[len(r.tr.Events)-1].Time
+	for i := range r.jobs {
+		switch sub := r.jobs[i].Submit; {
+		case sub.Before(r.t0):
+			s.EarlyTrainers++
+		case sub.After(last):
+			s.LateTrainers++
+		}
+	}
 	s.SolveMsP50, s.SolveMsP99 = percentileMs(r.solves, 0.50), percentileMs(r.solves, 0.99)
 	s.WallS = r.wall.Seconds()
 	if r.tl != nil {

@@ -91,8 +91,12 @@ func WriteSummaryTable(w io.Writer, rows []Summary) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "allocator\tsemantics\ttfwd_s\tmax_trainers\tfinished\tmakespan_h\tmean_jct_h\te_ovh\te_1node\tutilisation\trescales\treclaims\tevents\tsolve_ms_p50\tsolve_ms_p99\twall_s")
 	for _, s := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%g\t%d\t%d/%d\t%.2f\t%.2f\t%.3f\t%.3f\t%.3f\t%d\t%d\t%d\t%.2f\t%.2f\t%.1f\n",
-			s.Allocator, s.Semantics, s.TFwd, s.MaxTrainers, s.Finished, s.Trainers,
+		maxJ := strconv.Itoa(s.MaxTrainers)
+		if s.Admission == "auto" {
+			maxJ = "auto"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%g\t%s\t%d/%d\t%.2f\t%.2f\t%.3f\t%.3f\t%.3f\t%d\t%d\t%d\t%.2f\t%.2f\t%.1f\n",
+			s.Allocator, s.Semantics, s.TFwd, maxJ, s.Finished, s.Trainers,
 			s.MakespanH, s.MeanJCTH, s.EOvh, s.E1Node, s.Utilisation,
 			s.Rescales, s.Reclaims, s.Events, s.SolveMsP50, s.SolveMsP99, s.WallS)
 	}

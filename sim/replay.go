@@ -22,11 +22,15 @@ type Options struct {
 	// Semantics selects the reference replayer's rules (alloc.Reference: its step limit,
 	// its node order and its initial map, see Replay) or ours (alloc.Default).
 	Semantics alloc.Semantics
-	// TFwd is the horizon in seconds a decision is worth over; ≤ 0 means 10 (the
-	// reference's -Tfwd default).
+	// TFwd is the horizon in seconds a decision is worth over (the fixed-horizon
+	// allocators'); 0 means 10 (the reference's -Tfwd default), < 0 is an error.
 	TFwd float64
-	// MaxTrainers is how many Trainers run at once; ≤ 0 means 10 (the reference's -maxJ).
+	// MaxTrainers is how many Trainers run at once; 0 means 10 (the reference's -maxJ),
+	// < 0 is an error.
 	MaxTrainers int
+	// AutoAdmit admits by value instead of up to MaxTrainers (pool.Config.AutoAdmit);
+	// alloc.Default semantics only.
+	AutoAdmit bool
 	// Objective is what the solver maximises; "" means the workload's own (alloc.Metric
 	// when a Job's Metric differs from its Throughput, as in the speedup workload).
 	Objective alloc.Objective
@@ -54,10 +58,10 @@ func (o Options) withDefaults(jobs []Job) Options {
 	if o.Solver == nil {
 		o.Solver = alloc.Exact{}
 	}
-	if o.TFwd <= 0 {
+	if o.TFwd == 0 {
 		o.TFwd = DefaultTFwd
 	}
-	if o.MaxTrainers <= 0 {
+	if o.MaxTrainers == 0 {
 		o.MaxTrainers = DefaultMaxTrainers
 	}
 	if o.Objective == "" {
@@ -144,6 +148,15 @@ var errEmptyTrace = errors.New("trace has no events")
 func Replay(ctx context.Context, tr *Trace, jobs []Job, opt Options) (*Result, error) {
 	if tr == nil || len(tr.Events) == 0 {
 		return nil, fmt.Errorf("replay: %w", errEmptyTrace)
+	}
+	if !(opt.TFwd >= 0) || math.IsInf(opt.TFwd, 1) {
+		return nil, fmt.Errorf("replay: T_fwd %v: want a number of seconds > 0 (0: the default)", opt.TFwd)
+	}
+	if opt.MaxTrainers < 0 {
+		return nil, fmt.Errorf("replay: max trainers %d: want a positive number (0: the default)", opt.MaxTrainers)
+	}
+	if opt.AutoAdmit && opt.Semantics == alloc.Reference {
+		return nil, errors.New("replay: admission by value needs the default semantics (the reference admits up to maxJ)")
 	}
 	opt = opt.withDefaults(jobs)
 	r, err := newReplayer(tr, jobs, opt)
@@ -291,7 +304,7 @@ func (r *replayer) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cfg := pool.Config{MaxTrainers: r.opt.MaxTrainers, TFwd: r.opt.TFwd,
+	cfg := pool.Config{MaxTrainers: r.opt.MaxTrainers, AutoAdmit: r.opt.AutoAdmit, TFwd: r.opt.TFwd,
 		Objective: r.opt.Objective, Semantics: r.opt.Semantics}
 	p, err := pool.New(cfg, st)
 	if err != nil {

@@ -70,8 +70,10 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs
 type wantSummary struct {
 	makespanS, meanJCTS                         float64
 	samples, rescaleLoss, preemptLoss, startup  float64
+	overshoot                                   float64
 	usedNodeS, idleNodeS                        float64
 	rescales, reclaims, events, decisions, done int
+	between                                     int
 }
 
 func checkSummary(t *testing.T, s Summary, w wantSummary) {
@@ -86,6 +88,10 @@ func checkSummary(t *testing.T, s Summary, w wantSummary) {
 		{"rescale_loss", s.RescaleLoss, w.rescaleLoss},
 		{"preempt_loss", s.PreemptLoss, w.preemptLoss},
 		{"startup_cost", s.StartupCost, w.startup},
+		// A completion between events is timed to the nanosecond: less than a
+		// nanosecond's samples past the target.
+		{"overshoot", math.Round(s.Overshoot*1e6) / 1e6, w.overshoot},
+		{"between", float64(s.Between), float64(w.between)},
 		{"used_node_h", s.UsedNodeHours, w.usedNodeS / 3600},
 		{"idle_node_h", s.IdleNodeHours, w.idleNodeS / 3600},
 		// The definitions, from the figures above.
@@ -164,7 +170,7 @@ func TestReplayByHand(t *testing.T) {
 			// 3·10 + 4·10 + 5·2.75 = 133.75. Rescales 0→3, 2→3, 3→4.
 			name: "A default", sem: alloc.Default, tr: traceA, n: 5, jobs: jobsA, tfwd: 20,
 			want: wantSummary{makespanS: 42.75, meanJCTS: 42.75, samples: 1000, rescaleLoss: 250, preemptLoss: 60,
-				usedNodeS: 131, idleNodeS: 133.75, rescales: 3, reclaims: 1, events: 5, decisions: 5, done: 1},
+				usedNodeS: 131, idleNodeS: 133.75, rescales: 3, reclaims: 1, events: 5, decisions: 5, done: 1, between: 1},
 		},
 		{
 			// t0: the initial map gives J1 all 3 nodes: rate 30 and a start-up cost of
@@ -175,7 +181,7 @@ func TestReplayByHand(t *testing.T) {
 			// t40: +400 − 150 → 740. t50: +400 → 1140: finished, 140 trimmed.
 			// Same node-seconds; the start-up cost is not a booked rescale.
 			name: "A reference", sem: alloc.Reference, tr: traceA, n: 5, jobs: jobsA, tfwd: 20,
-			want: wantSummary{makespanS: 50, meanJCTS: 50, samples: 1000, rescaleLoss: 250, preemptLoss: 60, startup: 150,
+			want: wantSummary{makespanS: 50, meanJCTS: 50, samples: 1000, rescaleLoss: 250, preemptLoss: 60, startup: 150, overshoot: 140,
 				usedNodeS: 160, idleNodeS: 170, rescales: 2, reclaims: 1, events: 6, decisions: 4, done: 1},
 		},
 		{
@@ -190,7 +196,7 @@ func TestReplayByHand(t *testing.T) {
 			// 6·6.667 = 240. JCT from its submit (t=5).
 			name: "C default", sem: alloc.Default, tr: traceC, n: 7, jobs: jobsC, tfwd: 10,
 			want: wantSummary{makespanS: 140.0 / 3, meanJCTS: 140.0/3 - 5, samples: 2000, rescaleLoss: 140, preemptLoss: 60,
-				usedNodeS: 220, idleNodeS: 240, rescales: 4, reclaims: 1, events: 5, decisions: 5, done: 1},
+				usedNodeS: 220, idleNodeS: 240, rescales: 4, reclaims: 1, events: 5, decisions: 5, done: 1, between: 2},
 		},
 		{
 			// The reference's step limit ⌊(N+1)/2⌋ slows T down:
@@ -203,7 +209,7 @@ func TestReplayByHand(t *testing.T) {
 			// trimmed. Held 30 + 60 + 50 + 60 + 70 = 270 node-s; idle 40 + 50 + 60 + 50 +
 			// 60 + 70 = 330.
 			name: "C reference", sem: alloc.Reference, tr: traceC, n: 7, jobs: jobsC, tfwd: 10,
-			want: wantSummary{makespanS: 60, meanJCTS: 55, samples: 2000, rescaleLoss: 140, preemptLoss: 130,
+			want: wantSummary{makespanS: 60, meanJCTS: 55, samples: 2000, rescaleLoss: 140, preemptLoss: 130, overshoot: 430,
 				usedNodeS: 270, idleNodeS: 330, rescales: 4, reclaims: 2, events: 7, decisions: 5, done: 1},
 		},
 		{
@@ -214,7 +220,7 @@ func TestReplayByHand(t *testing.T) {
 			// idle 20 + 30 + 20 = 70.
 			name: "D default", sem: alloc.Default, tr: traceD, n: 3, jobs: jobsD, tfwd: 10, maxJ: 1,
 			want: wantSummary{makespanS: 30, meanJCTS: 22.5, samples: 600,
-				usedNodeS: 60, idleNodeS: 70, rescales: 2, reclaims: 0, events: 4, decisions: 4, done: 2},
+				usedNodeS: 60, idleNodeS: 70, rescales: 2, reclaims: 0, events: 4, decisions: 4, done: 2, between: 1},
 		},
 		{
 			// Under the reference A starts from the initial map (start-up cost R_up·20 =
@@ -222,7 +228,7 @@ func TestReplayByHand(t *testing.T) {
 			// ⌊3/2⌋ = 1: 0 → 1 node (rate 10). t30: B 100; N = 3, limit 2: 1 → 2.
 			// t40: 100 + 200 = 300: finished, just. Held 2·20 + 1·10 + 2·10 = 70 node-s.
 			name: "D reference", sem: alloc.Reference, tr: traceD, n: 3, jobs: jobsD, tfwd: 10, maxJ: 1,
-			want: wantSummary{makespanS: 40, meanJCTS: 30, samples: 600,
+			want: wantSummary{makespanS: 40, meanJCTS: 30, samples: 600, overshoot: 100,
 				usedNodeS: 70, idleNodeS: 100, rescales: 2, reclaims: 0, events: 5, decisions: 3, done: 2},
 		},
 	} {

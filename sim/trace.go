@@ -22,6 +22,10 @@ type Trace struct {
 	Nodes  []string // node names; Event indices refer to this slice; order = the trace's column order
 	Events []Event  // sorted by Time; first event is relative to an all-busy state
 	Source string   // human description, e.g. "summit csv (23883 events)"
+	// Skipped counts the input lines left out (SWF job lines that could not be used),
+	// Truncated the jobs of an SWF log that got fewer nodes than they recorded (the log
+	// held more nodes busy than the machine has). A replay reports both.
+	Skipped, Truncated int
 }
 
 // Event is one instant of a Trace at which nodes changed state.
@@ -147,6 +151,7 @@ func OpenTrace(path, nodesPath string) (*Trace, error) {
 		if names != nil {
 			t.Nodes = names
 		}
+		t.Skipped, t.Truncated = swf.SkippedTotal(), st.Truncated
 		t.Source = fmt.Sprintf("%s: swf recorded schedule (%d jobs, %d nodes, %d events)",
 			base, st.Jobs, n, len(t.Events))
 		return t, nil
@@ -547,7 +552,7 @@ func writeNodes(w io.Writer, t *Trace) error {
 // are copied, and events where nothing changes are dropped. from is clamped to the trace.
 // The result shares no slices with t.
 func (t *Trace) Window(from int) *Trace {
-	out := &Trace{Nodes: slices.Clone(t.Nodes), Source: t.Source}
+	out := &Trace{Nodes: slices.Clone(t.Nodes), Source: t.Source, Skipped: t.Skipped, Truncated: t.Truncated}
 	if len(t.Events) == 0 {
 		return out
 	}

@@ -134,7 +134,7 @@ func defaults() Config {
 	c.Pool.TFwd = 10
 	c.Pool.Objective = "throughput"
 	c.Pool.Semantics = "default"
-	c.Pool.Solver = "exact"
+	c.Pool.Solver = "adaptive"
 	c.Pool.SolverTimeLimit = Duration{10 * time.Second}
 	c.Hooks.Deadline = Duration{2 * time.Second}
 	c.Hooks.Log = defaultHookLog

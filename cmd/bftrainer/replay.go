@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -58,10 +60,10 @@ workloads). A progress bar is drawn on stderr when it is a terminal.`,
 			&cli.StringFlag{Name: "trace", Usage: "idle-node trace `FILE` (Summit CSV or SWF; default: generated)"},
 			&cli.StringFlag{Name: "nodes", Usage: "node names `FILE` (node_idx,node_name) for a CSV trace"},
 			&cli.StringFlag{Name: "workload", Usage: "Trainer workload `FILE` (paper CSV; default: built in)"},
-			&cli.StringSliceFlag{Name: "allocator", Value: cli.NewStringSlice("exact"), Usage: "`NAME`s: " + strings.Join(solvers().Names(), ", ") + "; repeat or comma-separate for side-by-side rows"},
+			&cli.StringSliceFlag{Name: "allocator", Value: cli.NewStringSlice("adaptive"), Usage: "`NAME`s: " + strings.Join(solvers().Names(), ", ") + "; repeat or comma-separate for side-by-side rows"},
 			&cli.StringFlag{Name: "semantics", Value: "default", Usage: "`NAME`: default (bftrainer's) or reference (the paper's replayer)"},
-			&cli.Float64Flag{Name: "tfwd", Value: sim.DefaultTFwd, Usage: "`SECONDS` a decision is worth over"},
-			&cli.IntFlag{Name: "max-trainers", Value: sim.DefaultMaxTrainers, Usage: "Trainers running at once (`N`)"},
+			&cli.Float64Flag{Name: "tfwd", Value: sim.DefaultTFwd, Usage: "`SECONDS` a decision is worth over, for the fixed-horizon allocators (exact, the MILP ones, greedy); adaptive measures its own"},
+			&cli.StringFlag{Name: "max-trainers", Value: strconv.Itoa(sim.DefaultMaxTrainers), Usage: "Trainers running at once (`N`), or auto: admit the next queued Trainer when the allocator would give it nodes rather than grow the running ones"},
 			&cli.StringFlag{Name: "format", Value: "table", Usage: "`FORMAT`: table or json"},
 			&cli.StringFlag{Name: "out", Usage: "write steps.csv, trainers.csv, timeline.svg and summary.json in `DIR`"},
 			&cli.DurationFlag{Name: "cbc-limit", Value: 10 * time.Second, Usage: "`DURATION` a CBC decision may take before the current allocation is kept"},
@@ -158,6 +160,17 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 	if err != nil {
 		return usageError{err}
 	}
+	tfwd := c.Float64("tfwd")
+	if !(tfwd > 0) || math.IsInf(tfwd, 1) {
+		return usagef("--tfwd %v: want a number of seconds > 0", tfwd)
+	}
+	maxJ, auto, err := parseMaxTrainers(c.String("max-trainers"))
+	if err != nil {
+		return usageError{err}
+	}
+	if auto && sem == alloc.Reference {
+		return usagef("--max-trainers auto needs --semantics default (the reference admits up to maxJ)")
+	}
 	var names []string
 	for _, v := range c.StringSlice("allocator") {
 		for _, n := range strings.Split(v, ",") {
@@ -184,13 +197,16 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 		if out != "" && len(ss) > 1 {
 			dir = filepath.Join(out, names[i])
 		}
-		opt := sim.Options{Solver: s, Semantics: sem, TFwd: c.Float64("tfwd"), MaxTrainers: c.Int("max-trainers")}
+		opt := sim.Options{Solver: s, Semantics: sem, TFwd: tfwd, MaxTrainers: maxJ, AutoAdmit: auto}
 		if isTerminal(c.App.ErrWriter) {
 			opt.Progress = sim.ProgressBar(c.App.ErrWriter, "replay "+names[i])
 		}
 		res, err := replayTo(c, tr, jobs, opt, dir)
 		if err != nil {
 			return err
+		}
+		if i == 0 {
+			warnInputs(c.App.ErrWriter, res.Summary, tr)
 		}
 		if n := res.Summary.SolverErrors; n > 0 {
 			fmt.Fprintf(c.App.ErrWriter, "bftrainer: warning: %s failed at %d decision(s), which kept the allocation as the live reconciler would; the first: %s\n",
@@ -207,6 +223,41 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 		return sim.WriteSummaryJSON(c.App.Writer, sums)
 	}
 	return sim.WriteSummaryTable(c.App.Writer, sums)
+}
+
+// parseMaxTrainers reads --max-trainers: a positive count, or auto.
+func parseMaxTrainers(v string) (n int, auto bool, err error) {
+	if strings.TrimSpace(v) == "auto" {
+		return 0, true, nil
+	}
+	n, err = strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n <= 0 {
+		return 0, false, fmt.Errorf("--max-trainers %q: want a positive number of Trainers, or auto", v)
+	}
+	return n, false, nil
+}
+
+// warnInputs says on stderr what the inputs left out or could not line up
+// (the summary counts it too): a workload wholly before or after the trace,
+// Trainers submitted after it ends, trace lines skipped, SWF jobs truncated.
+func warnInputs(w io.Writer, s sim.Summary, tr *sim.Trace) {
+	switch {
+	case s.LateTrainers == s.Trainers:
+		fmt.Fprintf(w, "bftrainer: warning: every Trainer is submitted after the trace ends (%s): nothing ran\n", tr.Source)
+		fmt.Fprintf(w, "bftrainer: hint: shift the workload's submit times into the trace, or pick another --trace\n")
+	case s.LateTrainers > 0:
+		fmt.Fprintf(w, "bftrainer: warning: %d of %d Trainers are submitted after the trace ends and never ran\n", s.LateTrainers, s.Trainers)
+	}
+	if s.EarlyTrainers == s.Trainers && s.Trainers > 1 {
+		fmt.Fprintf(w, "bftrainer: warning: every Trainer is submitted before the trace's first replayed event: all were eligible at once at t0\n")
+		fmt.Fprintf(w, "bftrainer: hint: --from-event, or shift the workload's submit times into the trace\n")
+	}
+	if s.SkippedLines > 0 {
+		fmt.Fprintf(w, "bftrainer: warning: %d line(s) of the trace could not be used and were skipped\n", s.SkippedLines)
+	}
+	if s.TruncatedJobs > 0 {
+		fmt.Fprintf(w, "bftrainer: warning: %d job(s) of the log did not fit the machine and got fewer nodes than recorded\n", s.TruncatedJobs)
+	}
 }
 
 // replayTo runs one replay, writing its step log, Trainers and timeline in dir
