@@ -6,11 +6,17 @@
 // the horizon T_fwd. A Solver turns it into a Plan. The package is pure: no
 // files, no clock, no processes; the same Problem always gives the same Plan.
 //
-// Because nodes are interchangeable, the optimum depends only on the node
-// count of each Trainer, so the default solver (Exact) is a dynamic programme
-// over counts. Physical nodes are then chosen by a stated rule (see Place).
-// The node-level MILP of the paper lives in the subpackage milp and is solved
-// by real MILP solvers to check Exact.
+// The paper's objective (FixedHorizon, solved by Exact) values a count over a
+// fixed T_fwd; nodes are then interchangeable, the optimum depends only on the
+// node count of each Trainer, and Exact is a dynamic programme over counts.
+// The default solver, Adaptive, keeps the constraints and the exact
+// programme but prices each count over what the pool has observed
+// (AdaptiveHorizon: how long idle periods last, how often nodes come free,
+// the ages of the nodes, each Trainer's remaining work); a stated placement
+// rule makes its value a function of the count, so the same programme is
+// exact for it. Physical nodes are chosen by that rule (see Place). The
+// node-level MILP of the paper lives in the subpackage milp, for either
+// objective, and is solved by real MILP solvers to check both.
 package alloc
 
 import (

@@ -26,6 +26,8 @@ commands:
   all      every command below with its default flags (make bench)
   alloc    time the exact allocator against CBC and HiGHS on the paper's MILP
   replay   time a whole Summit replay (hps-1000J), exact and CBC
+  yield    what every allocator yields on Summit, Theta and Pollux-built
+           workloads (issue 12's table), and the paired-start sweep
   hook     time the real binary as a scheduler hook, exec to exit
   rescale  seconds a real torchrun Trainer loses per scale-up, scale-down
            and reclaim, and the reclaim kill path (root, python3-torch)
@@ -38,7 +40,7 @@ Run "bftrainer-bench <command> -h" for a command's flags.
 `
 
 // allCommands are the commands "all" runs, in order: add yours.
-var allCommands = []string{"alloc", "replay", "hook", "rescale", "slurm", "reclaim"}
+var allCommands = []string{"alloc", "replay", "yield", "hook", "rescale", "slurm", "reclaim"}
 
 // errUsage marks a command-line mistake: exit status 2.
 var errUsage = errors.New("usage")
@@ -68,6 +70,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return (&allocCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "replay":
 		return (&replayCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
+	case "yield":
+		return (&yieldCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "hook":
 		return (&hookCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "rescale":
