@@ -16,7 +16,14 @@
 // R·P(C) samples (R_up or R_down seconds at the throughput of the size it
 // had before the decision), charged against the next interval; a reclaim
 // that takes nodes from a Trainer costs R_down·rate once per event,
-// however many nodes it loses.
+// however many nodes it loses. Between events the pool can be advanced to
+// the moment a Trainer reaches its samples or a queued one's submit time
+// comes (NextCompletion, NextAdmission, Advance), as the live sidecar sees
+// a Trainer exit or a submission when it happens.
+//
+// The pool also keeps what it has observed of idle periods (Totals.Idle:
+// how long they lasted, how often nodes came free), which the adaptive
+// allocator reads through Problem.
 package pool
 
 import (
