@@ -154,7 +154,8 @@ func adaptiveOptions(r *rand.Rand, trainers, nodes int) alloctest.Options {
 	}
 }
 
-// bruteForceWith enumerates every count vector under a pricing.
+// bruteForceWith enumerates every count vector under a pricing (nil: the
+// paper's objective).
 func bruteForceWith(p *alloc.Problem, pr alloc.Pricing) (float64, bool) {
 	val := p.Prices(pr)
 	best, found := math.Inf(-1), false
@@ -199,7 +200,8 @@ func TestAdaptiveMatchesBruteForce(t *testing.T) {
 	}
 }
 
-// naiveDPWith is the textbook knapsack over counts under a pricing.
+// naiveDPWith is the textbook O(J·N·N) knapsack over counts under a
+// pricing (nil: the paper's objective).
 func naiveDPWith(p *alloc.Problem, pr alloc.Pricing) float64 {
 	val := p.Prices(pr)
 	N := p.Size()

@@ -12,27 +12,8 @@ import (
 	"github.com/bftrainer/bftrainer/alloc/alloctest"
 )
 
-// bruteForce enumerates every count vector.
-func bruteForce(p *alloc.Problem) (float64, bool) {
-	best, found := math.Inf(-1), false
-	counts := make([]int, len(p.Trainers))
-	var rec func(j int)
-	rec = func(j int) {
-		if j == len(counts) {
-			if v := p.ObjectiveOf(counts); !math.IsInf(v, -1) {
-				found = true
-				best = max(best, v)
-			}
-			return
-		}
-		for k := 0; k <= p.Size(); k++ {
-			counts[j] = k
-			rec(j + 1)
-		}
-	}
-	rec(0)
-	return best, found
-}
+// bruteForce enumerates every count vector under the paper's objective.
+func bruteForce(p *alloc.Problem) (float64, bool) { return bruteForceWith(p, nil) }
 
 func TestExactMatchesBruteForce(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
@@ -91,23 +72,7 @@ func TestHeuristicsAreFeasible(t *testing.T) {
 
 // naiveDP is the textbook O(J·N·N) knapsack over counts, the oracle for
 // problems too large to enumerate.
-func naiveDP(p *alloc.Problem) float64 {
-	N := p.Size()
-	prev := make([]float64, N+1)
-	for j := range p.Trainers {
-		cur := make([]float64, N+1)
-		for c := 0; c <= N; c++ {
-			cur[c] = math.Inf(-1)
-			for k := 0; k <= c; k++ {
-				if p.Feasible(j, k) {
-					cur[c] = max(cur[c], prev[c-k]+p.Value(j, k))
-				}
-			}
-		}
-		prev = cur
-	}
-	return prev[N]
-}
+func naiveDP(p *alloc.Problem) float64 { return naiveDPWith(p, nil) }
 
 func TestExactMatchesNaiveDPLarge(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
