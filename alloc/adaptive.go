@@ -158,13 +158,13 @@ func newAdaptiveModel(p *Problem) *adaptiveModel {
 	m.sv = newSurvival(p.Idle, ages)
 	m.free = make([]nodeOutlook, len(free))
 	for i := range free {
-		m.free[i] = m.sv.outlook(ages[i])
+		m.free[i] = m.outlook(ages[i])
 	}
 	young := 0.0
 	if len(ages) > 0 {
 		young = slices.Min(ages)
 	}
-	m.youngest = m.sv.outlook(young)
+	m.youngest = m.outlook(young)
 	b := 0
 	for j := range p.Trainers {
 		m.before[j] = b
@@ -179,6 +179,21 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// outlook is a node's outlook, with its h and π over τ.
+func (m *adaptiveModel) outlook(age float64) nodeOutlook {
+	o := m.sv.outlook(age)
+	o.hTau, o.piTau = m.sv.over(o, m.gap)
+	return o
+}
+
+// over is the survival's over, from the outlook's cache at τ.
+func (m *adaptiveModel) over(o nodeOutlook, horizon float64) (h, pi float64) {
+	if horizon == m.gap {
+		return o.hTau, o.piTau
+	}
+	return m.sv.over(o, horizon)
 }
 
 // trainerSets is the ordered node outlooks a Trainer's counts are priced on:
@@ -196,7 +211,7 @@ func (m *adaptiveModel) sets(j, hi int) trainerSets {
 	held := sortedNodes(t.Held)
 	ts := trainerSets{held: make([]nodeOutlook, len(held)), youngFirst: m.p.Semantics == Reference}
 	for i := range held {
-		ts.held[i] = m.sv.outlook(ageSeconds(m.now, held[i].Since))
+		ts.held[i] = m.outlook(ageSeconds(m.now, held[i].Since))
 	}
 	for i := 0; len(held)+i < hi; i++ {
 		o := m.youngest
@@ -286,7 +301,7 @@ func (m *adaptiveModel) gainOf(j, k int, set []nodeOutlook, rates []float64) flo
 		}
 		// One cohort, one reclaim: R_down at the rate then, if it comes
 		// before the Trainer finishes or the pool re-places.
-		_, pi := m.sv.over(set[s], grown)
+		_, pi := m.over(set[s], grown)
 		g -= t.RDown * rates[e] * pi
 		// Its nodes' steps of the curve, held ones first (set puts them
 		// first among equal ages), each over its horizon.
@@ -299,7 +314,7 @@ func (m *adaptiveModel) gainOf(j, k int, set []nodeOutlook, rates []float64) flo
 			if set[a].added {
 				horizon = grown
 			}
-			h, _ := m.sv.over(set[a], horizon)
+			h, _ := m.over(set[a], horizon)
 			g += (rates[b] - rates[a]) * h
 			a = b
 		}

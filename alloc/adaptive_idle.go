@@ -231,6 +231,8 @@ func (sv *survival) tailTotal() float64 {
 type nodeOutlook struct {
 	age, s, cum float64
 	added       bool // a node the Trainer would grow onto (see AdaptiveHorizon)
+	// h and pi over the pool's horizon τ, the horizon of most terms.
+	hTau, piTau float64
 }
 
 func (sv *survival) outlook(age float64) nodeOutlook {

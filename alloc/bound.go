@@ -110,25 +110,18 @@ func lpFill(k0 int, v0 float64, segs []seg, ownLo, ownHi int, from int, out []fl
 	}
 }
 
-// roundDown returns feasible counts from the LP relaxation at capacity n:
-// whole segments by decreasing slope while they fit; a Trainer whose
-// segment does not fit takes none of its later ones (its envelope is a
-// sequence).
-func roundDown(chs []choices, n int) []int {
-	counts := make([]int, len(chs))
-	var all []seg
-	used := 0
+// envelopes returns every Trainer's smallest feasible count and its value,
+// and all their envelope segments in one list sorted by decreasing slope
+// (stable: by Trainer, then along its envelope); ok is false if some
+// Trainer has no feasible count.
+func envelopes(chs []choices) (k0 []int, v0 []float64, all []seg, ok bool) {
+	k0, v0 = make([]int, len(chs)), make([]float64, len(chs))
 	for j := range chs {
-		k0, _, segs, ok := chs[j].envelope(j)
-		if !ok {
-			return nil
+		var segs []seg
+		if k0[j], v0[j], segs, ok = chs[j].envelope(j); !ok {
+			return nil, nil, nil, false
 		}
-		counts[j] = k0
-		used += k0
 		all = append(all, segs...)
-	}
-	if used > n {
-		return nil
 	}
 	slices.SortStableFunc(all, func(a, b seg) int {
 		switch {
@@ -139,7 +132,23 @@ func roundDown(chs []choices, n int) []int {
 		}
 		return 0
 	})
-	closed := make([]bool, len(chs))
+	return k0, v0, all, true
+}
+
+// roundDown returns feasible counts from the LP relaxation at capacity n,
+// given envelopes' output: whole segments by decreasing slope while they
+// fit; a Trainer whose segment does not fit takes none of its later ones
+// (its envelope is a sequence).
+func roundDown(k0 []int, all []seg, n int) []int {
+	counts := slices.Clone(k0)
+	used := 0
+	for _, k := range k0 {
+		used += k
+	}
+	if used > n {
+		return nil
+	}
+	closed := make([]bool, len(k0))
 	for _, s := range all {
 		if closed[s.owner] {
 			continue
@@ -159,7 +168,11 @@ func roundDown(chs []choices, n int) []int {
 // none. ok is false when no bound applies (then every capacity counts).
 func prune(p *Problem, chs []choices, L, U []int, tol float64, val valueFunc) (from, to []int, ok bool) {
 	J, N := len(chs), p.Size()
-	counts := roundDown(chs, N)
+	k0, v0, all, ok := envelopes(chs)
+	if !ok {
+		return nil, nil, false
+	}
+	counts := roundDown(k0, all, N)
 	if counts == nil {
 		return nil, nil, false
 	}
@@ -167,25 +180,13 @@ func prune(p *Problem, chs []choices, L, U []int, tol float64, val valueFunc) (f
 	for j, k := range counts {
 		lb += val(j, k)
 	}
-	// One slope-sorted list of every Trainer's envelope segments; the
-	// prefix and suffix bounds of each stage filter it by owner.
+	// Prefix sums of the smallest counts; the prefix and suffix bounds of
+	// each stage filter the one slope-sorted list by owner.
 	k0s := make([]int, J+1) // k0s[j]: Σ k0 of Trainers before j
 	v0s := make([]float64, J+1)
-	var all []seg
 	for j := range chs {
-		k0, v0, segs, _ := chs[j].envelope(j)
-		k0s[j+1], v0s[j+1] = k0s[j]+k0, v0s[j]+v0
-		all = append(all, segs...)
+		k0s[j+1], v0s[j+1] = k0s[j]+k0[j], v0s[j]+v0[j]
 	}
-	slices.SortStableFunc(all, func(a, b seg) int {
-		switch {
-		case a.slope > b.slope:
-			return -1
-		case a.slope < b.slope:
-			return 1
-		}
-		return 0
-	})
 	from, to = make([]int, J+1), make([]int, J+1)
 	var gp, gs []float64
 	for j := 1; j <= J; j++ {
