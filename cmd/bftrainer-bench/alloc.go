@@ -23,6 +23,7 @@ import (
 //	alloc instance=<name> trainers=<J> nodes=<N> exact_ms=<median>
 //	      cbc_ms=<median> speedup=<cbc/exact> same_objective=<true|false>
 //	      highs_ms=<median> highs_same_objective=<true|false>
+//	      adaptive_ms=<median>
 //
 // exact_ms is the wall time of alloc.Exact{}.Solve; cbc_ms that of
 // milp.Solver{Backend: CBC}.Solve — model build, MPS write, the cbc run
@@ -33,7 +34,8 @@ import (
 // does not prove an optimum within its limit, its _ms field is
 // timeout(<limit>) (or the plan's status, or error when it failed) and
 // its comparison fields are n/a; highs_ms=absent when HiGHS cannot run
-// (the reason is on stderr).
+// (the reason is on stderr). adaptive_ms is alloc.Adaptive's time on the
+// same instance (its own objective; its runs interleaved with exact's).
 type allocCommand struct {
 	stdout, stderr io.Writer
 }
@@ -189,7 +191,7 @@ func (c *allocCommand) measure(ctx context.Context, in benchInstance, cbc, highs
 	if highs != nil {
 		solvers = append(solvers, &backendRuns{solver: milp.Solver{Backend: highs, TimeLimit: limit}})
 	}
-	var exactT []time.Duration
+	var exactT, adaptiveT []time.Duration
 	var exactObj float64
 	for i := range max(exactRuns, milpN) {
 		if i < exactRuns {
@@ -200,6 +202,11 @@ func (c *allocCommand) measure(ctx context.Context, in benchInstance, cbc, highs
 			}
 			exactT = append(exactT, time.Since(start))
 			exactObj = pl.Objective
+			start = time.Now()
+			if _, err := (alloc.Adaptive{}).Solve(ctx, p); err != nil {
+				return "", err
+			}
+			adaptiveT = append(adaptiveT, time.Since(start))
 		}
 		if i < milpN {
 			for _, r := range solvers {
@@ -221,7 +228,7 @@ func (c *allocCommand) measure(ctx context.Context, in benchInstance, cbc, highs
 	if highs != nil {
 		highsMS, highsSame = solvers[1].result(exactObj)
 	}
-	return line + " highs_ms=" + highsMS + " highs_same_objective=" + highsSame, nil
+	return line + " highs_ms=" + highsMS + " highs_same_objective=" + highsSame + " adaptive_ms=" + fmtMS(ms(median(adaptiveT))), nil
 }
 
 func median(ds []time.Duration) time.Duration {
