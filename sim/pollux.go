@@ -13,19 +13,19 @@ import (
 	"time"
 )
 
-// PolluxGPUsPerNode is the node of the Pollux measurements: 4 T4 GPUs.
-const PolluxGPUsPerNode = 4
+// polluxGPUsPerNode is the node of the Pollux measurements: 4 T4 GPUs.
+const polluxGPUsPerNode = 4
 
-// PolluxRescale is the rescale delay the Pollux simulator assumes, in seconds, both ways.
-const PolluxRescale = 30.0
+// polluxRescale is the rescale delay the Pollux simulator assumes, in seconds, both ways.
+const polluxRescale = 30.0
 
-// PolluxCurve reads one model's measured step times (the Pollux artifact's
+// polluxCurve reads one model's measured step times (the Pollux artifact's
 // placements.csv and scalability.csv, in dir) and returns its throughput on whole nodes:
 // at n nodes with every GPU used (4n replicas), samples/s = replicas × local_bsz /
 // step_time, the best over the batch sizes measured. placements.csv gives 1–4 nodes
 // (placements "4", "44", …), scalability.csv the larger counts (6, 8, 12, 16). Node
 // counts measured in neither are left out (the curve interpolates between them).
-func PolluxCurve(dir string) (nodes []int, throughput []float64, err error) {
+func polluxCurve(dir string) (nodes []int, throughput []float64, err error) {
 	best := map[int]float64{}
 	note := func(n int, v float64) {
 		if v > best[n] {
@@ -41,7 +41,7 @@ func PolluxCurve(dir string) (nodes []int, throughput []float64, err error) {
 		if err != nil {
 			return err
 		}
-		note(len(pl), float64(PolluxGPUsPerNode*len(pl))*bsz/step)
+		note(len(pl), float64(polluxGPUsPerNode*len(pl))*bsz/step)
 		return nil
 	})
 	if err != nil {
@@ -53,7 +53,7 @@ func PolluxCurve(dir string) (nodes []int, throughput []float64, err error) {
 		if err := errors.Join(err1, err2); err != nil {
 			return err
 		}
-		if n <= 0 || r != PolluxGPUsPerNode*n {
+		if n <= 0 || r != polluxGPUsPerNode*n {
 			return nil
 		}
 		bsz, step, err := bszStep(f[2], f[3])
@@ -130,9 +130,9 @@ func readCSVRows(path string, cols []string, row func([]string) error) error {
 }
 
 // PolluxWorkload builds n Trainers from the Pollux measurements of the models in dir
-// (one subdirectory per model, read by PolluxCurve), dealt round robin in name order, one
+// (one subdirectory per model, read by polluxCurve), dealt round robin in name order, one
 // submitted every 36 s from start, as the paper's 1000-job workloads. Each runs on 1 to
-// its curve's last node count (16), rescales at PolluxRescale both ways, and has work
+// its curve's last node count (16), rescales at polluxRescale both ways, and has work
 // single-node time of work: samples = work × its throughput on one node, so every
 // model's Trainer is as long on dedicated nodes. The allocator's metric is the speedup
 // over one node (as in the paper's ImageNet-spdup workload): one model's samples are not
@@ -152,7 +152,7 @@ func PolluxWorkload(dir string, n int, start time.Time, work time.Duration) ([]J
 		if !e.IsDir() {
 			continue
 		}
-		ns, tp, err := PolluxCurve(filepath.Join(dir, e.Name()))
+		ns, tp, err := polluxCurve(filepath.Join(dir, e.Name()))
 		if err != nil {
 			return nil, fmt.Errorf("pollux workload: %w", err)
 		}
@@ -172,7 +172,7 @@ func PolluxWorkload(dir string, n int, start time.Time, work time.Duration) ([]J
 		jobs[i] = Job{
 			ID: fmt.Sprintf("P%05d", i), Model: m.name,
 			Submit: start.Add(time.Duration(i) * 36 * time.Second),
-			RUp:    PolluxRescale, RDown: PolluxRescale,
+			RUp:    polluxRescale, RDown: polluxRescale,
 			Min: 1, Max: m.nodes[len(m.nodes)-1],
 			Samples: work.Seconds() * one,
 			Nodes:   m.nodes, Throughput: m.tp, Metric: speedup,

@@ -36,7 +36,7 @@ func TestPolluxCurveByHand(t *testing.T) {
 8,32,10,1,0
 8,32,20,1,0
 `)
-	nodes, tp, err := PolluxCurve(filepath.Join(dir, "m"))
+	nodes, tp, err := polluxCurve(filepath.Join(dir, "m"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,19 +71,19 @@ func TestPolluxCurveByHand(t *testing.T) {
 		}
 	}
 	// The metric is the speedup over one node: 1, 1.6, 2.4, 6.4 for m.
-	if want := []float64{0, 1, 1.6, 2.4, 6.4}; !slices.Equal(jobs[0].Metric, want) || WorkloadObjective(jobs) != "metric" {
-		t.Errorf("metric %v (objective %s), want %v (metric)", jobs[0].Metric, WorkloadObjective(jobs), want)
+	if want := []float64{0, 1, 1.6, 2.4, 6.4}; !slices.Equal(jobs[0].Metric, want) || workloadObjective(jobs) != "metric" {
+		t.Errorf("metric %v (objective %s), want %v (metric)", jobs[0].Metric, workloadObjective(jobs), want)
 	}
 }
 
 func TestPolluxCurveErrors(t *testing.T) {
 	dir := t.TempDir()
-	if _, _, err := PolluxCurve(dir); err == nil {
+	if _, _, err := polluxCurve(dir); err == nil {
 		t.Fatal("no files: no error")
 	}
 	writeFile(t, filepath.Join(dir, "placements.csv"), "placement,local_bsz,step_time\n4,10,0\n")
 	writeFile(t, filepath.Join(dir, "scalability.csv"), "num_nodes,num_replicas,local_bsz,step_time\n")
-	if _, _, err := PolluxCurve(dir); err == nil {
+	if _, _, err := polluxCurve(dir); err == nil {
 		t.Fatal("a step time of 0: no error")
 	}
 }
