@@ -1,0 +1,307 @@
+package trainer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bftrainer/bftrainer/trainer/agent"
+	"github.com/bftrainer/bftrainer/trainer/trainertest"
+	"github.com/bftrainer/bftrainer/trainer/wire"
+)
+
+// TestElasticSettings: the defaults build; each bad value is refused with
+// its key named.
+func TestElasticSettings(t *testing.T) {
+	ok := func(s *ElasticSettings) {}
+	for _, tc := range []struct {
+		name string
+		edit func(*ElasticSettings)
+		err  string
+	}{
+		{"defaults", ok, ""},
+		{"no pythonpath", func(s *ElasticSettings) { s.PythonPath = "" }, ""},
+		{"relative pythonpath", func(s *ElasticSettings) { s.PythonPath = "python" }, "pythonpath"},
+		{"one port", func(s *ElasticSettings) { s.StorePorts = "29600-29600" }, "at least two ports"},
+		{"ports garbage", func(s *ElasticSettings) { s.StorePorts = "any" }, "store_ports"},
+		{"form within join", func(s *ElasticSettings) { s.FormTimeout, s.JoinTimeout = "30s", "30s" }, "form_timeout"},
+		{"no grace is fine", func(s *ElasticSettings) { s.LeaveGrace = "0s" }, ""},
+		{"negative grace", func(s *ElasticSettings) { s.LeaveGrace = "-1s" }, "leave_grace"},
+		{"tiny collective timeout", func(s *ElasticSettings) { s.CollectiveTimeout = "10ms" }, "collective_timeout"},
+		{"no python", func(s *ElasticSettings) { s.Python = "" }, "python"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := elasticKind.New(func(v any) error { tc.edit(v.(*ElasticSettings)); return nil })
+			switch {
+			case tc.err == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Fatalf("error %v, want one naming %q", err, tc.err)
+			}
+		})
+	}
+	spec, _ := json.Marshal(Spec{Argv: []string{"/usr/bin/python3", "train.py"}, ProcsPerNode: 2})
+	if err := CheckLaunch(Elastic, spec); err == nil || !strings.Contains(err.Error(), "one worker per node") {
+		t.Fatalf("two workers per node: %v", err)
+	}
+}
+
+// TestElasticWorkerEnv: a worker is told the store, its id (unique per
+// launch), the runtime's timeouts and where the package is; the user's
+// PYTHONPATH stays, after ours.
+func TestElasticWorkerEnv(t *testing.T) {
+	r, _ := testRunner(t)
+	l, err := elasticKind.New(func(v any) error { v.(*ElasticSettings).PythonPath = "/opt/bft/python"; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &session{r: r, st: &runState{}}
+	run := s.run("t1", &Record{}, Want{ID: "t1"})
+	env := l.(*elastic).workerEnv(run, Spec{Env: map[string]string{"PYTHONPATH": "/home/u/lib", "X": "1"}}, "n1", "n1@abc", 29601)
+	for k, want := range map[string]string{
+		"BFTRAINER_ELASTIC_STORE": "127.0.0.1:29601", "BFTRAINER_ELASTIC_ID": "n1@abc", "BFTRAINER_ELASTIC_TIMEOUT": "10",
+		"BFTRAINER_ELASTIC_JOIN_TIMEOUT": "30", "PYTHONPATH": "/opt/bft/python:/home/u/lib", "X": "1", "NODE_TAG": "n1",
+		"LOCAL_RANK": "0", "BFTRAINER_TRAINER": "t1", "OMP_NUM_THREADS": "1",
+	} {
+		if env[k] != want {
+			t.Errorf("%s=%q, want %q", k, env[k], want)
+		}
+	}
+	if got := StoreArgs("/usr/bin/python3", "10.0.0.1", 29600, 29601); !slices.Equal(got, []string{"/usr/bin/python3", "-m", "bftrainer_elastic.server",
+		"--host", "10.0.0.1", "--port", "29600", "--control-host", "127.0.0.1", "--control-port", "29601"}) {
+		t.Errorf("store args %q", got)
+	}
+}
+
+// elasticRunner is a local runner whose elastic launcher finds the
+// runtime in this repository.
+func elasticRunner(tb testing.TB) (*Runner, trainertest.Agent) {
+	tb.Helper()
+	r, a := testRunner(tb)
+	root := trainertest.RepoRoot(tb)
+	ls, err := Build(func(name string, v any) error {
+		if s, ok := v.(*ElasticSettings); ok {
+			s.PythonPath = filepath.Join(root, "python")
+		}
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r.Launchers = ls
+	return r, a
+}
+
+// measured returns the costs the actions measured, as "direction from→to".
+func measured(acts []Action) []string {
+	var out []string
+	for _, a := range acts {
+		if a.Measured != nil {
+			out = append(out, fmt.Sprintf("%s %d→%d", a.Measured.Direction, a.Measured.From, a.Measured.To))
+		}
+	}
+	return out
+}
+
+// TestElasticLauncher drives a real elastic Trainer (contrib/trainer/train.py
+// on the runtime, torch on CPU, gloo) through the runner and the local node
+// agent with cgroups: 1 → 3 nodes, a planned shrink to 2 (the removed
+// worker leaves by itself and is stopped), a reclaim of the node hosting
+// rank 0 by the node's own kill (the prolog's path) to 1, a regrowth to 3,
+// a node the scheduler took while its worker ran (stopped at once, no
+// grace) to 2, and the end. Every change's cost is measured (no timing is
+// asserted); every step is trained exactly once, at the planned size, and
+// the samples add up exactly; nothing is left at the end.
+func TestElasticLauncher(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real torch workers (about a minute)")
+	}
+	trainertest.NeedTorch(t)
+	r, a := elasticRunner(t)
+	root := trainertest.RepoRoot(t)
+	n1, n2, n3, n4 := a.N("n1"), a.N("n2"), a.N("n3"), a.N("n4")
+	ctx := context.Background()
+	dir := t.TempDir()
+	log := filepath.Join(dir, "progress.log")
+	const steps, batch = 150, 8
+	spec, _ := json.Marshal(Spec{Workdir: dir, Env: map[string]string{"PYTHONDONTWRITEBYTECODE": "1"}, Argv: []string{"/usr/bin/python3",
+		filepath.Join(root, "contrib/trainer/train.py"), "--steps", fmt.Sprint(steps), "--batch", fmt.Sprint(batch), "--sleep", "0.2",
+		"--ckpt-dir", filepath.Join(dir, "ckpt"), "--log", log, "--print-every", "0"}})
+	id := "el-" + wire.NewRun()[:6]
+	t.Cleanup(func() {
+		r.Apply(context.Background(), nil)
+		for _, p := range tokenProcs(t, func(tk wire.Token, _ agent.Proc) bool { return tk.Trainer == id }) {
+			t.Errorf("left running: %+v", p)
+		}
+	})
+	want := func(nodes ...string) Want {
+		return Want{ID: id, Owner: currentUserName(t), Launcher: Elastic, Spec: spec, Min: 1, Max: 4, Nodes: nodes}
+	}
+	var costs []string
+	var phases []elasticPhase
+	changing := func() { // the current phase ends: a change begins
+		if len(phases) > 0 && phases[len(phases)-1].end.IsZero() {
+			phases[len(phases)-1].end = time.Now()
+		}
+	}
+	apply := func(w Want) []Action {
+		t.Helper()
+		changing()
+		acts := r.Apply(ctx, []Want{w})
+		for _, a := range acts {
+			if a.Err != nil {
+				t.Fatalf("%s on %s: %v", a.Op, a.Node, a.Err)
+			}
+			t.Logf("%-11s %-14s %6.0f ms  %s", a.Op, a.Node, float64(a.Took.Microseconds())/1000, a.Note)
+		}
+		costs = append(costs, measured(acts)...)
+		return acts
+	}
+	// settled waits for two steps on exactly these nodes after now.
+	settled := func(nodes ...string) {
+		t.Helper()
+		ph := elasticPhase{at: time.Now(), nodes: nodes}
+		phases = append(phases, ph)
+		trainertest.WaitFor(t, 60*time.Second, fmt.Sprintf("two steps on %v", nodes), func() bool {
+			seen := map[int][]string{}
+			full := 0
+			ss, _ := trainertest.ReadSteps(log)
+			for _, s := range ss {
+				if s.Done {
+					t.Fatalf("the job finished before the scenario did (at step %d): a slow machine; raise steps", s.Step)
+				}
+				if s.At.After(ph.at) && s.World == len(nodes) {
+					seen[s.Step] = append(seen[s.Step], s.Node)
+					if len(seen[s.Step]) == len(nodes) {
+						full++
+					}
+				}
+			}
+			return full >= 2
+		})
+	}
+	has := func(acts []Action, op, node, note string) {
+		t.Helper()
+		for _, a := range acts {
+			if a.Op == op && a.Node == node && strings.Contains(a.Note, note) {
+				return
+			}
+		}
+		t.Fatalf("no %s on %q saying %q", op, node, note)
+	}
+
+	apply(want(n1))
+	settled(n1)
+	apply(want(n1, n2, n3))
+	settled(n1, n2, n3)
+	acts := apply(want(n1, n2)) // the plan takes n3 away: its worker leaves by itself
+	has(acts, "leave", n3, "left the group")
+	settled(n1, n2)
+	// A reclaim of n1, rank 0's node: the node's own kill (the prolog's),
+	// with the fence; the check forgets the node; the next round leaves
+	// its worker out.
+	changing()
+	if _, err := a.KillAll(ctx, n1, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, acts := r.Check(ctx); !slices.ContainsFunc(acts, func(a Action) bool { return a.Op == "gone" && a.Node == n1 }) {
+		t.Fatalf("the check did not see the reclaim: %v", acts)
+	}
+	apply(want(n2))
+	settled(n2)
+	apply(want(n2, n3, n4))
+	settled(n2, n3, n4)
+	// The scheduler took n4 while its worker ran (no node prolog): it is
+	// stopped at once, not given a grace to leave.
+	w := want(n2, n3)
+	w.Taken = []string{n1, n4}
+	acts = apply(w)
+	if slices.ContainsFunc(acts, func(a Action) bool { return a.Op == "leave" }) {
+		t.Fatalf("a taken node was given a grace: %v", acts)
+	}
+	has(acts, "stop", n4, "")
+	settled(n2, n3)
+
+	if got, want := costs, []string{"up 1→3", "down 3→2", "reclaim 2→1", "up 1→3", "reclaim 3→2"}; !slices.Equal(got, want) {
+		t.Fatalf("measured %v, want %v", got, want)
+	}
+	var exit *Exit
+	trainertest.WaitFor(t, 120*time.Second, "the end", func() bool {
+		exits, _ := r.Check(ctx)
+		if len(exits) > 0 {
+			exit = &exits[0]
+		}
+		return exit != nil
+	})
+	if exit.Status != Finished {
+		t.Fatalf("ended %+v", exit)
+	}
+	checkElasticSteps(t, log, steps, batch, phases)
+	if got := apply(Want{ID: id}); !slices.ContainsFunc(got, func(a Action) bool { return a.Op == "store-stop" }) {
+		t.Fatalf("teardown did %v", got)
+	}
+}
+
+// elasticPhase is a stretch of the scenario on these nodes: from when
+// its change was complete to when the next one began.
+type elasticPhase struct {
+	at, end time.Time
+	nodes   []string
+}
+
+// checkElasticSteps: every step 1..steps was completed once (the lines of
+// a step agree on its world size and its samples), the samples add up
+// exactly (Σ batch·world over the steps), each phase ran at its size on
+// its nodes, and the job ended at its last step.
+func checkElasticSteps(tb testing.TB, log string, steps, batch int, phases []elasticPhase) {
+	tb.Helper()
+	all, err := trainertest.ReadSteps(log)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	world := map[int]int{}
+	samples := map[int]float64{}
+	var done []trainertest.Step
+	for _, s := range all {
+		if s.Done {
+			done = append(done, s)
+			continue
+		}
+		if w, ok := world[s.Step]; ok && (w != s.World || samples[s.Step] != s.Samples) {
+			tb.Errorf("step %d logged at world %d with %v samples and at world %d with %v: trained twice", s.Step, w, samples[s.Step], s.World, s.Samples)
+		}
+		world[s.Step], samples[s.Step] = s.World, s.Samples
+	}
+	sum := 0.0
+	for step := 1; step <= steps; step++ {
+		w, ok := world[step]
+		if !ok {
+			tb.Errorf("step %d was never completed", step)
+			continue
+		}
+		sum += float64(batch * w)
+		if samples[step] != sum {
+			tb.Errorf("step %d: %v samples, want %v", step, samples[step], sum)
+		}
+	}
+	if len(done) == 0 || done[0].Step != steps || done[0].Samples != sum {
+		tb.Errorf("end lines %+v, want step %d with %v samples", done, steps, sum)
+	}
+	for _, ph := range phases {
+		end := ph.end
+		if end.IsZero() {
+			end = time.Now()
+		}
+		for _, s := range all {
+			if !s.Done && s.At.After(ph.at) && s.At.Before(end) && (s.World != len(ph.nodes) || !slices.Contains(ph.nodes, s.Node)) {
+				tb.Errorf("a step at world %d on %s while the plan was %v: %+v", s.World, s.Node, ph.nodes, s)
+			}
+		}
+	}
+	tb.Logf("%d steps, %v samples, %d phases checked", steps, sum, len(phases))
+}
