@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -252,34 +253,47 @@ func (r *elasticRound) newStore() (ok bool) {
 // membership.
 func (r *elasticRound) reduce() {
 	t, st := r.t, r.st
-	var gone, crashed, taken, removed []string // nodes
+	// Why each member leaves the membership, by worker id: lost (gone,
+	// taken), crashed, or released (by the plan).
+	const lost, crashed, released = "lost", "crashed", "released"
+	why := map[string]string{}
+	listed := func(id string) bool { return slices.Contains(st.Members, id) }
+	var stopNow, removed []string // nodes
 	for _, n := range sortedKeys(st.Workers) {
-		launch := t.Rec.Nodes[n]
+		id, launch := st.Workers[n], t.Rec.Nodes[n]
 		_, leaving := st.Leaving[n]
 		switch {
-		case launch == nil:
-			gone = append(gone, n)
+		case launch == nil: // the check saw it vanish: a reclaim's kill
+			why[id] = lost
+			delete(st.Workers, n)
 		case launch.Exit != nil && *launch.Exit != 0 && !leaving:
-			crashed = append(crashed, n)
+			why[id] = crashed
+			stopNow = append(stopNow, n)
 		case leaving || slices.Contains(t.Want.Nodes, n):
-		case slices.Contains(t.Want.Taken, n):
-			taken = append(taken, n)
+		case slices.Contains(t.Want.Taken, n) || !listed(id):
+			// Reclaimed (its prolog did not kill), or never listed (it
+			// holds no state): stopped at once.
+			why[id] = lost
+			stopNow = append(stopNow, n)
 		default:
+			why[id] = released
 			removed = append(removed, n)
+		}
+	}
+	for _, id := range st.Members {
+		if !slices.Contains(slices.Collect(maps.Values(st.Workers)), id) && why[id] == "" {
+			why[id] = lost // its worker was forgotten with its record
 		}
 	}
 	// A launch no worker id names (adopted after a reconciler crashed
 	// between its start and its state): never a member, stopped.
-	var strays []string
 	for _, n := range t.Launched() {
 		if _, ok := st.Workers[n]; !ok {
-			strays = append(strays, n)
+			stopNow = append(stopNow, n)
 		}
 	}
-	r.acts = append(r.acts, t.StopNodes(r.ctx, append(slices.Clone(strays), append(taken, crashed...)...))...)
-	out := map[string]bool{}
-	for _, n := range slices.Concat(gone, crashed, taken) {
-		out[st.Workers[n]] = true
+	r.acts = append(r.acts, t.StopNodes(r.ctx, stopNow)...)
+	for _, n := range stopNow {
 		if _, still := t.Rec.Nodes[n]; !still {
 			delete(st.Workers, n) // else its stop failed: stopped again next round
 		}
@@ -289,16 +303,17 @@ func (r *elasticRound) reduce() {
 	}
 	for _, n := range removed {
 		st.Leaving[n] = st.Workers[n]
-		out[st.Workers[n]] = true
 	}
-	keep := slices.DeleteFunc(slices.Clone(st.Members), func(id string) bool { return out[id] })
+	keep := slices.DeleteFunc(slices.Clone(st.Members), func(id string) bool { return why[id] != "" })
 	if len(keep) < len(st.Members) {
 		dir := Down
-		switch {
-		case len(crashed) > 0 && len(gone)+len(taken) == 0:
-			dir = Failure
-		case len(gone)+len(taken)+len(crashed) > 0:
-			dir = Reclaim
+		for _, id := range st.Members {
+			switch {
+			case why[id] == lost:
+				dir = Reclaim
+			case why[id] == crashed && dir == Down:
+				dir = Failure
+			}
 		}
 		if len(keep) > 0 {
 			r.publish(keep, dir)
@@ -559,7 +574,11 @@ func (r *elasticRound) dropMissing(s elasticStatus) bool {
 			delete(st.Workers, n)
 		}
 	}
-	if len(keep) == 0 || len(missing) == 0 {
+	if len(keep) == 0 {
+		st.Members, st.Change = nil, nil // nobody holds the state: the next start is from disk
+		return false
+	}
+	if len(missing) == 0 {
 		return false
 	}
 	dir := Reclaim
