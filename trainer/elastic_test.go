@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -79,14 +80,17 @@ func TestElasticWorkerEnv(t *testing.T) {
 }
 
 // elasticRunner is a local runner whose elastic launcher finds the
-// runtime in this repository.
-func elasticRunner(tb testing.TB) (*Runner, trainertest.Agent) {
+// runtime in this repository, its settings edited by opts.
+func elasticRunner(tb testing.TB, opts ...func(*ElasticSettings)) (*Runner, trainertest.Agent) {
 	tb.Helper()
 	r, a := testRunner(tb)
 	root := trainertest.RepoRoot(tb)
 	ls, err := Build(func(name string, v any) error {
 		if s, ok := v.(*ElasticSettings); ok {
 			s.PythonPath = filepath.Join(root, "python")
+			for _, o := range opts {
+				o(s)
+			}
 		}
 		return nil
 	})
@@ -304,4 +308,92 @@ func checkElasticSteps(tb testing.TB, log string, steps, batch int, phases []ela
 		}
 	}
 	tb.Logf("%d steps, %v samples, %d phases checked", steps, sum, len(phases))
+}
+
+// TestElasticHungWorker: a worker that hangs (SIGSTOP: a partitioned node
+// looks the same) breaks its group with every member alive. The next
+// round publishes the same membership again (rule 7); the hung worker
+// never arrives, its peers give the formation up after the join timeout,
+// and the round stops it and publishes the membership without it (rule
+// 6): training goes on at the smaller size, and the following round starts
+// a fresh worker on the node, which grows the group back.
+func TestElasticHungWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real torch workers")
+	}
+	trainertest.NeedTorch(t)
+	r, a := elasticRunner(t, func(s *ElasticSettings) {
+		s.CollectiveTimeout, s.JoinTimeout, s.FormTimeout = "2s", "3s", "10s"
+	})
+	root := trainertest.RepoRoot(t)
+	n1, n2 := a.N("n1"), a.N("n2")
+	ctx := context.Background()
+	dir := t.TempDir()
+	log := filepath.Join(dir, "progress.log")
+	spec, _ := json.Marshal(Spec{Workdir: dir, Argv: []string{"/usr/bin/python3", filepath.Join(root, "contrib/trainer/train.py"),
+		"--steps", "100000", "--sleep", "0.1", "--ckpt-dir", filepath.Join(dir, "ckpt"), "--log", log, "--print-every", "0"}})
+	id := "hung-" + wire.NewRun()[:6]
+	t.Cleanup(func() {
+		r.Apply(context.Background(), nil)
+		for _, p := range tokenProcs(t, func(tk wire.Token, _ agent.Proc) bool { return tk.Trainer == id }) {
+			syscall.Kill(p.PID, syscall.SIGKILL)
+			t.Errorf("left running: %+v", p)
+		}
+	})
+	w := Want{ID: id, Owner: currentUserName(t), Launcher: Elastic, Spec: spec, Min: 1, Max: 2, Nodes: []string{n1, n2}}
+	var all []Action
+	apply := func() []Action {
+		t.Helper()
+		acts := r.Apply(ctx, []Want{w})
+		for _, a := range acts {
+			if a.Err != nil {
+				t.Fatalf("%s on %s: %v", a.Op, a.Node, a.Err)
+			}
+			t.Logf("%-11s %-14s %6.0f ms  %s", a.Op, a.Node, float64(a.Took.Microseconds())/1000, a.Note)
+		}
+		all = append(all, acts...)
+		return acts
+	}
+	stepsAt := func(world int, after time.Time) int {
+		ss, _ := trainertest.ReadSteps(log)
+		n := 0
+		for _, s := range ss {
+			if s.World == world && s.At.After(after) {
+				n++
+			}
+		}
+		return n
+	}
+	apply()
+	trainertest.WaitFor(t, 60*time.Second, "steps at world 2", func() bool { return stepsAt(2, time.Time{}) >= 4 })
+	var hung []int
+	for _, p := range tokenProcs(t, func(tk wire.Token, p agent.Proc) bool { return tk.Trainer == id && tk.Node == n2 }) {
+		if strings.HasPrefix(p.Comm, "python") {
+			hung = append(hung, p.PID)
+			syscall.Kill(p.PID, syscall.SIGSTOP)
+		}
+	}
+	if len(hung) != 1 {
+		t.Fatalf("want one worker process on %s, found %v", n2, hung)
+	}
+	stopped := time.Now()
+	// The survivor's collective times out (2 s); a round then finds the
+	// group broken with both alive.
+	trainertest.WaitFor(t, 30*time.Second, "a round that sees the broken group", func() bool {
+		return slices.ContainsFunc(apply(), func(a Action) bool { return strings.Contains(a.Note, "broke with every member alive") })
+	})
+	if !slices.ContainsFunc(all, func(a Action) bool { return a.Op == "form" && strings.Contains(a.Note, "not arrived: "+n2) }) {
+		t.Fatalf("the hung worker was not found missing")
+	}
+	if !slices.ContainsFunc(all, func(a Action) bool { return a.Op == "stop" && a.Node == n2 }) {
+		t.Fatalf("the hung worker was not stopped")
+	}
+	trainertest.WaitFor(t, 30*time.Second, "steps at world 1", func() bool { return stepsAt(1, stopped) >= 2 })
+	if got := measured(all); !slices.Contains(got, "failure 2→1") {
+		t.Fatalf("measured %v, want the failure 2→1 among them", got)
+	}
+	// The node is still wanted: the next round starts a new worker there.
+	regrow := time.Now()
+	apply()
+	trainertest.WaitFor(t, 60*time.Second, "steps at world 2 again", func() bool { return stepsAt(2, regrow) >= 4 })
 }
