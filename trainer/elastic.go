@@ -629,15 +629,7 @@ func (r *elasticRound) measure(s elasticStatus) {
 
 // Stop stops the workers, then the store process: it outlives them.
 func (l *elastic) Stop(ctx context.Context, t *Run) ([]Action, bool) {
-	acts := t.StopNodes(ctx, t.Launched())
-	if len(t.Rec.Nodes) > 0 {
-		return acts, false
-	}
-	a, ok := t.StopRole(ctx, storeRole, "store-stop")
-	if a.Op != "" {
-		acts = append(acts, a)
-	}
-	return acts, ok
+	return t.StopNodesThenRole(ctx, storeRole, "store-stop")
 }
 
 // Ended: a store process that ended takes the run's state with it (the
@@ -648,11 +640,7 @@ func (l *elastic) Stop(ctx context.Context, t *Run) ([]Action, bool) {
 // hang after the end, once leave_grace has passed since the first exit 0.
 // It failed when they all exited non-zero.
 func (l *elastic) Ended(t *Run, roles map[string]Seen) (*Exit, []Action) {
-	var acts []Action
-	if s, ok := roles[storeRole]; ok && (s.Gone || s.Exited) {
-		delete(t.Rec.Roles, storeRole)
-		acts = append(acts, Action{Trainer: t.ID, Op: "gone", Note: "elastic store process ended; a new one is started, and new workers with it (from the checkpoint)"})
-	}
+	acts := t.RoleEnded(roles, storeRole, "elastic store process ended; a new one is started, and new workers with it (from the checkpoint)")
 	var st elasticState
 	t.LoadState(&st)
 	var ok0, failed []string

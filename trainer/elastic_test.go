@@ -147,10 +147,10 @@ func TestElasticLauncher(t *testing.T) {
 		return Want{ID: id, Owner: currentUserName(t), Launcher: Elastic, Spec: spec, Min: 1, Max: 4, Nodes: nodes}
 	}
 	var costs []string
-	var phases []elasticPhase
+	var phases []trainertest.Phase
 	changing := func() { // the current phase ends: a change begins
-		if len(phases) > 0 && phases[len(phases)-1].end.IsZero() {
-			phases[len(phases)-1].end = time.Now()
+		if len(phases) > 0 && phases[len(phases)-1].End.IsZero() {
+			phases[len(phases)-1].End = time.Now()
 		}
 	}
 	apply := func(w Want) []Action {
@@ -169,7 +169,7 @@ func TestElasticLauncher(t *testing.T) {
 	// settled waits for two steps on exactly these nodes after now.
 	settled := func(nodes ...string) {
 		t.Helper()
-		ph := elasticPhase{at: time.Now(), nodes: nodes}
+		ph := trainertest.Phase{At: time.Now(), Nodes: nodes}
 		phases = append(phases, ph)
 		trainertest.WaitFor(t, 60*time.Second, fmt.Sprintf("two steps on %v", nodes), func() bool {
 			seen := map[int][]string{}
@@ -179,7 +179,7 @@ func TestElasticLauncher(t *testing.T) {
 				if s.Done {
 					t.Fatalf("the job finished before the scenario did (at step %d): a slow machine; raise steps", s.Step)
 				}
-				if s.At.After(ph.at) && s.World == len(nodes) {
+				if s.At.After(ph.At) && s.World == len(nodes) {
 					seen[s.Step] = append(seen[s.Step], s.Node)
 					if len(seen[s.Step]) == len(nodes) {
 						full++
@@ -245,69 +245,16 @@ func TestElasticLauncher(t *testing.T) {
 	if exit.Status != Finished {
 		t.Fatalf("ended %+v", exit)
 	}
-	checkElasticSteps(t, log, steps, batch, phases)
+	all, err := trainertest.ReadSteps(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last, _ := trainertest.CheckSteps(t, all, batch, phases); last != steps {
+		t.Fatalf("the job ended at step %d, want %d", last, steps)
+	}
 	if got := apply(Want{ID: id}); !slices.ContainsFunc(got, func(a Action) bool { return a.Op == "store-stop" }) {
 		t.Fatalf("teardown did %v", got)
 	}
-}
-
-// elasticPhase is a stretch of the scenario on these nodes: from when
-// its change was complete to when the next one began.
-type elasticPhase struct {
-	at, end time.Time
-	nodes   []string
-}
-
-// checkElasticSteps: every step 1..steps was completed once (the lines of
-// a step agree on its world size and its samples), the samples add up
-// exactly (Σ batch·world over the steps), each phase ran at its size on
-// its nodes, and the job ended at its last step.
-func checkElasticSteps(tb testing.TB, log string, steps, batch int, phases []elasticPhase) {
-	tb.Helper()
-	all, err := trainertest.ReadSteps(log)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	world := map[int]int{}
-	samples := map[int]float64{}
-	var done []trainertest.Step
-	for _, s := range all {
-		if s.Done {
-			done = append(done, s)
-			continue
-		}
-		if w, ok := world[s.Step]; ok && (w != s.World || samples[s.Step] != s.Samples) {
-			tb.Errorf("step %d logged at world %d with %v samples and at world %d with %v: trained twice", s.Step, w, samples[s.Step], s.World, s.Samples)
-		}
-		world[s.Step], samples[s.Step] = s.World, s.Samples
-	}
-	sum := 0.0
-	for step := 1; step <= steps; step++ {
-		w, ok := world[step]
-		if !ok {
-			tb.Errorf("step %d was never completed", step)
-			continue
-		}
-		sum += float64(batch * w)
-		if samples[step] != sum {
-			tb.Errorf("step %d: %v samples, want %v", step, samples[step], sum)
-		}
-	}
-	if len(done) == 0 || done[0].Step != steps || done[0].Samples != sum {
-		tb.Errorf("end lines %+v, want step %d with %v samples", done, steps, sum)
-	}
-	for _, ph := range phases {
-		end := ph.end
-		if end.IsZero() {
-			end = time.Now()
-		}
-		for _, s := range all {
-			if !s.Done && s.At.After(ph.at) && s.At.Before(end) && (s.World != len(ph.nodes) || !slices.Contains(ph.nodes, s.Node)) {
-				tb.Errorf("a step at world %d on %s while the plan was %v: %+v", s.World, s.Node, ph.nodes, s)
-			}
-		}
-	}
-	tb.Logf("%d steps, %v samples, %d phases checked", steps, sum, len(phases))
 }
 
 // TestElasticHungWorker: a worker that hangs (SIGSTOP: a partitioned node

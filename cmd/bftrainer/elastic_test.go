@@ -47,17 +47,17 @@ func TestElasticTrainer(t *testing.T) {
 	log := filepath.Join(e.work, "progress.log")
 	const batch, target, rUp, rDown = 8, 3000, 3.0, 8.0
 
-	var phases []elasticPhase
+	var phases []trainertest.Phase
 	change := func() {
-		if len(phases) > 0 && phases[len(phases)-1].end.IsZero() {
-			phases[len(phases)-1].end = time.Now()
+		if len(phases) > 0 && phases[len(phases)-1].End.IsZero() {
+			phases[len(phases)-1].End = time.Now()
 		}
 	}
 	// settled waits for two steps at world n after now and returns the
 	// nodes they ran on.
 	settled := func(n int) []string {
 		t.Helper()
-		ph := elasticPhase{at: time.Now()}
+		ph := trainertest.Phase{At: time.Now()}
 		deadline := time.Now().Add(90 * time.Second)
 		for {
 			byStep := map[int][]string{}
@@ -66,7 +66,7 @@ func TestElasticTrainer(t *testing.T) {
 				if s.Done {
 					t.Fatalf("the job finished before the scenario did (step %d): a slow machine; raise the target", s.Step)
 				}
-				if s.At.After(ph.at) && s.World == n {
+				if s.At.After(ph.At) && s.World == n {
 					byStep[s.Step] = append(byStep[s.Step], s.Node)
 					if len(byStep[s.Step]) == n {
 						full = append(full, fmt.Sprint(s.Step))
@@ -76,9 +76,9 @@ func TestElasticTrainer(t *testing.T) {
 			if len(full) >= 2 {
 				var first int
 				fmt.Sscan(full[0], &first)
-				ph.nodes = slices.Sorted(slices.Values(byStep[first]))
+				ph.Nodes = slices.Sorted(slices.Values(byStep[first]))
 				phases = append(phases, ph)
-				return ph.nodes
+				return ph.Nodes
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("no two steps at world %d within 90 s; last lines: %+v", n, lastSteps(readSteps(t, log), 8))
@@ -144,18 +144,11 @@ func TestElasticTrainer(t *testing.T) {
 	e.run(t, "node", "leave", "--job", "102", victim)
 	settled(3)
 
-	deadline := time.Now().Add(120 * time.Second)
-	for !strings.Contains(e.run(t, "trainer", "list", "--all", "--format", "csv"), a+",root,finished,") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the Trainer did not finish; list:\n%s", e.run(t, "trainer", "list", "--all"))
-		}
-		time.Sleep(time.Second)
-		e.run(t, "reconcile", "--no-scheduler")
-	}
+	e.waitFinished(t, a, 120*time.Second)
 	change()
 
 	steps := readSteps(t, log)
-	trained := checkElasticSteps(t, steps, batch, phases)
+	_, trained := trainertest.CheckSteps(t, steps, batch, phases)
 	ctx := context.Background()
 	db := e.openDB(t)
 	tr, ok, err := db.Trainer(ctx, a)
@@ -182,61 +175,8 @@ func TestElasticTrainer(t *testing.T) {
 	}
 }
 
-// elasticPhase is a stretch of a scenario: from when its change was
-// complete to when the next began, on these nodes.
-type elasticPhase struct {
-	at, end time.Time
-	nodes   []string
-}
-
 func lastSteps(ss []trainertest.Step, n int) []trainertest.Step {
 	return ss[max(0, len(ss)-n):]
-}
-
-// checkElasticSteps: every step from 1 to the last was completed once (the
-// lines of a step agree on its world size and samples), the samples add up
-// to Σ batch·world, each phase ran at its size on its nodes; it returns the
-// samples trained.
-func checkElasticSteps(tb testing.TB, all []trainertest.Step, batch int, phases []elasticPhase) float64 {
-	tb.Helper()
-	world, samples := map[int]int{}, map[int]float64{}
-	var done []trainertest.Step
-	last := 0
-	for _, s := range all {
-		if s.Done {
-			done = append(done, s)
-			continue
-		}
-		if w, ok := world[s.Step]; ok && (w != s.World || samples[s.Step] != s.Samples) {
-			tb.Errorf("step %d logged at world %d (%v samples) and at world %d (%v): trained twice", s.Step, w, samples[s.Step], s.World, s.Samples)
-		}
-		world[s.Step], samples[s.Step] = s.World, s.Samples
-		last = max(last, s.Step)
-	}
-	sum := 0.0
-	for step := 1; step <= last; step++ {
-		w, ok := world[step]
-		if !ok {
-			tb.Errorf("step %d was never completed", step)
-			continue
-		}
-		sum += float64(batch * w)
-		if samples[step] != sum {
-			tb.Errorf("step %d: %v samples, want %v", step, samples[step], sum)
-		}
-	}
-	if len(done) == 0 || done[0].Step != last || done[0].Samples != sum {
-		tb.Errorf("end lines %+v, want step %d with %v samples", done, last, sum)
-	}
-	for _, ph := range phases {
-		for _, s := range all {
-			if !s.Done && s.At.After(ph.at) && s.At.Before(ph.end) && (s.World != len(ph.nodes) || !slices.Contains(ph.nodes, s.Node)) {
-				tb.Errorf("a step at world %d on %s while the Trainer ran on %v: %+v", s.World, s.Node, ph.nodes, s)
-			}
-		}
-	}
-	tb.Logf("%d steps, %v samples, %d phases", last, sum, len(phases))
-	return sum
 }
 
 // checkCosts: each rescale's measured cost is a cost event, folded into
