@@ -95,7 +95,7 @@ func TestElasticTrainer(t *testing.T) {
 
 	e.run(t, "node", "join", "n1")
 	e.run(t, "trainer", "submit", "--launcher", "elastic", "--name", a, "--min", "1", "--max", "4", "--curve", "1:100,2:200,3:300,4:400",
-		"--rescale-up", fmt.Sprint(rUp), "--rescale-down", fmt.Sprint(rDown), "--samples", fmt.Sprint(target), "--workdir", e.work,
+		"--rescale-up", fmt.Sprint(rUp), "--rescale-down", fmt.Sprint(rDown), "--workdir", e.work,
 		"--env", "PYTHONDONTWRITEBYTECODE=1", "--env", "BFTRAINER_PROGRESS_INTERVAL=1", "--",
 		"/usr/bin/python3", filepath.Join(root, "contrib/trainer/train.py"), "--samples", fmt.Sprint(target), "--batch", fmt.Sprint(batch),
 		"--ckpt-dir", filepath.Join(e.work, "ckpt"), "--log", log, "--sleep", "0.2", "--print-every", "0")
@@ -156,13 +156,20 @@ func TestElasticTrainer(t *testing.T) {
 		t.Fatal(ok, err)
 	}
 	// The samples the pool counts are those trained: the last report is
-	// train.py's final count, which reached the target.
+	// train.py's final count, which reached the target; the Trainer ended
+	// by itself (its workers' exit), not on the pool's estimate. (The pool
+	// is given no --samples: it would end the Trainer, and stop its
+	// workers, as soon as the estimate between two reports reached it.)
 	reports, err := db.Events(ctx, store.Filter{Trainer: a, Kinds: []string{store.KindProgress}})
 	if err != nil || len(reports) == 0 {
 		t.Fatalf("progress reports: %v %v", reports, err)
 	}
-	if last := reports[len(reports)-1].Value; last != trained || trained < target || tr.Done != target || tr.Status != pool.Finished {
-		t.Fatalf("trained %v samples, last report %v, the pool says %s with %v of %v", trained, last, tr.Status, tr.Done, target)
+	if last := reports[len(reports)-1].Value; last != trained || trained < target || tr.Status != pool.Finished || tr.Done < trained {
+		t.Fatalf("trained %v samples (target %v), last report %v, the pool says %s with %v", trained, target, last, tr.Status, tr.Done)
+	}
+	ends, err := db.Events(ctx, store.Filter{Trainer: a, Kinds: []string{store.KindEnd}})
+	if err != nil || len(ends) != 1 || !strings.Contains(string(ends[0].Detail), "exited 0 on") {
+		t.Fatalf("end events %+v (%v): want one, the workers' own exit", ends, err)
 	}
 	checkCosts(t, db, a, tr, rUp, rDown)
 	show := e.run(t, "trainer", "show", a)
