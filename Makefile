@@ -46,6 +46,10 @@ demo:
 install: build
 	install -d $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)/etc/bftrainer
 	install -m 0755 bin/bftrainer $(DESTDIR)$(PREFIX)/sbin/bftrainer
+	# The elastic runtime (trainer.launcher.elastic's pythonpath): on the
+	# controller and on every node, or on a filesystem they share.
+	install -d $(DESTDIR)$(PREFIX)/lib/bftrainer/python/bftrainer_elastic
+	install -m 0644 python/bftrainer_elastic/*.py $(DESTDIR)$(PREFIX)/lib/bftrainer/python/bftrainer_elastic/
 	test -e $(DESTDIR)$(CONFIG) || install -m 0644 etc/bftrainer.toml $(DESTDIR)$(CONFIG)
 	install -d -m 0755 $(DESTDIR)/var/lib/bftrainer $(DESTDIR)/var/log/bftrainer
 	install -d -m 1733 $(DESTDIR)/var/spool/bftrainer

@@ -99,7 +99,7 @@ func (p *Pool) admitByValue(ctx context.Context, s alloc.Solver) {
 		pr := p.Problem()
 		pr.Trainers = append(pr.Trainers, alloc.Trainer{
 			ID: t.ID, Min: t.Min, Max: t.Max, Curve: t.Curve, Weight: t.Weight,
-			RUp: t.RUp, RDown: t.RDown, Remaining: remaining(t),
+			RUp: t.RescaleUp(), RDown: t.RescaleDown(), Remaining: remaining(t),
 		})
 		if pr.Size() == 0 {
 			return

@@ -136,7 +136,7 @@ func (p *Pool) leave(nodes []string, job string) {
 		p.record(Change{Kind: Left, Job: job, Nodes: left})
 	}
 	for _, t := range order {
-		cost := t.RDown * t.Rate
+		cost := t.RescaleDown() * t.Rate
 		p.charge(t, cost)
 		t.PreemptLoss += cost
 		t.Preemptions++
@@ -306,7 +306,7 @@ func (p *Pool) Problem() *alloc.Problem {
 	for i, t := range p.running {
 		pr.Trainers[i] = alloc.Trainer{
 			ID: t.ID, Min: t.Min, Max: t.Max, Curve: t.Curve, Weight: t.Weight,
-			RUp: t.RUp, RDown: t.RDown, Held: t.Nodes, Remaining: remaining(t),
+			RUp: t.RescaleUp(), RDown: t.RescaleDown(), Held: t.Nodes, Remaining: remaining(t),
 		}
 	}
 	return pr
@@ -376,9 +376,9 @@ func (p *Pool) Commit(pl *alloc.Plan) error {
 		cost := 0.0
 		switch {
 		case to > from:
-			cost = t.RUp * alloc.Interp(t.Curve.Nodes, t.Curve.Throughput, from)
+			cost = t.RescaleUp() * alloc.Interp(t.Curve.Nodes, t.Curve.Throughput, from)
 		case to < from:
-			cost = t.RDown * alloc.Interp(t.Curve.Nodes, t.Curve.Throughput, from)
+			cost = t.RescaleDown() * alloc.Interp(t.Curve.Nodes, t.Curve.Throughput, from)
 		}
 		t.PendingCost = cost
 		t.Rate = t.Curve.SamplesPerSecond(to, t.Min)

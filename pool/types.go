@@ -54,8 +54,8 @@ type Spec struct {
 	Min, Max int
 	Curve    alloc.Curve
 	Weight   float64
-	RUp      float64 // seconds lost per scale-up
-	RDown    float64 // seconds lost per scale-down or reclaim
+	RUp      float64 // seconds lost per scale-up, as submitted (a prior: see Trainer.RescaleUp)
+	RDown    float64 // seconds lost per scale-down or reclaim, as submitted
 	Samples  float64 // samples to process; 0 means until it exits
 	Submit   time.Time
 }
@@ -76,6 +76,9 @@ type Trainer struct {
 	Rescales    int
 	Preemptions int
 	NodeSeconds float64 // node-seconds held
+	// Measured are the rescale costs measured on its processes; with
+	// RUp and RDown as priors they make RescaleUp and RescaleDown.
+	Measured Costs
 }
 
 // NodeState is where a node is, as far as the pool knows.

@@ -287,6 +287,10 @@ func (r *Reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string
 		if err := p.End(ev.At, ev.Trainer, d.Status, d.Note); err != nil {
 			return reject(err)
 		}
+	case store.KindCost:
+		if err := foldCost(p, ev); err != nil {
+			return reject(err)
+		}
 	}
 	return nil
 }
@@ -423,6 +427,7 @@ func changeEvents(cs []pool.Change, now time.Time) (out []store.Event, ended []p
 // apply hands the desired state to the runner and records what it did.
 func (r *Reconciler) apply(ctx context.Context, st pool.State, saved, fresh map[string]store.Launch) {
 	var want []trainer.Want
+	taken := takenNodes(st)
 	for _, t := range st.Trainers {
 		if t.Status != pool.Running {
 			continue
@@ -431,7 +436,7 @@ func (r *Reconciler) apply(ctx context.Context, st pool.State, saved, fresh map[
 		if !ok {
 			l = saved[t.ID]
 		}
-		w := trainer.Want{ID: t.ID, Owner: t.Owner, Launcher: l.Launcher, Spec: l.Spec, Min: t.Min, Max: t.Max, Since: t.Submit}
+		w := trainer.Want{ID: t.ID, Owner: t.Owner, Launcher: l.Launcher, Spec: l.Spec, Min: t.Min, Max: t.Max, Since: t.Submit, Taken: taken}
 		for _, n := range t.Nodes {
 			w.Nodes = append(w.Nodes, n.Name)
 		}
@@ -462,6 +467,9 @@ func (r *Reconciler) actionEvents(acts []trainer.Action) []store.Event {
 			e.Detail, _ = json.Marshal(map[string]string{"note": a.Note})
 		}
 		evs = append(evs, e)
+		if c := costEvent(e.At, a); c != nil {
+			evs = append(evs, *c)
+		}
 	}
 	return evs
 }

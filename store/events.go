@@ -21,6 +21,7 @@ const (
 	KindCancel   = "cancel"   // a Trainer cancelled
 	KindProgress = "progress" // a Trainer's own progress report (value: samples)
 	KindExit     = "exit"     // a Trainer's processes ended (detail: status)
+	KindCost     = "cost"     // a rescale's cost measured by its launcher (value: seconds lost; detail: direction, from, to)
 
 	// History.
 	KindHook    = "hook"    // a scheduler hook call (context, job, nodes, ms, error)
@@ -39,7 +40,7 @@ const (
 )
 
 // inputKinds are folded into the pool state.
-var inputKinds = []string{KindJoin, KindLeave, KindRelease, KindSubmit, KindCancel, KindProgress, KindExit}
+var inputKinds = []string{KindJoin, KindLeave, KindRelease, KindSubmit, KindCancel, KindProgress, KindExit, KindCost}
 
 // Event is one row of the history.
 type Event struct {

@@ -27,6 +27,9 @@ type specJSON struct {
 	RUp    float64     `json:"rescale_up_s"`
 	RDown  float64     `json:"rescale_down_s"`
 	Launch Launch      `json:"launch"`
+	// Measured are the rescale costs measured on its processes (the
+	// priors are the two above).
+	Measured pool.Costs `json:"measured,omitzero"`
 }
 
 // Snapshot is the pool state as saved by the last reconciler round.
@@ -177,7 +180,7 @@ func queryTrainers(ctx context.Context, tx *sql.Tx, where string, args ...any) (
 		if err := json.Unmarshal([]byte(spec), &sj); err != nil {
 			return nil, fmt.Errorf("trainer %q spec: %w", t.ID, err)
 		}
-		t.Curve, t.Weight, t.RUp, t.RDown, t.Launch = sj.Curve, sj.Weight, sj.RUp, sj.RDown, sj.Launch
+		t.Curve, t.Weight, t.RUp, t.RDown, t.Launch, t.Measured = sj.Curve, sj.Weight, sj.RUp, sj.RDown, sj.Launch, sj.Measured
 		out = append(out, t)
 	}
 	return out, rows.Err()
@@ -341,7 +344,7 @@ func saveTrainers(ctx context.Context, tx *sql.Tx, r *Round) error {
 		if !ok {
 			launch = existing[t.ID]
 		}
-		spec, err := json.Marshal(specJSON{Curve: t.Curve, Weight: t.Weight, RUp: t.RUp, RDown: t.RDown, Launch: launch})
+		spec, err := json.Marshal(specJSON{Curve: t.Curve, Weight: t.Weight, RUp: t.RUp, RDown: t.RDown, Launch: launch, Measured: t.Measured})
 		if err != nil {
 			return err
 		}

@@ -45,6 +45,7 @@ func init() {
 	Register(execKind)
 	Register(torchrunKind)
 	Register(horovodKind)
+	Register(elasticKind)
 }
 
 // Launcher names of those shipped.
@@ -52,6 +53,7 @@ const (
 	Exec     = "exec"
 	Torchrun = "torchrun"
 	Horovod  = "horovod"
+	Elastic  = "elastic"
 )
 
 var (

@@ -242,6 +242,33 @@ func (t *Run) StopAll(ctx context.Context) (acts []Action, done bool) {
 	return acts, done
 }
 
+// StopNodesThenRole stops the Trainer on its nodes, then — once none is
+// left — its role on the controller: the Stop of a launcher whose
+// controller process (a rendezvous store) must outlive the nodes' ones.
+func (t *Run) StopNodesThenRole(ctx context.Context, role, op string) (acts []Action, done bool) {
+	acts = t.StopNodes(ctx, t.Launched())
+	if len(t.Rec.Nodes) > 0 {
+		return acts, false
+	}
+	a, ok := t.StopRole(ctx, role, op)
+	if a.Op != "" {
+		acts = append(acts, a)
+	}
+	return acts, ok
+}
+
+// RoleEnded forgets the role's launch when the check saw it end by itself
+// or vanish (a launcher's Ended; the next Apply starts a new one), and
+// says so in a "gone" action.
+func (t *Run) RoleEnded(roles map[string]Seen, role, note string) []Action {
+	s, ok := roles[role]
+	if !ok || !(s.Gone || s.Exited) {
+		return nil
+	}
+	delete(t.Rec.Roles, role)
+	return []Action{{Trainer: t.ID, Op: "gone", Note: note}}
+}
+
 // NodesEnded is the end of a Trainer whose launches on its nodes all
 // ended by themselves: finished when one exited 0 (a surplus torchrun
 // agent may fail its rendezvous meanwhile), failed otherwise; nil while

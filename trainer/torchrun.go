@@ -246,26 +246,14 @@ func (l *torchrun) Apply(ctx context.Context, t *Run) []Action {
 
 // Stop stops the agents, then the store: it outlives them.
 func (l *torchrun) Stop(ctx context.Context, t *Run) ([]Action, bool) {
-	acts := t.StopNodes(ctx, t.Launched())
-	if len(t.Rec.Nodes) > 0 {
-		return acts, false
-	}
-	a, ok := t.StopRole(ctx, storeRole, "store-stop")
-	if a.Op != "" {
-		acts = append(acts, a)
-	}
-	return acts, ok
+	return t.StopNodesThenRole(ctx, storeRole, "store-stop")
 }
 
 // Ended: a store that ended takes the rendezvous with it (the next round
 // starts a new one, with a fresh rendezvous id, and restarts the agents);
 // the Trainer ended once its agents all did.
 func (l *torchrun) Ended(t *Run, roles map[string]Seen) (*Exit, []Action) {
-	var acts []Action
-	if s, ok := roles[storeRole]; ok && (s.Gone || s.Exited) {
-		delete(t.Rec.Roles, storeRole)
-		acts = append(acts, Action{Trainer: t.ID, Op: "gone", Note: "rendezvous store ended; a new one is started"})
-	}
+	acts := t.RoleEnded(roles, storeRole, "rendezvous store ended; a new one is started")
 	return NodesEnded(t), acts
 }
 

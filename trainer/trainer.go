@@ -32,6 +32,12 @@ type Want struct {
 	// submission is a new Trainer, never the old one's processes. Zero
 	// when unknown (the owner and launcher still tell them apart).
 	Since time.Time
+	// Taken are nodes the scheduler holds now (busy in the pool). A node
+	// the Trainer no longer has that is among them was reclaimed, not
+	// released by a plan: a launcher that lets released workers leave
+	// gracefully (elastic) stops them at once there instead. Shared by
+	// every Want of a round: read only.
+	Taken []string
 }
 
 // Action is one thing done (or that would be done) to a Trainer's
@@ -43,7 +49,26 @@ type Action struct {
 	Took    time.Duration
 	Err     error
 	Note    string
+	// Measured is set on the action that completed a rescale whose cost
+	// the launcher measured; the reconciler records it (a cost event) and
+	// folds it into the Trainer's R_up / R_down.
+	Measured *Measured
 }
+
+// Measured is what a rescale cost, as a launcher measured it.
+type Measured struct {
+	Direction string  // Up, Down, Reclaim (or Failure: a worker that crashed)
+	From, To  int     // workers before and after
+	Seconds   float64 // seconds of training progress lost
+}
+
+// Directions of a measured rescale.
+const (
+	Up      = "up"
+	Down    = "down"
+	Reclaim = "reclaim"
+	Failure = "failure"
+)
 
 // Exit is a Trainer whose processes all ended by themselves.
 type Exit struct {

@@ -1,42 +1,61 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/store"
 	"github.com/bftrainer/bftrainer/trainer/trainertest"
 )
 
-// benchRescale measures what a rescale of a real torchrun Trainer costs,
-// and how long the node-local reclaim takes, through the real bftrainer
-// binary: node join/leave, trainer submit, the reconciler, the runner
-// (local transport: every "node" is this machine) and the Slurm prolog
-// hook. Debian's torch 1.13 on CPU with gloo runs
-// contrib/trainer/train.py. It prints:
+// benchRescale measures what a membership change costs a real Trainer,
+// under stock torchrun and under bftrainer's elastic launcher, in one run,
+// through the real bftrainer binary: node join/leave, trainer submit, the
+// reconciler, the runner and its launchers (local transport: every "node"
+// is this machine) and the Slurm prolog hook. Debian's torch 1.13 on CPU
+// with gloo runs contrib/trainer/train.py. The scenario of each pass:
 //
-//	rescale launcher=torchrun direction=<up|down|reclaim> seconds_lost=<x>
-//	reclaim nodes=<n> ms=<x>
+//	start on 1 node
+//	up       1 → 3  two nodes join
+//	down     3 → 2  a second Trainer, worth far more per node, is submitted:
+//	                the plan gives it one of the first one's nodes
+//	reclaim  2 → 1  the node's own prolog kills, then the leave is recorded
+//	up       1 → 4  three nodes join
 //
-// seconds_lost is the time from the action (the command that records the
-// change, or the prolog) until training steps resume at the new size, read
-// from train.py's progress log; up is a node joining, down the plan taking
-// a node away (the runner kills its agent's process group), reclaim the
-// node's own prolog killing it. ms is the wall time of the prolog hooks
-// of one job, run at once on n nodes, from their start until the last
-// returns with the Trainer's processes confirmed gone. Needs root.
+// -n passes per launcher, alternating launchers so both see the same load.
+// It prints one line per change, then the medians, then their ratio:
+//
+//	rescale-event launcher=elastic pass=1 direction=up from=1 to=3 seconds_lost=0.071 recovery=1.903 redone=0 measured=0.066
+//	rescale launcher=elastic direction=up n=6 seconds_lost=0.066 recovery=1.870 measured=0.061
+//	rescale-ratio direction=up torchrun/elastic=64.1
+//
+// seconds_lost is the training time the change cost, read from train.py's
+// progress log: from the completion of the last step before it (s) to the
+// completion of step s+1 after it, minus one ordinary step at the new size.
+// Steps redone from a checkpoint count as lost; time the old group keeps
+// training while newcomers start does not. recovery is the wall time from
+// the action (the command that records the change, or the prolog) to the
+// first step at the new size; redone the steps trained twice; measured
+// the launcher's own measure, as recorded in the history (cost events,
+// elastic only); hook_ms the prolog's kill. Needs root.
 func benchRescale(args []string) error {
 	fs := flag.NewFlagSet("rescale", flag.ContinueOnError)
 	bin := fs.String("bftrainer", "", "the bftrainer binary (default: beside bftrainer-bench, else bin/bftrainer)")
 	contrib := fs.String("contrib", "contrib/trainer", "directory with train.py and fast_torchrun.py")
-	shim := fs.Bool("shim", false, "use fast_torchrun.py (1 s × 5 rendezvous keep-alive) instead of stock torchrun")
-	rounds := fs.Int("n", 1, "repeat the scenario this many times")
+	python := fs.String("python", "python", "directory with the bftrainer_elastic package")
+	shim := fs.Bool("shim", false, "torchrun: use fast_torchrun.py (1 s × 5 rendezvous keep-alive) instead of stock torchrun")
+	passes := fs.Int("n", 3, "passes of the scenario per launcher")
+	which := fs.String("launchers", "torchrun,elastic", "launchers to measure, comma-separated")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -54,13 +73,58 @@ func benchRescale(args []string) error {
 	if err != nil {
 		return err
 	}
-	dir, err := filepath.Abs(*contrib)
+	cdir, err := filepath.Abs(*contrib)
 	if err != nil {
 		return err
 	}
-	for i := 0; i < *rounds; i++ {
-		if err := rescaleOnce(b, dir, *shim); err != nil {
-			return err
+	pdir, err := filepath.Abs(*python)
+	if err != nil {
+		return err
+	}
+	launchers := strings.Split(*which, ",")
+	for _, l := range launchers {
+		if l != "torchrun" && l != "elastic" {
+			return fmt.Errorf("rescale: launcher %q: want torchrun or elastic", l)
+		}
+	}
+	var all []rescaleEvent
+	for i := 1; i <= *passes; i++ {
+		for _, l := range launchers {
+			evs, err := rescalePass(rescaleSetup{bin: b, contrib: cdir, python: pdir, shim: *shim, launcher: l, pass: i})
+			if err != nil {
+				return err
+			}
+			all = append(all, evs...)
+		}
+	}
+	medians := map[string]float64{}
+	for _, l := range launchers {
+		for _, d := range []string{"up", "down", "reclaim"} {
+			var lost, rec, meas []float64
+			for _, e := range all {
+				if e.launcher == l && e.direction == d {
+					lost, rec = append(lost, e.lost), append(rec, e.recovery)
+					if e.measured >= 0 {
+						meas = append(meas, e.measured)
+					}
+				}
+			}
+			if len(lost) == 0 {
+				continue
+			}
+			medians[l+" "+d] = medianF(lost)
+			line := fmt.Sprintf("rescale launcher=%s direction=%s n=%d seconds_lost=%.3f recovery=%.3f", l, d, len(lost), medianF(lost), medianF(rec))
+			if len(meas) > 0 {
+				line += fmt.Sprintf(" measured=%.3f", medianF(meas))
+			}
+			fmt.Println(line)
+		}
+	}
+	for _, d := range []string{"up", "down", "reclaim"} {
+		tr, okT := medians["torchrun "+d]
+		el, okE := medians["elastic "+d]
+		if okT && okE && el > 0 {
+			fmt.Printf("rescale-ratio direction=%s torchrun/elastic=%.1f\n", d, tr/el)
 		}
 	}
 	return nil
@@ -82,7 +146,25 @@ func rescaleBinary(flagged string) (string, error) {
 	return "", fmt.Errorf("rescale: no bftrainer binary (%s); run make build or give -bftrainer", strings.Join(cands, ", "))
 }
 
-// rescaleRun is one scenario's directory and configuration.
+// rescaleSetup is what one pass runs.
+type rescaleSetup struct {
+	bin, contrib, python string
+	shim                 bool
+	launcher             string
+	pass                 int
+}
+
+// rescaleEvent is one measured change.
+type rescaleEvent struct {
+	launcher, direction string
+	from, to            int
+	lost, recovery      float64
+	redone              int
+	measured            float64 // the launcher's own measure; -1 when none
+	hookMs              float64
+}
+
+// rescaleRun is one pass's directory and configuration.
 type rescaleRun struct {
 	bin, dir, config, log string
 }
@@ -113,52 +195,55 @@ func (r rescaleRun) hook(context_, node, job string) error {
 	return nil
 }
 
-// resumed waits for train.py to step at the given world size after t0,
-// on n distinct steps, and returns when the first such step was logged.
-func (r rescaleRun) resumed(t0 time.Time, world int) (time.Time, error) {
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) {
-		var first time.Time
-		steps := map[int]int{}
-		all, _ := trainertest.ReadSteps(r.log) // not there yet, or a line cut short: look again
-		for _, s := range all {
-			if s.Done || s.At.Before(t0) || s.World != world {
-				continue
-			}
-			if first.IsZero() {
-				first = s.At
-			}
-			steps[s.Step]++
-		}
-		full := 0
-		for _, n := range steps {
-			if n == world {
-				full++
-			}
-		}
-		if full >= 2 {
-			return first, nil
-		}
-		time.Sleep(50 * time.Millisecond)
+// nodes returns the nodes a Trainer holds, in the pool.
+func (r rescaleRun) nodes(db string, trainer string) ([]string, error) {
+	d, err := store.Open(context.Background(), db, store.Options{ReadOnly: true})
+	if err != nil {
+		return nil, err
 	}
-	return time.Time{}, fmt.Errorf("no steps at world %d within 90 s (see %s)", world, r.log)
+	defer d.Close()
+	t, ok, err := d.Trainer(context.Background(), trainer)
+	if err != nil || !ok {
+		return nil, fmt.Errorf("trainer %s: %v", trainer, err)
+	}
+	return alloc.Names(t.Nodes), nil
 }
 
-// rescaleOnce runs the scenario: 1 node, up to 2, up to 3, down to 2,
-// reclaim to 1, up to 3 again, reclaim all 3 at once.
-func rescaleOnce(bin, contrib string, shim bool) (err error) {
+// costs returns the rescale costs the launcher recorded for a Trainer.
+func (r rescaleRun) costs(db, trainer string) ([]float64, []string, error) {
+	d, err := store.Open(context.Background(), db, store.Options{ReadOnly: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer d.Close()
+	evs, err := d.Events(context.Background(), store.Filter{Trainer: trainer, Kinds: []string{store.KindCost}})
+	if err != nil {
+		return nil, nil, err
+	}
+	var vals []float64
+	var dirs []string
+	for _, e := range evs {
+		vals, dirs = append(vals, e.Value), append(dirs, e.Context)
+	}
+	return vals, dirs, nil
+}
+
+// rescalePass runs the scenario once under one launcher.
+func rescalePass(s rescaleSetup) (evs []rescaleEvent, err error) {
 	dir, err := os.MkdirTemp("", "bftrainer-rescale")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer os.RemoveAll(dir)
 	torchrun := `["/usr/bin/python3", "-m", "torch.distributed.run"]`
-	if shim {
-		torchrun = fmt.Sprintf(`["/usr/bin/python3", %q]`, filepath.Join(contrib, "fast_torchrun.py"))
+	if s.shim {
+		torchrun = fmt.Sprintf(`["/usr/bin/python3", %q]`, filepath.Join(s.contrib, "fast_torchrun.py"))
 	}
-	r := rescaleRun{bin: bin, dir: dir, config: filepath.Join(dir, "bftrainer.toml"), log: filepath.Join(dir, "progress.log")}
+	r := rescaleRun{bin: s.bin, dir: dir, config: filepath.Join(dir, "bftrainer.toml"), log: filepath.Join(dir, "progress.log")}
+	db := filepath.Join(dir, "db", "bftrainer.db")
 	cgroups, removeCgroups := benchCgroups("rescale")
 	defer removeCgroups()
+	ports := 29700 + rand.IntN(20)*10
 	conf := fmt.Sprintf(`database = %q
 spool = %q
 [hooks]
@@ -175,77 +260,249 @@ controller = "127.0.0.1"
 cgroup_root = %q
 allow_root_owner = true
 [trainer.launcher.torchrun]
-store_ports = "29700-29799"
+store_ports = "%d-%d"
 command = %s
-`, filepath.Join(dir, "db", "bftrainer.db"), filepath.Join(dir, "spool"), filepath.Join(dir, "hooks.log"),
-		filepath.Join(dir, "registry"), filepath.Join(dir, "logs"), filepath.Join(dir, "runner"), cgroups, torchrun)
+[trainer.launcher.elastic]
+store_ports = "%d-%d"
+pythonpath = %q
+`, db, filepath.Join(dir, "spool"), filepath.Join(dir, "hooks.log"), filepath.Join(dir, "registry"), filepath.Join(dir, "logs"),
+		filepath.Join(dir, "runner"), cgroups, ports, ports+4, torchrun, ports+5, ports+9, s.python)
 	if err := os.WriteFile(r.config, []byte(conf), 0o644); err != nil {
-		return err
+		return nil, err
 	}
+	a, b := "bench", "other"
 	defer func() {
-		// Whatever happened, nothing of the Trainer outlives the bench.
-		if cerr := r.cli("trainer", "cancel", "bench"); cerr != nil && err == nil {
-			err = cerr
+		// Whatever happened, nothing of the Trainers outlives the pass.
+		for _, t := range []string{b, a} {
+			if cerr := r.cli("trainer", "cancel", t); cerr != nil && err == nil && !strings.Contains(cerr.Error(), "no Trainer") {
+				err = cerr
+			}
 		}
 	}()
-	say := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "bftrainer-bench: rescale: "+format+"\n", a...) }
-	step := func(direction string, world int, action func() error) error {
+	say := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "bftrainer-bench: rescale: %s pass %d: %s\n", s.launcher, s.pass, fmt.Sprintf(format, args...))
+	}
+	rng := rand.New(rand.NewPCG(uint64(s.pass), 1))
+	world, since := 0, time.Time{}
+	change := func(direction string, to int, action func() error) error {
 		t0 := time.Now()
 		if err := action(); err != nil {
 			return err
 		}
-		at, err := r.resumed(t0, world)
+		hold := 10 + rng.IntN(5) // so that kills do not line up with checkpoints
+		m, err := waitChange(r.log, since, t0, world, to, hold)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s pass %d: %s to %d: %w (see %s)", s.launcher, s.pass, direction, to, err, dir)
 		}
-		if direction != "" {
-			fmt.Printf("rescale launcher=torchrun direction=%s seconds_lost=%.1f\n", direction, at.Sub(t0).Seconds())
+		if direction != "start" {
+			evs = append(evs, rescaleEvent{launcher: s.launcher, direction: direction, from: world, to: to, lost: m.lost,
+				recovery: m.recovery, redone: m.redone, measured: -1})
+			say("%s %d → %d: %.3f s lost, recovered in %.3f s", direction, world, to, m.lost, m.recovery)
 		}
-		say("world %d %.1f s after the action", world, at.Sub(t0).Seconds())
+		world, since = to, m.firstNew
 		return nil
 	}
-	start := func() error {
-		if err := r.cli("node", "join", "n1"); err != nil {
-			return err
-		}
-		return r.cli("trainer", "submit", "--name", "bench", "--min", "1", "--max", "3", "--curve", "1:100,2:200,3:300",
-			"--rescale-up", "1", "--rescale-down", "1", "--workdir", dir, "--env", "PYTHONDONTWRITEBYTECODE=1", "--",
-			"/usr/bin/python3", filepath.Join(contrib, "train.py"), "--steps", "100000",
-			"--ckpt-dir", filepath.Join(dir, "ckpt"), "--log", r.log, "--sleep", "0.2", "--pg-timeout", "10")
-	}
-	reclaim := func(job string, nodes ...string) func() error {
-		return func() error {
-			var wg sync.WaitGroup
-			errs := make([]error, len(nodes))
-			t0 := time.Now()
-			for i, n := range nodes {
-				wg.Add(1)
-				go func() { defer wg.Done(); errs[i] = r.hook("prolog_slurmd", n, job) }()
-			}
-			wg.Wait()
-			took := time.Since(t0)
-			if err := errors.Join(errs...); err != nil {
-				return err
-			}
-			fmt.Printf("reclaim nodes=%d ms=%.1f\n", len(nodes), float64(took.Microseconds())/1000)
-			return r.cli(append([]string{"node", "leave", "--job", job}, nodes...)...)
-		}
-	}
-	for _, s := range []struct {
+	hookMs := 0.0
+	steps := []struct {
 		direction string
-		world     int
+		to        int
 		action    func() error
 	}{
-		{"", 1, start},
-		{"up", 2, func() error { return r.cli("node", "join", "n2") }},
-		{"up", 3, func() error { return r.cli("node", "join", "n3") }},
-		{"down", 2, func() error { return r.cli("node", "leave", "--job", "1", "n3") }},
-		{"reclaim", 1, reclaim("2", "n2")},
-		{"up", 3, func() error { return r.cli("node", "join", "n4", "n5") }},
-	} {
-		if err := step(s.direction, s.world, s.action); err != nil {
-			return err
+		{"start", 1, func() error {
+			if err := r.cli("node", "join", "n1"); err != nil {
+				return err
+			}
+			return r.cli("trainer", "submit", "--launcher", s.launcher, "--name", a, "--min", "1", "--max", "4",
+				"--curve", "1:100,2:200,3:300,4:400", "--rescale-up", "1", "--rescale-down", "1", "--workdir", dir,
+				"--env", "PYTHONDONTWRITEBYTECODE=1", "--",
+				"/usr/bin/python3", filepath.Join(s.contrib, "train.py"), "--steps", "100000000", "--print-every", "0",
+				"--ckpt-dir", filepath.Join(dir, "ckpt"), "--log", r.log, "--sleep", "0.2", "--pg-timeout", "10")
+		}},
+		{"up", 3, func() error { return r.cli("node", "join", "n2", "n3") }},
+		{"down", 2, func() error {
+			return r.cli("trainer", "submit", "--launcher", "exec", "--name", b, "--min", "1", "--max", "1",
+				"--curve", "1:100000", "--workdir", dir, "--", "/bin/sleep", "3600")
+		}},
+		{"reclaim", 1, func() error {
+			held, err := r.nodes(db, a)
+			if err != nil {
+				return err
+			}
+			if len(held) != 2 {
+				return fmt.Errorf("the first Trainer holds %v after the shrink, want 2 nodes", held)
+			}
+			victim := held[1] // not the first: rank 0 stays where it is
+			t0 := time.Now()
+			if err := r.hook("prolog_slurmd", victim, "101"); err != nil {
+				return err
+			}
+			hookMs = float64(time.Since(t0).Microseconds()) / 1000
+			return r.cli("node", "leave", "--job", "101", victim)
+		}},
+		{"up", 4, func() error { return r.cli("node", "join", "n4", "n5", "n6") }},
+	}
+	for _, st := range steps {
+		if err := change(st.direction, st.to, st.action); err != nil {
+			return nil, err
+		}
+		if st.direction == "reclaim" {
+			evs[len(evs)-1].hookMs = hookMs
 		}
 	}
-	return reclaim("3", "n1", "n4", "n5")()
+	if s.launcher == "elastic" {
+		vals, dirs, err := r.costs(db, a)
+		if err != nil {
+			return nil, err
+		}
+		want := []string{"up", "down", "reclaim", "up"}
+		if !slices.Equal(dirs, want) {
+			return nil, fmt.Errorf("elastic pass %d: the history's cost events are %v, want %v", s.pass, dirs, want)
+		}
+		for i := range evs {
+			evs[i].measured = vals[i]
+		}
+	}
+	for _, e := range evs {
+		line := fmt.Sprintf("rescale-event launcher=%s pass=%d direction=%s from=%d to=%d seconds_lost=%.3f recovery=%.3f redone=%d",
+			e.launcher, s.pass, e.direction, e.from, e.to, e.lost, e.recovery, e.redone)
+		if e.measured >= 0 {
+			line += fmt.Sprintf(" measured=%.3f", e.measured)
+		}
+		if e.direction == "reclaim" {
+			line += fmt.Sprintf(" hook_ms=%.1f", e.hookMs)
+		}
+		fmt.Println(line)
+	}
+	return evs, nil
+}
+
+// changeCost is what one change cost, read from the progress log.
+type changeCost struct {
+	lost, recovery float64
+	redone         int
+	firstNew       time.Time
+}
+
+// waitChange waits, at most 180 s, until train.py has logged hold steps
+// at the new world size after the action at t0, and measures the change
+// (for the start: once hold steps ran).
+func waitChange(log string, since, t0 time.Time, from, to, hold int) (changeCost, error) {
+	deadline := time.Now().Add(180 * time.Second)
+	for {
+		lines, _ := trainertest.ReadSteps(log) // not there yet, or a line cut short: look again
+		if from == 0 {
+			var first time.Time
+			done := completions(lines, func(s trainertest.Step) bool { return s.World == to })
+			for _, s := range lines {
+				if s.World == to && (first.IsZero() || s.At.Before(first)) {
+					first = s.At
+				}
+			}
+			if len(done) >= hold {
+				return changeCost{firstNew: first}, nil
+			}
+		} else if c, ok := measureChange(lines, since, t0, from, to, hold); ok {
+			return c, nil
+		}
+		if time.Now().After(deadline) {
+			return changeCost{}, errors.New("no steps at the new size within 180 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// completions maps each step of the kept lines to its completion time:
+// when the last rank logged it.
+func completions(lines []trainertest.Step, keep func(trainertest.Step) bool) map[int]time.Time {
+	done := map[int]time.Time{}
+	for _, s := range lines {
+		if s.Done || !keep(s) {
+			continue
+		}
+		if t, ok := done[s.Step]; !ok || s.At.After(t) {
+			done[s.Step] = s.At
+		}
+	}
+	return done
+}
+
+// measureChange is the cost of one change (see benchRescale), ok once
+// hold steps at the new size are logged. since is when the previous size
+// began: older lines belong to earlier sizes.
+func measureChange(lines []trainertest.Step, since, t0 time.Time, from, to, hold int) (changeCost, bool) {
+	var firstNew time.Time
+	minNew := -1
+	for _, s := range lines {
+		if !s.Done && !s.At.Before(t0) && s.World == to {
+			if firstNew.IsZero() || s.At.Before(firstNew) {
+				firstNew = s.At
+			}
+			if minNew < 0 || s.Step < minNew {
+				minNew = s.Step
+			}
+		}
+	}
+	if firstNew.IsZero() {
+		return changeCost{}, false
+	}
+	old := completions(lines, func(s trainertest.Step) bool {
+		return s.World == from && !s.At.Before(since) && s.At.Before(firstNew)
+	})
+	if len(old) == 0 {
+		return changeCost{}, false
+	}
+	sOld := slices.Max(mapKeys(old))
+	done := completions(lines, func(s trainertest.Step) bool { return s.World == to && !s.At.Before(t0) })
+	target := sOld + 1
+	if _, ok := done[target]; !ok {
+		return changeCost{}, false
+	}
+	var after []int
+	for st := range done {
+		if st > target {
+			after = append(after, st)
+		}
+	}
+	if len(after) < hold {
+		return changeCost{}, false
+	}
+	slices.Sort(after)
+	seq := append([]int{target}, after[:hold]...)
+	var periods []float64
+	for i := 1; i < len(seq); i++ {
+		if seq[i] == seq[i-1]+1 {
+			periods = append(periods, done[seq[i]].Sub(done[seq[i-1]]).Seconds())
+		}
+	}
+	period := 0.0
+	if len(periods) > 0 {
+		period = medianF(periods)
+	}
+	return changeCost{
+		lost:     max(0, done[target].Sub(old[sOld]).Seconds()-period),
+		recovery: firstNew.Sub(t0).Seconds(),
+		redone:   max(0, sOld-minNew+1),
+		firstNew: firstNew,
+	}, true
+}
+
+func mapKeys(m map[int]time.Time) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// medianF is the median of xs (0 for none).
+func medianF(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	n := len(s)
+	if n == 0 {
+		return 0
+	}
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }

@@ -152,6 +152,20 @@ func (e trainerEnv) hook(tb testing.TB, context_, node, job string) time.Duratio
 	return took
 }
 
+// waitFinished runs reconciler rounds, one a second, until the Trainer
+// (root's) is finished, at most timeout.
+func (e trainerEnv) waitFinished(tb testing.TB, id string, timeout time.Duration) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !strings.Contains(e.run(tb, "trainer", "list", "--all", "--format", "csv"), id+",root,finished,") {
+		if time.Now().After(deadline) {
+			tb.Fatalf("the Trainer did not finish; list:\n%s", e.run(tb, "trainer", "list", "--all"))
+		}
+		time.Sleep(time.Second)
+		e.run(tb, "reconcile", "--no-scheduler")
+	}
+}
+
 // openDB opens the test database.
 func (e trainerEnv) openDB(tb testing.TB) *store.DB {
 	tb.Helper()

@@ -32,8 +32,9 @@ rescales it as nodes come and go. Example:
 --curve is nodes:samples-per-second pairs measured at fixed sizes; values
 between are interpolated, and the Trainer never gets more nodes than the
 last pair. --rescale-up/--rescale-down are the seconds of progress a
-scale-up or scale-down costs (measure them; contrib/trainer shows how).
-The Trainer is yours: its processes run as you, and only you (or root) may
+scale-up or scale-down costs (measure them; contrib/trainer shows how);
+with --launcher elastic they are priors, replaced by what the launcher
+measures on every rescale. The Trainer is yours: its processes run as you, and only you (or root) may
 cancel it.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "name", Usage: "Trainer `NAME` (letters, digits, - _ .); default: generated"},

@@ -150,14 +150,7 @@ func TestTorchrunTrainer(t *testing.T) {
 	waitPhase(t, log, ph, 2, 60*time.Second)
 
 	// The end: every agent exits 0; a reconciler round notices it.
-	deadline := time.Now().Add(120 * time.Second)
-	for !strings.Contains(e.run(t, "trainer", "list", "--all", "--format", "csv"), tr+",root,finished,") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the Trainer did not finish; list:\n%s", e.run(t, "trainer", "list", "--all"))
-		}
-		time.Sleep(time.Second)
-		e.run(t, "reconcile", "--no-scheduler")
-	}
+	e.waitFinished(t, tr, 120*time.Second)
 	total := time.Since(begin)
 
 	steps := readSteps(t, log)

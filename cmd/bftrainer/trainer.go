@@ -10,6 +10,7 @@ import (
 
 	"github.com/bftrainer/bftrainer/alloc"
 	"github.com/bftrainer/bftrainer/names"
+	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/sidecar"
 	"github.com/bftrainer/bftrainer/trainer"
 )
@@ -66,7 +67,7 @@ func showAction(c *cli.Context, core *sidecar.Core, _ Config) error {
 	fmt.Fprintf(w, "command:       %s\nworkdir:       %s\n", strings.Join(spec.Argv, " "), spec.Workdir)
 	fmt.Fprintf(w, "nodes:         %d %s (bounds %d..%d)\n", len(tr.Nodes), names.CompressHostlist(alloc.Names(tr.Nodes)), tr.Min, tr.Max)
 	fmt.Fprintf(w, "curve:         %s\n", formatCurve(tr.Curve))
-	fmt.Fprintf(w, "rescale cost:  up %gs, down %gs\n", tr.RUp, tr.RDown)
+	fmt.Fprintf(w, "rescale cost:  %s\n", formatCosts(tr.Trainer))
 	fmt.Fprintf(w, "progress:      %.0f of %.0f samples, %.4g samples/s now\n", tr.Done, tr.Samples, tr.Rate)
 	fmt.Fprintf(w, "losses:        %.0f samples in %d rescales, %.0f in %d reclaims\n", tr.RescaleLoss, tr.Rescales, tr.PreemptLoss, tr.Preemptions)
 	fmt.Fprintf(w, "node-hours:    %.3f\n", tr.NodeSeconds/3600)
@@ -78,6 +79,19 @@ func showAction(c *cli.Context, core *sidecar.Core, _ Config) error {
 		fmt.Fprintf(w, "ended:         %s\n", tr.Ended.UTC().Format(time.RFC3339))
 	}
 	return nil
+}
+
+// formatCosts is the R_up and R_down the allocator uses, and where they
+// come from: the submitted values, or the running median of the measured
+// costs with the submitted ones as a prior (pool.Trainer.RescaleUp).
+func formatCosts(t pool.Trainer) string {
+	one := func(used, given float64, measured int) string {
+		if measured == 0 {
+			return fmt.Sprintf("%gs", used)
+		}
+		return fmt.Sprintf("%.3gs (%d measured; submitted %gs)", used, measured, given)
+	}
+	return fmt.Sprintf("up %s, down %s", one(t.RescaleUp(), t.RUp, len(t.Measured.Up)), one(t.RescaleDown(), t.RDown, len(t.Measured.Down)))
 }
 
 func formatCurve(c alloc.Curve) string {

@@ -73,8 +73,9 @@ def parse_args(argv=None):
                    help="checkpoint directory on a filesystem shared by all nodes")
     p.add_argument("--ckpt-every", type=int, default=5, help="rank 0 checkpoints every K steps")
     p.add_argument("--sleep", type=float, default=0.2, help="seconds of emulated compute per step")
-    p.add_argument("--pg-timeout", type=float, default=10.0,
-                   help="gloo process-group timeout, seconds")
+    p.add_argument("--pg-timeout", type=float, default=None,
+                   help="gloo process-group timeout, seconds (default 10; under the elastic runtime "
+                        "$BFTRAINER_ELASTIC_TIMEOUT, which the launcher sets, else 10)")
     p.add_argument("--log", default=os.environ.get("TRAIN_PROGRESS_LOG", ""),
                    help="append one line per step to this file (optional)")
     p.add_argument("--lr", type=float, default=0.01)
@@ -225,7 +226,7 @@ def main(argv=None):
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", timeout=timedelta(seconds=args.pg_timeout))  # env:// from torchrun
+    dist.init_process_group("gloo", timeout=timedelta(seconds=args.pg_timeout or 10.0))  # env:// from torchrun
     rank, world = dist.get_rank(), dist.get_world_size()
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     node = os.environ.get("NODE_TAG") or socket.gethostname()

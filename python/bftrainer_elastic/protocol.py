@@ -29,7 +29,7 @@ VERSION = 1
 _ABSENT = "\x00bft-absent"  # compare_set sentinel; no key ever holds it
 
 #: A worker id: what the runner passes as BFTRAINER_ELASTIC_ID. Unique per launch.
-ID_PATTERN = re.compile(r"^[A-Za-z0-9._:@+-]{1,128}$")
+ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:@+-]{1,128}$")
 
 
 def key(*parts):
@@ -164,6 +164,7 @@ def status(store, scan=64):
         "formed": formed,
         "formed_step": info["step"] if info else None,
         "formed_time": info["time"] if info else None,
+        "formed_lost": info.get("lost") if info else None,
         "fate": peek(store, k_fate(epoch)) if epoch > 0 else None,
         "joined": joined,
         "failed": failed,

@@ -190,6 +190,8 @@ class Runtime:
         self._snap = None
         self._switch = None  # (boundary step, epoch) the current group agreed to switch at
         self._failures = 0   # consecutive failed steps
+        self._step_time = 0.0  # wall time the last completed step completed (0: none here)
+        self._resumed_from = 0.0  # the same, for the state the latest group formed with
         self._writer = None  # the checkpoint thread
         self._dist = None
 
@@ -243,6 +245,7 @@ class Runtime:
             self._recover(e)
             return False
         self.state.step += 1
+        self._step_time = time.time()
         self._failures = 0
         self._after_step()
         return True
@@ -381,10 +384,17 @@ class Runtime:
         self.changes += 1
         took = time.monotonic() - t0
         if self.rank == 0:
+            now = p.now()
+            last = self._resumed_from
+            # lost: seconds of training the change cost, from the completion of the last step
+            # the group continues from to the moment the new group can train. It holds the
+            # step in flight at a failure (redone), the wait for the runner's membership, the
+            # formation and the state transfer; None when no member held the state.
             self.store.set(p.k_formed(e), p.dump({
                 "epoch": e, "step": self.state.step, "world": self.world, "source": source,
                 "from_disk": from_disk, "bytes": moved, "seconds": round(took, 4),
-                "time": p.now()}))
+                "time": now, "last_step_time": round(last, 3) if last > 0 else None,
+                "lost": round(max(0.0, now - last), 4) if last > 0 and not from_disk else None}))
         self._say(f"epoch {e}: rank {self.rank} of {self.world} at step {self.state.step} "
                   f"in {took:.3f} s (state from rank {source}"
                   f"{', from disk' if from_disk else ''}, {moved} bytes sent)")
@@ -404,12 +414,19 @@ class Runtime:
                                 timeout=timedelta(seconds=self.timeout))
         self.epoch = e
         dev = self._device()
-        mine = torch.tensor([self.state.step if self._have_state else -1], dtype=torch.int64,
-                            device=dev)
-        steps = [torch.zeros_like(mine) for _ in range(self.world)]
-        dist.all_gather(steps, mine)
-        steps = [int(t.item()) for t in steps]
+        # Each member's step count (-1 for a newcomer) and when it completed that step, in one
+        # collective (float64 holds step counts exactly up to 2**53).
+        mine = torch.tensor([self.state.step if self._have_state else -1,
+                             self._step_time if self._have_state else 0.0],
+                            dtype=torch.float64, device=dev)
+        got = [torch.zeros_like(mine) for _ in range(self.world)]
+        dist.all_gather(got, mine)
+        steps = [int(t[0].item()) for t in got]
         best = max(steps)
+        # When the state the group continues from was completed: the last of its holders to
+        # complete that step (a step is done once every rank's part of it is).
+        self._resumed_from = max((float(t[1].item()) for t, s in zip(got, steps)
+                                  if s == best and best >= 0), default=0.0)
         from_disk = False
         if best < 0:  # nobody holds the job's progress: the disk checkpoint, if any
             source = 0
@@ -423,6 +440,7 @@ class Runtime:
         if need:
             moved = self._broadcast_state(source, dev)
         self._have_state = True
+        self._step_time = self._resumed_from or self._step_time
         self._switch = None
         self._snapshot()
         if self.use_ddp:

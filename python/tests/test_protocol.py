@@ -93,10 +93,11 @@ class ProtocolTest(unittest.TestCase):
         self.assertEqual((st["epoch"], st["formed"], st["joined"], st["fate"]), (1, 0, ["a"], None))
         s.add(p.k_join(1, "b"), 1)
         p.cas_first(s, p.k_fate(1), "go")
-        s.set(p.k_formed(1), p.dump({"step": 0, "time": 1.0}))
+        s.set(p.k_formed(1), p.dump({"step": 0, "time": 1.0, "lost": 0.25}))
         p.publish(s, 2, ["a", "b", "c"])
         st = p.status(s)
         self.assertEqual((st["epoch"], st["formed"], st["formed_step"], st["joined"]), (2, 1, 0, []))
+        self.assertEqual(st["formed_lost"], 0.25)
         s.set(p.k_failed(1, "b"), p.dump({"step": 7, "error": "Connection closed by peer"}))
         self.assertEqual(p.status(s)["failed"], ["b"])
         w = p.workers(s, ["a", "b"])
@@ -167,8 +168,8 @@ class ControlTest(unittest.TestCase):
 
     def test_requests(self):
         self.c.ping()
-        self.c.members(1, ["n1-x", "n2-y"])
-        self.assertEqual(self.c.status()["members"], ["n1-x", "n2-y"])
+        self.c.members(1, ["n1-x", "n2-y", "gpu_node.3@a1"])  # node names may hold _ and .
+        self.assertEqual(self.c.status()["members"], ["n1-x", "n2-y", "gpu_node.3@a1"])
         with self.assertRaisesRegex(ControlError, "not after the latest"):
             self.c.members(1, ["n1-x"])
         with self.assertRaisesRegex(ControlError, "unknown request"):

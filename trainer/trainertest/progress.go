@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -129,4 +130,62 @@ func NeedTorch(tb testing.TB) {
 	if err := HaveTorch(); err != nil {
 		tb.Skip(err)
 	}
+}
+
+// Phase is a stretch of a scenario on a fixed set of nodes: from when
+// its change was complete (At) to when the next one began (End; zero:
+// until now).
+type Phase struct {
+	At, End time.Time
+	Nodes   []string
+}
+
+// CheckSteps checks the progress log of a Trainer on bftrainer's elastic
+// runtime (contrib/trainer/train.py): every step from 1 to the last was
+// completed once (the lines of a step agree on its world size and its
+// samples), the samples add up to Σ batch·world over the steps, the end
+// line is at the last step with that sum, and each phase ran at its size
+// on its nodes. It returns the last step and the samples trained.
+func CheckSteps(tb testing.TB, all []Step, batch int, phases []Phase) (last int, samples float64) {
+	tb.Helper()
+	world, got := map[int]int{}, map[int]float64{}
+	var done []Step
+	for _, s := range all {
+		if s.Done {
+			done = append(done, s)
+			continue
+		}
+		if w, ok := world[s.Step]; ok && (w != s.World || got[s.Step] != s.Samples) {
+			tb.Errorf("step %d logged at world %d (%v samples) and at world %d (%v): trained twice", s.Step, w, got[s.Step], s.World, s.Samples)
+		}
+		world[s.Step], got[s.Step] = s.World, s.Samples
+		last = max(last, s.Step)
+	}
+	for step := 1; step <= last; step++ {
+		w, ok := world[step]
+		if !ok {
+			tb.Errorf("step %d was never completed", step)
+			continue
+		}
+		samples += float64(batch * w)
+		if got[step] != samples {
+			tb.Errorf("step %d: %v samples, want %v", step, got[step], samples)
+		}
+	}
+	if len(done) == 0 || done[0].Step != last || done[0].Samples != samples {
+		tb.Errorf("end lines %+v, want step %d with %v samples", done, last, samples)
+	}
+	for _, ph := range phases {
+		end := ph.End
+		if end.IsZero() {
+			end = time.Now()
+		}
+		for _, s := range all {
+			if !s.Done && s.At.After(ph.At) && s.At.Before(end) && (s.World != len(ph.Nodes) || !slices.Contains(ph.Nodes, s.Node)) {
+				tb.Errorf("a step at world %d on %s while the Trainer ran on %v: %+v", s.World, s.Node, ph.Nodes, s)
+			}
+		}
+	}
+	tb.Logf("%d steps, %v samples, %d phases checked", last, samples, len(phases))
+	return last, samples
 }
