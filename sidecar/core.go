@@ -27,12 +27,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/bftrainer/bftrainer/alloc"
 	"github.com/bftrainer/bftrainer/hooks"
+	"github.com/bftrainer/bftrainer/journal"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
 )
@@ -43,8 +45,13 @@ import (
 type Options struct {
 	Database     string      // the SQLite file
 	DatabaseMode os.FileMode // of a database the core creates; 0: 0644
-	Spool        string      // unprivileged users' request directory
-	RunnerState  string      // the runner's state directory (its Horovod host files); "": none
+	// Journal is the hooks' drop directory (journal.Journal.Dir); "":
+	// "journal" beside the database. JournalFallback takes what it cannot
+	// (another filesystem); "": none.
+	Journal         string
+	JournalFallback string
+	Spool           string // unprivileged users' request directory
+	RunnerState     string // the runner's state directory (its Horovod host files); "": none
 
 	Pool           pool.Config
 	Solvers        Solvers // nil: BuiltinSolvers
@@ -95,8 +102,9 @@ type Options struct {
 // Core is the application core built from Options. It holds no open
 // database: each call opens what it needs, as a short-lived process does.
 type Core struct {
-	o      Options
-	solver alloc.Solver // built on first use
+	o       Options
+	solver  alloc.Solver // built on first use
+	journal *journal.Journal
 }
 
 // New builds the core; it fails only on an unknown solver.
@@ -109,6 +117,9 @@ func New(o Options) (*Core, error) {
 	}
 	if o.DatabaseMode == 0 {
 		o.DatabaseMode = 0o644
+	}
+	if o.Journal == "" && o.Database != "" {
+		o.Journal = filepath.Join(filepath.Dir(o.Database), "journal")
 	}
 	if o.HookDeadline <= 0 {
 		o.HookDeadline = 2 * time.Second
@@ -138,7 +149,7 @@ func New(o Options) (*Core, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pool.solver: %w", err)
 	}
-	return &Core{o: o, solver: s}, nil
+	return &Core{o: o, solver: s, journal: &journal.Journal{Dir: o.Journal, Fallback: o.JournalFallback}}, nil
 }
 
 // Errors a front door may turn into a hint or an exit status.
@@ -159,7 +170,8 @@ var (
 
 func invalid(err error) error { return fmt.Errorf("%w%.0w", err, ErrInvalid) }
 
-// open opens the database for writing, creating it.
+// open opens the database for writing, creating it, and makes sure the
+// hooks' journal exists beside it.
 func (c *Core) open(ctx context.Context) (*store.DB, error) {
 	db, err := store.Open(ctx, c.o.Database, store.Options{Mode: c.o.DatabaseMode})
 	if err != nil {
@@ -168,7 +180,39 @@ func (c *Core) open(ctx context.Context) (*store.DB, error) {
 		}
 		return nil, err
 	}
+	if err := c.createJournal(); err != nil {
+		c.o.Log.Printf("%v", err)
+	}
 	return db, nil
+}
+
+// createJournal makes the journal and its fallback (a tmpfs under /run is
+// empty after a boot) with the database's group: the group its hooks run
+// in (SlurmUser's). Existing ones are checked, not changed.
+func (c *Core) createJournal() error {
+	gid := -1
+	for _, p := range []string{c.o.Database, filepath.Dir(c.o.Database)} {
+		if fi, err := os.Stat(p); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				gid = int(st.Gid)
+				break
+			}
+		}
+	}
+	var errs []error
+	for _, d := range []string{c.o.Journal, c.o.JournalFallback} {
+		if d == "" {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(d), 0o755); err != nil {
+			errs = append(errs, fmt.Errorf("create journal: %w", err))
+			continue
+		}
+		if err := journal.Create(d, gid); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // openRead opens the database for reading (for writing too when this
@@ -201,7 +245,7 @@ func (c *Core) Database() string { return c.o.Database }
 // has one and its program is installed).
 func (c *Core) newReconciler(db *store.DB, withScheduler bool) (*Reconciler, error) {
 	r := &Reconciler{
-		DB: db, Pool: c.o.Pool, Solver: c.solver, Spool: &spool{Dir: c.o.Spool}, Admins: c.o.Admins,
+		DB: db, Journal: c.journal, Pool: c.o.Pool, Solver: c.solver, Spool: &spool{Dir: c.o.Spool}, Admins: c.o.Admins,
 		IdleWait: c.o.IdleWait, Poll: c.o.Poll, MaxRounds: c.o.MaxRounds, Now: c.o.Now, Log: c.o.Log,
 	}
 	if c.o.Runner != nil {

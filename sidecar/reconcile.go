@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/journal"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
 	"github.com/bftrainer/bftrainer/trainer"
@@ -38,6 +39,7 @@ type nodeLister interface {
 // Reconciler is the serialised re-plan.
 type Reconciler struct {
 	DB        *store.DB
+	Journal   *journal.Journal // the hooks' records, ingested first in every round; nil: none
 	Pool      pool.Config
 	Solver    alloc.Solver
 	Runner    Runner     // nil: record nothing to run
@@ -57,56 +59,59 @@ type Reconciler struct {
 // the new events before it stops.
 func (r *Reconciler) Run(ctx context.Context) error {
 	r.defaults()
-	lk, ok, err := tryLock(r.LockPath)
-	if err != nil {
-		return fmt.Errorf("reconcile: %w", err)
-	}
-	if !ok {
-		return nil // the holder picks up the new events before it stops
-	}
 	rounds := 0
 	for {
-		more, err := r.locked(ctx, &rounds)
+		lk, ok, err := tryLock(r.LockPath)
+		if err != nil {
+			return fmt.Errorf("reconcile: %w", err)
+		}
+		if !ok {
+			return nil // the holder looks again after it unlocks
+		}
+		err = r.locked(ctx, &rounds)
 		lk.Unlock()
-		if err != nil || !more {
+		if err != nil || rounds >= r.MaxRounds {
 			return err
 		}
-		// Events may have arrived after our last look but before we
-		// unlocked, from a hook that saw the lock held: look again.
-		if lk, ok, err = tryLock(r.LockPath); err != nil || !ok {
+		// Look again once unlocked: a hook that wrote after our last
+		// look found the lock held, and its reconciler left it to us.
+		if more, err := r.waiting(ctx); err != nil || !more {
 			return err
 		}
 	}
 }
 
-// locked runs rounds while holding the lock; more reports events that
-// arrived at the very end.
-func (r *Reconciler) locked(ctx context.Context, rounds *int) (more bool, err error) {
+// locked runs rounds while holding the lock, until one wants no other.
+func (r *Reconciler) locked(ctx context.Context, rounds *int) error {
 	for ; *rounds < r.MaxRounds; *rounds++ {
 		again, err := r.Round(ctx)
 		if err != nil {
-			return false, err
+			return err
 		}
 		if !again {
-			return r.waiting(ctx)
+			*rounds++
+			return nil
 		}
 		if r.Poll > 0 {
 			select {
 			case <-ctx.Done():
-				return false, ctx.Err()
+				return ctx.Err()
 			case <-time.After(r.Poll):
 			}
 		}
 	}
 	r.Log.Printf("stopping after %d rounds; the next event or sync continues", r.MaxRounds)
-	return false, nil
+	return nil
 }
 
-// waiting reports whether input events newer than the saved state, or
-// spooled requests, exist.
+// waiting reports whether hook records, spooled requests or input events
+// newer than the saved state are waiting.
 func (r *Reconciler) waiting(ctx context.Context) (bool, error) {
-	// A request spooled after the last round's ingest is waiting too: the
-	// CLI that spooled it found the lock held and left it to us.
+	if r.Journal != nil {
+		if n, _, _ := r.Journal.Backlog(); n > 0 {
+			return true, nil
+		}
+	}
 	if r.Spool != nil && r.Spool.pending() {
 		return true, nil
 	}
@@ -141,6 +146,17 @@ func (r *Reconciler) defaults() {
 // arrived meanwhile).
 func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 	r.defaults()
+	// The hooks' records first, in their own order and with their own
+	// timestamps: everything a hook recorded before this round is folded
+	// in it.
+	more := false
+	if r.Journal != nil {
+		res, err := r.Journal.Ingest(ctx, r.DB, r.Now())
+		if err != nil {
+			r.Log.Printf("%v", err)
+		}
+		more = res.Left > 0
+	}
 	if c, ok := r.Runner.(checker); ok && r.Runner != nil {
 		r.check(ctx, c)
 	}
@@ -179,7 +195,7 @@ func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 	if r.Runner != nil {
 		r.apply(ctx, st, snap.Launch, launches)
 	}
-	return waiting, nil
+	return waiting || more, nil
 }
 
 // folded is the saved pool with the input events recorded since folded

@@ -35,13 +35,15 @@ func options(cfg Config, log *log.Logger) sidecar.Options {
 	obj, _ := alloc.ParseObjective(cfg.Pool.Objective) // validated with the configuration
 	sem, _ := alloc.ParseSemantics(cfg.Pool.Semantics)
 	return sidecar.Options{
-		Database:     cfg.Database,
-		DatabaseMode: cfg.DatabaseMode.FileMode,
-		Spool:        cfg.Spool,
-		RunnerState:  cfg.Trainer.StateDir,
-		Pool:         pool.Config{MaxTrainers: cfg.Pool.MaxTrainers, TFwd: cfg.Pool.TFwd, Objective: obj, Semantics: sem},
-		Solvers:      solvers(),
-		Solver:       cfg.Pool.Solver,
+		Database:        cfg.Database,
+		DatabaseMode:    cfg.DatabaseMode.FileMode,
+		Journal:         cfg.journalDir(),
+		JournalFallback: cfg.JournalFallback,
+		Spool:           cfg.Spool,
+		RunnerState:     cfg.Trainer.StateDir,
+		Pool:            pool.Config{MaxTrainers: cfg.Pool.MaxTrainers, TFwd: cfg.Pool.TFwd, Objective: obj, Semantics: sem},
+		Solvers:         solvers(),
+		Solver:          cfg.Pool.Solver,
 		SolverSettings: sidecar.SolverSettings{
 			TimeLimit: cfg.Pool.SolverTimeLimit.Duration, Path: cfg.Pool.SolverPath},
 		Schedulers:   schedulers(),
@@ -87,7 +89,7 @@ func explain(cfg Config, err error) error {
 	case errors.Is(err, sidecar.ErrInvalid):
 		return usageError{err}
 	case errors.Is(err, sidecar.ErrNoDatabase):
-		return withHint(err, "a hook, `bftrainer node join` or `bftrainer sync` creates it; or set database in %s", configFile(cfg))
+		return withHint(err, "the reconciler (`bftrainer reconcile` or its service), `bftrainer sync` or `bftrainer node join` creates it; or set database in %s", configFile(cfg))
 	case errors.Is(err, sidecar.ErrDenied):
 		return withHint(err, "only its owner, root, or an admin (admins, admin_group in %s) may", configFile(cfg))
 	case errors.Is(err, sidecar.ErrNotWritable):
