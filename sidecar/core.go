@@ -82,8 +82,12 @@ type Options struct {
 
 	HookDeadline time.Duration // a hook returns within it; 0: 2s
 	IdleWait     time.Duration // how long released nodes may take to be exactly idle
-	Poll         time.Duration // pause between rounds while waiting for them
-	MaxRounds    int           // rounds per Reconcile; 0: 100
+	// StartCheck: a round asks the scheduler about a node it is about to
+	// start a Trainer on when the node's last event is older than this
+	// (0: always); negative: never.
+	StartCheck time.Duration
+	Poll       time.Duration // pause between rounds while waiting for them
+	MaxRounds  int           // rounds per Reconcile; 0: 100
 
 	// ConfigErr is why the configuration did not load, when it did not.
 	// A hook then records nothing (it does not know the database) but
@@ -240,13 +244,14 @@ func (c *Core) canWrite() bool {
 // Database is the database's path, for messages.
 func (c *Core) Database() string { return c.o.Database }
 
-// newReconciler builds the serialised re-plan on db. withScheduler asks the
-// configured scheduler's listing whether released nodes are idle (when it
-// has one and its program is installed).
-func (c *Core) newReconciler(db *store.DB, withScheduler bool) (*Reconciler, error) {
+// newReconciler builds the serialised re-plan on db, asking the
+// configured scheduler's listing whether released nodes are exactly idle
+// — whichever process runs the round — unless noScheduler: the caller
+// then vouches that they are (reconcile --no-scheduler).
+func (c *Core) newReconciler(db *store.DB, noScheduler bool) (*Reconciler, error) {
 	r := &Reconciler{
 		DB: db, Journal: c.journal, Pool: c.o.Pool, Solver: c.solver, Spool: &spool{Dir: c.o.Spool}, Admins: c.o.Admins,
-		IdleWait: c.o.IdleWait, Poll: c.o.Poll, MaxRounds: c.o.MaxRounds, Now: c.o.Now, Log: c.o.Log,
+		IdleWait: c.o.IdleWait, Poll: c.o.Poll, MaxRounds: c.o.MaxRounds, StartCheck: c.o.StartCheck, Now: c.o.Now, Log: c.o.Log,
 	}
 	if c.o.Runner != nil {
 		run, err := c.o.Runner()
@@ -257,18 +262,28 @@ func (c *Core) newReconciler(db *store.DB, withScheduler bool) (*Reconciler, err
 			r.Runner = run
 		}
 	}
-	if withScheduler {
-		if q, ok := c.query(""); ok {
-			r.Scheduler = q
-		}
-	}
+	r.Scheduler, r.JoinReleases = c.idleCheck(noScheduler)
 	return r, nil
 }
 
-// query returns the node listing of the scheduler named (the configured
+// idleCheck is how a round learns that released nodes are exactly idle:
+// the configured scheduler's listing; or, when the configuration turned
+// the listing off (or noScheduler), by taking the release's word
+// (joinReleases). A listing configured but not installed here asks
+// nobody and joins nothing: the releases wait for a round that can ask.
+func (c *Core) idleCheck(noScheduler bool) (q nodeLister, joinReleases bool) {
+	if noScheduler {
+		return nil, true
+	}
+	q, off := c.listing("")
+	return q, q == nil && off
+}
+
+// listing returns the node listing of the scheduler named (the configured
 // one, or the registry's default, when name is ""), if it has one and its
-// program is installed.
-func (c *Core) query(name string) (nodeLister, bool) {
+// program is installed; off reports a scheduler without a listing, or one
+// the configuration turned off ("").
+func (c *Core) listing(name string) (q nodeLister, off bool) {
 	if name == "" {
 		name = c.o.Scheduler
 	}
@@ -277,19 +292,19 @@ func (c *Core) query(name string) (nodeLister, bool) {
 		s, ok = c.o.Schedulers.Lookup(name)
 	}
 	if !ok || s.Listing == nil {
-		return nil, false
+		return nil, true
 	}
 	prog, set := c.o.Listings[s.Listing.Key]
 	if !set {
 		prog = s.Listing.Program
 	}
 	if prog == "" {
-		return nil, false
+		return nil, true
 	}
 	if _, err := exec.LookPath(prog); err != nil {
 		return nil, false
 	}
-	return hooks.Query{Listing: s.Listing, Program: prog}, true
+	return hooks.Query{Listing: s.Listing, Program: prog}, false
 }
 
 // Reconcile runs rounds until no new event waits (Reconciler.Run); the
@@ -300,11 +315,11 @@ func (c *Core) Reconcile(ctx context.Context, noScheduler bool) error {
 		return err
 	}
 	defer db.Close()
-	return c.reconcile(ctx, db, !noScheduler)
+	return c.reconcile(ctx, db, noScheduler)
 }
 
-func (c *Core) reconcile(ctx context.Context, db *store.DB, withScheduler bool) error {
-	r, err := c.newReconciler(db, withScheduler)
+func (c *Core) reconcile(ctx context.Context, db *store.DB, noScheduler bool) error {
+	r, err := c.newReconciler(db, noScheduler)
 	if err != nil {
 		return err
 	}
@@ -320,7 +335,7 @@ func (c *Core) Watch(ctx context.Context, every time.Duration, noScheduler bool)
 		return err
 	}
 	defer db.Close()
-	r, err := c.newReconciler(db, !noScheduler)
+	r, err := c.newReconciler(db, noScheduler)
 	if err != nil {
 		return err
 	}

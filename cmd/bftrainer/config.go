@@ -45,10 +45,11 @@ type Config struct {
 		SpawnReconciler string   `toml:"spawn_reconciler"`
 	} `toml:"hooks"`
 	Reconciler struct {
-		IdleWait  Duration `toml:"idle_wait"`
-		Poll      Duration `toml:"poll"`
-		MaxRounds int      `toml:"max_rounds"`
-		Interval  Duration `toml:"interval"`
+		IdleWait   Duration `toml:"idle_wait"`
+		StartCheck Duration `toml:"start_check"`
+		Poll       Duration `toml:"poll"`
+		MaxRounds  int      `toml:"max_rounds"`
+		Interval   Duration `toml:"interval"`
 	} `toml:"reconciler"`
 	// Scheduler names each scheduler's node-listing program, under its
 	// Listing.Key ("sinfo"); a scheduler's own default when not set.

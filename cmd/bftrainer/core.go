@@ -56,6 +56,7 @@ func options(cfg Config, log *log.Logger) sidecar.Options {
 		Trigger:      reconcilerTrigger(cfg),
 		HookDeadline: cfg.Hooks.Deadline.Duration,
 		IdleWait:     cfg.Reconciler.IdleWait.Duration,
+		StartCheck:   cfg.Reconciler.StartCheck.Duration,
 		Poll:         cfg.Reconciler.Poll.Duration,
 		MaxRounds:    cfg.Reconciler.MaxRounds,
 		User:         currentUser,
