@@ -87,6 +87,7 @@ type Options struct {
 	// (0: always); negative: never.
 	StartCheck time.Duration
 	Poll       time.Duration // pause between rounds while waiting for them
+	Interval   time.Duration // the reconciler service's interval (status: how long work may wait)
 	MaxRounds  int           // rounds per Reconcile; 0: 100
 
 	// ConfigErr is why the configuration did not load, when it did not.

@@ -177,9 +177,11 @@ func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 		gone = r.check(ctx, c)
 	}
 	if r.Spool != nil {
-		if err := r.Spool.ingest(ctx, r.DB, r.Now()); err != nil {
+		left, err := r.Spool.ingest(ctx, r.DB, r.Now())
+		if err != nil {
 			r.Log.Printf("spool: %v", err)
 		}
+		more = more || left
 	}
 	f, err := r.fold(ctx)
 	if err != nil {

@@ -221,11 +221,39 @@ func (c *Core) Events(ctx context.Context, f store.Filter) ([]store.Event, error
 }
 
 // Report summarises the history between since and until (zero: open).
+// When the window reaches now, what accrued since the last round (idle
+// nodes offered, nodes held, samples at the Trainers' rates) counts too:
+// the history has it only once a round saves it, and a quiet pool may
+// see no round for hours.
 func (c *Core) Report(ctx context.Context, since, until time.Time) (*store.Report, error) {
 	db, err := c.openRead(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer db.Close()
-	return db.Report(ctx, since, until)
+	rep, err := db.Report(ctx, since, until)
+	if err != nil {
+		return nil, err
+	}
+	now := c.o.Now()
+	if !until.IsZero() && until.Before(now) {
+		return rep, nil
+	}
+	_, join := c.idleCheck(false)
+	r := &Reconciler{DB: db, Pool: c.o.Pool, Admins: c.o.Admins, Now: c.o.Now, JoinReleases: join}
+	r.defaults()
+	f, err := r.fold(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f.pool.Step(pool.Event{At: now})
+	was, is := f.snap.State.Totals, f.pool.Totals()
+	rep.IdleNodeHours += (is.IdleNodeSeconds - was.IdleNodeSeconds) / 3600
+	rep.UsedNodeHours += (is.UsedNodeSeconds - was.UsedNodeSeconds) / 3600
+	rep.Samples += is.Samples - was.Samples
+	rep.Utilisation = 0
+	if rep.IdleNodeHours > 0 {
+		rep.Utilisation = rep.UsedNodeHours / rep.IdleNodeHours
+	}
+	return rep, nil
 }
