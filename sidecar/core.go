@@ -327,6 +327,27 @@ func (c *Core) reconcile(ctx context.Context, db *store.DB, noScheduler bool) er
 	return r.Run(ctx)
 }
 
+// commandRound is the round a CLI command runs after recording its
+// request: one pass, which does not wait for released nodes still
+// completing; when it leaves some, a reconciler that does is started
+// (where hooks may start one), else the service takes them.
+func (c *Core) commandRound(ctx context.Context, db *store.DB) error {
+	r, err := c.newReconciler(db, false)
+	if err != nil {
+		return err
+	}
+	r.NoPoll = true
+	if err := r.Run(ctx); err != nil {
+		return err
+	}
+	if r.Pending && c.o.Trigger != nil {
+		if err := c.o.Trigger(); err != nil {
+			c.o.Log.Printf("start reconciler: %v", err)
+		}
+	}
+	return nil
+}
+
 // Watch reconciles every interval until ctx ends: the service form, which
 // picks up spooled requests and events recorded by hooks that could not
 // start a reconciler.

@@ -201,7 +201,7 @@ func geFiles(path string) ([]byte, error) {
 // on all of them. Without a remote killer the other nodes are left to the
 // reconciler; a remote kill that hangs never holds the job beyond the
 // deadline, and the local kill still happens. Like a node hook, it records
-// only where the database exists.
+// only where the journal exists.
 func TestHookOnlyHook(t *testing.T) {
 	ctx := context.Background()
 	epilog := maps.Clone(gridEngineProlog)
@@ -224,8 +224,10 @@ func TestHookOnlyHook(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs bytes.Buffer
 			db := filepath.Join(t.TempDir(), "b.db")
+			var sdb *store.DB
 			if !tt.noDB {
-				db = MustDB(t).Path()
+				sdb = MustDB(t)
+				db = sdb.Path()
 			}
 			local := &fakeKiller{}
 			o := Options{Database: db, Killer: local, HookDeadline: 300 * time.Millisecond, ReadFile: geFiles,
@@ -236,6 +238,11 @@ func TestHookOnlyHook(t *testing.T) {
 			c, err := New(o)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if !tt.noDB {
+				if err := c.createJournal(); err != nil {
+					t.Fatal(err)
+				}
 			}
 			done := make(chan struct{})
 			go func() { c.Hook(ctx, hooks.MapEnv(tt.env), []string{"gridengine"}); close(done) }()
@@ -267,10 +274,16 @@ func TestHookOnlyHook(t *testing.T) {
 				if _, err := os.Stat(db); err == nil {
 					t.Fatal("a compute node's hook created a database")
 				}
+				if _, err := os.Stat(c.o.Journal); err == nil {
+					t.Fatal("a compute node's hook created a journal")
+				}
 				return
 			}
 			if tt.events == "" {
 				return
+			}
+			if _, err := c.journal.Ingest(ctx, sdb, time.Now()); err != nil {
+				t.Fatal(err)
 			}
 			evs, err := c.Events(ctx, store.Filter{})
 			if err != nil {

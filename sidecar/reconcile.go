@@ -55,6 +55,12 @@ type Reconciler struct {
 	// round vouches that the nodes are idle. Otherwise, with no Scheduler
 	// to ask, released nodes stay pending.
 	JoinReleases bool
+	// NoPoll makes a run one pass over released nodes: those still
+	// completing are left to the next run (Pending says so) instead of
+	// being waited for, as a CLI command's round must not hang for them.
+	NoPoll bool
+	// Pending is set by a round that left released nodes completing.
+	Pending bool
 	// StartCheck: before starting a Trainer on a node whose last event is
 	// older than this (0: on any node), ask Scheduler about it; a node it
 	// says is not idle leaves the pool instead. Negative: never ask.
@@ -223,7 +229,8 @@ func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 	if r.Runner != nil {
 		r.apply(ctx, st, snap.Launch, launches)
 	}
-	return waiting || more, nil
+	r.Pending = waiting
+	return (waiting && !r.NoPoll) || more, nil
 }
 
 // folded is the saved pool with the input events recorded since folded

@@ -192,7 +192,7 @@ func (c *Core) request(ctx context.Context, ev store.Event) (Receipt, error) {
 	if ev.Kind == store.KindProgress {
 		return rc, nil
 	}
-	return rc, c.reconcile(ctx, db, false)
+	return rc, c.commandRound(ctx, db)
 }
 
 // Nodes records that nodes join (join) or leave the pool, by hand or for a
@@ -238,5 +238,5 @@ func (c *Core) Nodes(ctx context.Context, join bool, exprs []string, job string,
 	if noReconcile {
 		return nodes, nil
 	}
-	return nodes, c.reconcile(ctx, db, false)
+	return nodes, c.commandRound(ctx, db)
 }

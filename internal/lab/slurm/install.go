@@ -43,7 +43,10 @@ type Install struct {
 	StateDir    string // the runner's state
 	Work        string // shared scratch (mode 1777): Trainer programs, checkpoints, progress logs
 	Sinfo       string // sinfo with the lab's SLURM_CONF (the controller hooks get none)
-	Tag         string // prefix of every Trainer name: cleanup finds their processes by it
+	// Journal is the hooks' journal (beside the database); JournalFallback
+	// its fallback, on another filesystem (/dev/shm) where there is one.
+	Journal, JournalFallback string
+	Tag                      string // prefix of every Trainer name: cleanup finds their processes by it
 	// CgroupRoot is the lab's own cgroup subtree (trainer.cgroup_root),
 	// removed by Remove; "" where there is no cgroup2 mount.
 	CgroupRoot string
@@ -63,6 +66,7 @@ type Settings struct {
 	AllowRootOwner bool     // Trainers may run as root (the bench; tests use a throwaway user)
 	Torchrun       []string // "" means the keep-alive shim in Work
 	Extra          string   // appended verbatim at the end (inside [trainer])
+	Sinfo          string   // the listing program; "" means Install.Sinfo
 	Raw            string   // when set, the whole file (a corrupt configuration)
 }
 
@@ -76,20 +80,22 @@ func newInstall(ctx context.Context, repo, dir, labConf string) (_ *Install, err
 	tag := make([]byte, 2)
 	rand.Read(tag)
 	in := &Install{
-		Dir:         dir,
-		Bin:         filepath.Join(dir, "bin", "bftrainer"),
-		Config:      filepath.Join(dir, "etc", "bftrainer.toml"),
-		DB:          filepath.Join(dir, "db", "bftrainer.db"),
-		HooksLog:    filepath.Join(dir, "log", "hooks.log"),
-		FallbackLog: filepath.Join(dir, "log", "fallback-hooks.log"),
-		Spool:       filepath.Join(dir, "spool"),
-		Registry:    filepath.Join(dir, "registry"),
-		LogDir:      filepath.Join(dir, "log", "trainers"),
-		StateDir:    filepath.Join(dir, "runner"),
-		Work:        filepath.Join(dir, "work"),
-		Sinfo:       filepath.Join(dir, "bin", "sinfo"),
-		Tag:         "s" + hex.EncodeToString(tag),
-		labConf:     labConf,
+		Dir:             dir,
+		Bin:             filepath.Join(dir, "bin", "bftrainer"),
+		Config:          filepath.Join(dir, "etc", "bftrainer.toml"),
+		DB:              filepath.Join(dir, "db", "bftrainer.db"),
+		HooksLog:        filepath.Join(dir, "log", "hooks.log"),
+		FallbackLog:     filepath.Join(dir, "log", "fallback-hooks.log"),
+		Spool:           filepath.Join(dir, "spool"),
+		Registry:        filepath.Join(dir, "registry"),
+		LogDir:          filepath.Join(dir, "log", "trainers"),
+		StateDir:        filepath.Join(dir, "runner"),
+		Work:            filepath.Join(dir, "work"),
+		Sinfo:           filepath.Join(dir, "bin", "sinfo"),
+		Journal:         filepath.Join(dir, "db", "journal"),
+		JournalFallback: filepath.Join(dir, "journal-fallback"),
+		Tag:             "s" + hex.EncodeToString(tag),
+		labConf:         labConf,
 	}
 	if m, err := agent.CgroupMount(); err == nil {
 		in.CgroupRoot = filepath.Join(m, "bftrainer-lab-"+in.Tag)
@@ -100,6 +106,7 @@ func newInstall(ctx context.Context, repo, dir, labConf string) (_ *Install, err
 	if shm, err := tmpfsDir(); err == nil {
 		in.shm = shm
 		in.Registry = filepath.Join(shm, "registry")
+		in.JournalFallback = filepath.Join(shm, "journal")
 		defer func() {
 			if err != nil {
 				in.Remove()
@@ -231,6 +238,10 @@ func (in *Install) configText(s Settings) string {
 	if s.Spawn == "" {
 		s.Spawn = "auto"
 	}
+	sinfo := s.Sinfo
+	if sinfo == "" {
+		sinfo = in.Sinfo
+	}
 	if len(s.Torchrun) == 0 {
 		s.Torchrun = []string{"/usr/bin/python3", filepath.Join(in.Work, "fast_torchrun.py")}
 	}
@@ -244,6 +255,7 @@ func (in *Install) configText(s Settings) string {
 	}
 	return fmt.Sprintf(`# Written by internal/lab/slurm for a test cluster.
 database = %q
+journal_fallback = %q
 spool = %q
 
 [pool]
@@ -284,7 +296,7 @@ allow_root_owner = %t
 command = [%s]
 store_ports = "%d-%d"
 join_timeout = "120s"
-`, in.DB, in.Spool, s.Solver, in.HooksLog, s.Spawn, in.Sinfo, s.Transport, ssh, in.Bin, in.Config,
+`, in.DB, in.JournalFallback, in.Spool, s.Solver, in.HooksLog, s.Spawn, sinfo, s.Transport, ssh, in.Bin, in.Config,
 		in.Registry, in.LogDir, in.StateDir, in.CgroupRoot, s.AllowRootOwner, s.Extra,
 		strings.Join(torchrun, ", "), in.ports[0], in.ports[1])
 }
@@ -388,7 +400,7 @@ func (in *Install) OpenDB(ctx context.Context) (*store.DB, error) {
 
 // Events returns history rows.
 func (in *Install) Events(ctx context.Context, f store.Filter) ([]store.Event, error) {
-	return lab.Events(ctx, in.DB, f)
+	return lab.Events(ctx, in.DB, f, in.JournalFallback)
 }
 
 // PoolNodes returns the pool's nodes as the last reconciler round saved
@@ -561,6 +573,13 @@ func (in *Install) SetHooks(ctx context.Context, l *Lab, on bool) error {
 	if on {
 		path = in.Bin
 	}
+	return in.SetHookPath(ctx, l, path)
+}
+
+// SetHookPath is SetHooks with another program as the hook (a wrapper
+// that runs the binary; "": none), checked the same way.
+func (in *Install) SetHookPath(ctx context.Context, l *Lab, path string) error {
+	on := path != ""
 	if err := l.SetHooks(ctx, path); err != nil {
 		return err
 	}
