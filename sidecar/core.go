@@ -4,14 +4,19 @@
 // allocator, the schedulers and the Trainer runner.
 //
 // Hooks are the instant path (Core.Hook): they record what the scheduler
-// did (a job takes nodes, a job ends), kill what runs on a node being
-// reclaimed, nudge the reconciler and return, within their deadline and
-// whatever goes wrong (fail open); they never solve and never wait for a
-// re-plan. The reconciler is the serialised path (Core.Reconcile): one
-// process at a time (a lock file beside the database) folds the events
-// recorded since the last round into the pool, waits for released nodes to
-// be exactly idle, decides (pool.Decide), saves the decision and hands the
-// desired state to the runner; it loops while new events arrive. Trainer
+// did (a job takes nodes, a job ends) in the journal — never in the
+// database, which any reader could make them wait for — kill what runs on
+// a node being reclaimed, nudge the reconciler and return, within their
+// deadline and whatever goes wrong (fail open); they never solve and never
+// wait for a re-plan. The reconciler is the serialised path
+// (Core.Reconcile): one process at a time (a lock file beside the
+// database) records the journal in the history, exactly once, folds the
+// events recorded since the last round into the pool, keeps released
+// nodes pending until the scheduler says they are exactly idle (whichever
+// process runs the round), decides (pool.Decide), asks the scheduler about
+// nodes it is about to start Trainers on, saves the decision and hands the
+// desired state to the runner; it loops while new events arrive. Status
+// says how far the saved state can be trusted (Core.Status). Trainer
 // requests (Submit, Cancel, Progress) are checked and authorised by one
 // set of functions, whether they arrive from the CLI, the spool or the
 // fold. The core translates between the vocabularies of the packages it

@@ -342,23 +342,23 @@ func (in *Install) run(ctx context.Context, u *User, env []string, args ...strin
 }
 
 // GrantGroup does what contrib/slurm/README.md tells a site whose
-// SlurmUser is not root: the database's and the hooks' log's directories
-// owned by root with SlurmUser's group, setgid so that the files created
-// in them get that group, and group-writable.
+// SlurmUser is not root: the database's directory root's with SlurmUser's
+// group, setgid, so that the database gets the group and, from it, the
+// journal the hooks write (2770); the hooks' log and its directory
+// group-writable.
 func (in *Install) GrantGroup(group string) error {
-	g, err := user.LookupGroup(group)
+	gid, err := groupID(group)
 	if err != nil {
 		return err
 	}
-	gid, err := strconv.Atoi(g.Gid)
-	if err != nil {
-		return err
-	}
-	for _, d := range []string{filepath.Dir(in.DB), filepath.Dir(in.HooksLog)} {
-		if err := os.Chown(d, 0, gid); err != nil {
+	for _, d := range []struct {
+		dir  string
+		mode os.FileMode
+	}{{filepath.Dir(in.DB), 0o755}, {filepath.Dir(in.HooksLog), 0o775}} {
+		if err := os.Chown(d.dir, 0, gid); err != nil {
 			return err
 		}
-		if err := os.Chmod(d, os.ModeSetgid|0o775); err != nil {
+		if err := os.Chmod(d.dir, os.ModeSetgid|d.mode); err != nil {
 			return err
 		}
 	}
@@ -374,23 +374,49 @@ func (in *Install) GrantGroup(group string) error {
 	return os.Chmod(in.HooksLog, 0o660)
 }
 
-// GrantDatabase makes the database files group-writable once they exist
-// (bftrainer creates them 0644: group write is the admin's decision).
-func (in *Install) GrantDatabase() error {
+// GrantExisting does what the guide tells a site whose database exists
+// already, made with another group (root's): the database's files and the
+// journal and its fallback (which a reconciler made with that group) given
+// SlurmUser's group; the database's group write taken away (hooks do not
+// write it).
+func (in *Install) GrantExisting(group string) error {
+	gid, err := groupID(group)
+	if err != nil {
+		return err
+	}
 	files, err := filepath.Glob(in.DB + "*")
 	if err != nil {
 		return err
 	}
 	for _, f := range files {
+		if strings.HasSuffix(f, ".lock") {
+			continue
+		}
+		if err := os.Chown(f, 0, gid); err != nil {
+			return err
+		}
 		fi, err := os.Stat(f)
 		if err != nil {
 			return err
 		}
-		if err := os.Chmod(f, fi.Mode().Perm()|0o020); err != nil {
+		if err := os.Chmod(f, fi.Mode().Perm()&^0o020); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{in.Journal, in.JournalFallback} {
+		if err := os.Chown(d, -1, gid); err != nil && !os.IsNotExist(err) {
 			return err
 		}
 	}
 	return nil
+}
+
+func groupID(group string) (int, error) {
+	g, err := user.LookupGroup(group)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(g.Gid)
 }
 
 // OpenDB opens the database read-only (the scenarios only look).

@@ -724,11 +724,13 @@ func eventDetails(evs []store.Event) string {
 }
 
 // TestSlurmUserNotRoot runs the controller hooks as an unprivileged
-// SlurmUser (Debian's slurm), with the permissions contrib/slurm/README.md
-// prescribes: the database's and the hooks' log's directories root's
-// with SlurmUser's group (setgid, group-writable), the database made
-// group-writable once created, and the reconciler as a root service,
-// since a hook that is not root does not start one.
+// SlurmUser (Debian's slurm), on an install whose database existed before
+// with root's group, given the permissions contrib/slurm/README.md
+// prescribes for it: the database's directory and files, and the journal
+// the hooks write, given SlurmUser's group (the database not
+// group-writable: hooks never write it), the hooks' log group-writable,
+// and the reconciler as a root service, since a hook that is not root
+// does not start one.
 func TestSlurmUserNotRoot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real Slurm cluster")
@@ -750,14 +752,15 @@ func TestSlurmUserNotRoot(t *testing.T) {
 		}
 	})
 	debugOnFailure(t, c)
-	if err := c.In.GrantGroup("slurm"); err != nil {
-		t.Fatal(err)
-	}
+	// The database and the journal exist already, root's group.
 	out := must[string](t)(c.Run(ctx, "sync"))
 	if !strings.HasPrefix(out, "joined 3 slab[1-3]\n") {
 		t.Fatalf("sync printed %q", out)
 	}
-	if err := c.In.GrantDatabase(); err != nil {
+	if err := c.In.GrantGroup("slurm"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.In.GrantExisting("slurm"); err != nil {
 		t.Fatal(err)
 	}
 	service := exec.Command(c.In.Bin, "reconcile", "--watch", "--interval", "1s")
