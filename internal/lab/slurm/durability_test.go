@@ -135,6 +135,11 @@ func faults(t *testing.T, c *slurm.Cluster) {
 				if n := len(entries(t, c.In.JournalFallback, ".ev")); n == 0 {
 					t.Errorf("no hook record in the fallback %s while the journal was read-only", c.In.JournalFallback)
 				}
+				// status says so.
+				out, err := c.Run(ctx, "status")
+				if err != nil || !strings.Contains(out, "hook record(s) not yet in the history") || !strings.Contains(out, "read-only filesystem") {
+					t.Errorf("status with the database read-only: %v\n%s", err, out)
+				}
 				undo()
 			}
 		})
@@ -437,6 +442,15 @@ func cliRoundPending(t *testing.T, c *slurm.Cluster) {
 		t.Fatal(err)
 	}
 	x := c.Lab.Nodes[0]
+	// What a round's start check costs: one listing of the nodes it is
+	// about to start Trainers on.
+	var took []float64
+	for range 10 {
+		start := time.Now()
+		must[string](t)(c.Lab.Output(ctx, c.In.Sinfo, "-h", "-N", "-o", "%N %t", "-n", x))
+		took = append(took, ms(time.Since(start)))
+	}
+	t.Logf("sinfo -n %s: p50 %.1f ms, max %.1f ms (10 calls)", x, slurm.Quantile(took, 0.5), slurm.Quantile(took, 1))
 	if err := os.WriteFile(slow, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
