@@ -59,16 +59,8 @@ func TestReleaseWaitsWhoeverRuns(t *testing.T) {
 			if prog == "cat" {
 				prog = "/bin/cat"
 			}
-			c, err := New(Options{Database: filepath.Join(dir, "b.db"), Pool: pool.Config{TFwd: 10}, IdleWait: time.Hour,
+			c, db := openCore(t, Options{IdleWait: time.Hour,
 				Schedulers: append(hooks.Builtin(), toyScheduler(file)), Scheduler: "toy", Listings: map[string]string{"toyls": prog}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			db, err := c.open(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
 			now := time.Now()
 			if _, err := db.Append(ctx,
 				store.Event{At: now, Kind: store.KindLeave, Source: "toy", Job: "5", Nodes: []string{"a"}},

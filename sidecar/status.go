@@ -70,15 +70,11 @@ func (c *Core) Status(ctx context.Context) (*Status, error) {
 		return nil, err
 	}
 	defer db.Close()
-	_, join := c.idleCheck(false)
-	r := &Reconciler{DB: db, Pool: c.o.Pool, Admins: c.o.Admins, Now: c.o.Now, JoinReleases: join}
-	r.defaults()
-	f, err := r.fold(ctx)
+	f, err := c.foldNow(ctx, db)
 	if err != nil {
 		return nil, err
 	}
 	now := c.o.Now()
-	f.pool.Step(pool.Event{At: now})
 	st := &Status{Pool: f.pool, Unfolded: f.events, LastRound: f.snap.State.Now, Starts: c.Starts()}
 	st.Journal.Records, st.Journal.Oldest, st.Journal.Err = c.journal.Backlog()
 	since := now.Add(-hookErrorWindow)

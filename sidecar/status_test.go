@@ -10,9 +10,30 @@ import (
 	"time"
 
 	"github.com/bftrainer/bftrainer/journal"
-	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
 )
+
+// openCore builds a core from o, on a database in a temporary directory
+// (unless o names one), opens it for writing and closes it at the end.
+func openCore(tb testing.TB, o Options) (*Core, *store.DB) {
+	tb.Helper()
+	if o.Database == "" {
+		o.Database = filepath.Join(tb.TempDir(), "b.db")
+	}
+	if o.Pool.TFwd == 0 {
+		o.Pool.TFwd = 10
+	}
+	c, err := New(o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	db, err := c.open(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	return c, db
+}
 
 // TestStatusSaysStale: status works without a solver, and says what is
 // stale — hook records not in the history, events no round folded, no
@@ -20,18 +41,9 @@ import (
 // failing — and that with no runner nothing is started.
 func TestStatusSaysStale(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
 	clock := time.Now()
-	c, err := New(Options{Database: filepath.Join(dir, "b.db"), Pool: pool.Config{TFwd: 10}, Interval: 5 * time.Second,
-		Solver: "cbc", SolverSettings: SolverSettings{Path: "/nonexistent/cbc"}, Now: func() time.Time { return clock }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := c.open(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	c, db := openCore(t, Options{Interval: 5 * time.Second, Solver: "cbc", SolverSettings: SolverSettings{Path: "/nonexistent/cbc"},
+		Now: func() time.Time { return clock }})
 	submitted(t, db)
 	if err := c.Reconcile(ctx, true); err != nil {
 		t.Fatal(err)
@@ -92,15 +104,7 @@ func TestStatusSaysStale(t *testing.T) {
 func TestReportFigures(t *testing.T) {
 	ctx := context.Background()
 	clock := time.Now()
-	c, err := New(Options{Database: filepath.Join(t.TempDir(), "b.db"), Pool: pool.Config{TFwd: 10}, Now: func() time.Time { return clock }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := c.open(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	c, db := openCore(t, Options{Now: func() time.Time { return clock }})
 	submitted(t, db)
 	if err := c.Reconcile(ctx, true); err != nil {
 		t.Fatal(err)

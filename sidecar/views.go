@@ -40,23 +40,34 @@ func (c *Core) Preview(ctx context.Context, solver string) (*Preview, error) {
 		return nil, err
 	}
 	defer db.Close()
-	// Releases are folded as a round here would fold them, without asking
-	// anyone: a preview runs no program of the scheduler's.
-	_, join := c.idleCheck(false)
-	r := &Reconciler{DB: db, Pool: c.o.Pool, Solver: s, Admins: c.o.Admins, Now: c.o.Now, JoinReleases: join}
-	r.defaults()
-	f, err := r.fold(ctx)
+	f, err := c.foldNow(ctx, db)
 	if err != nil {
 		return nil, err
 	}
 	p := f.pool
-	p.Step(pool.Event{At: r.Now()})
 	start := time.Now()
 	d := p.Propose(ctx, s, false)
 	if d.Err != nil {
 		return nil, d.Err
 	}
 	return &Preview{Pool: p, Problem: d.Problem, Plan: d.Plan, Pending: f.events, SolveDur: time.Since(start)}, nil
+}
+
+// foldNow is the saved pool with the recorded events no round has folded
+// yet, brought to now, without saving or deciding anything: what the
+// previews, status and the report show. Releases are folded as a round
+// here would fold them, without asking anyone (no program of the
+// scheduler's runs).
+func (c *Core) foldNow(ctx context.Context, db *store.DB) (*folded, error) {
+	_, join := c.idleCheck(false)
+	r := &Reconciler{DB: db, Pool: c.o.Pool, Admins: c.o.Admins, Now: c.o.Now, JoinReleases: join}
+	r.defaults()
+	f, err := r.fold(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f.pool.Step(pool.Event{At: r.Now()})
+	return f, nil
 }
 
 // ErrNoListing: the scheduler has no node listing here (none, turned off,
@@ -235,18 +246,13 @@ func (c *Core) Report(ctx context.Context, since, until time.Time) (*store.Repor
 	if err != nil {
 		return nil, err
 	}
-	now := c.o.Now()
-	if !until.IsZero() && until.Before(now) {
+	if !until.IsZero() && until.Before(c.o.Now()) {
 		return rep, nil
 	}
-	_, join := c.idleCheck(false)
-	r := &Reconciler{DB: db, Pool: c.o.Pool, Admins: c.o.Admins, Now: c.o.Now, JoinReleases: join}
-	r.defaults()
-	f, err := r.fold(ctx)
+	f, err := c.foldNow(ctx, db)
 	if err != nil {
 		return nil, err
 	}
-	f.pool.Step(pool.Event{At: now})
 	was, is := f.snap.State.Totals, f.pool.Totals()
 	rep.IdleNodeHours += (is.IdleNodeSeconds - was.IdleNodeSeconds) / 3600
 	rep.UsedNodeHours += (is.UsedNodeSeconds - was.UsedNodeSeconds) / 3600

@@ -165,7 +165,7 @@ sys.stdin.read()`, e.db+"-shm")
 	if out, err := e.cmd(bin, nil, "reconcile", "--no-scheduler").CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	db := e.openDBOf(t)
+	db := e.openDB(t)
 	evs, err := db.Events(context.Background(), store.Filter{Kinds: []string{store.KindHook, store.KindLeave}})
 	if err != nil {
 		t.Fatal(err)
@@ -210,15 +210,4 @@ func journalFiles(tb testing.TB, dir string) int {
 		}
 	}
 	return n
-}
-
-// openDBOf opens the environment's database, closed at the end.
-func (e testEnv) openDBOf(tb testing.TB) *store.DB {
-	tb.Helper()
-	db, err := store.Open(context.Background(), e.db, store.Options{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { db.Close() })
-	return db
 }

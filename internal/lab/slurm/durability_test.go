@@ -175,11 +175,7 @@ func faults(t *testing.T, c *slurm.Cluster) {
 	// taken just before, the journal brings back everything since.
 	t.Run("database-corrupt", func(t *testing.T) {
 		underFault(t, c, "bad", func(t *testing.T) func() {
-			s := c.Settings
-			s.Spawn = "never"
-			if err := c.Configure(s); err != nil {
-				t.Fatal(err)
-			}
+			restore := spawnNever(t, c)
 			must[string](t)(c.Run(ctx, "reconcile")) // checkpointed: the copy is whole
 			backup := t.TempDir()
 			files, _ := filepath.Glob(c.In.DB + "*")
@@ -202,10 +198,7 @@ func faults(t *testing.T, c *slurm.Cluster) {
 				for _, f := range files {
 					copyFile(t, filepath.Join(backup, filepath.Base(f)), f)
 				}
-				s.Spawn = ""
-				if err := c.Configure(s); err != nil {
-					t.Fatal(err)
-				}
+				restore()
 			}
 		})
 	})
@@ -214,11 +207,7 @@ func faults(t *testing.T, c *slurm.Cluster) {
 	// again and again while the main jobs run, and started again.
 	t.Run("reconciler-killed-mid-round", func(t *testing.T) {
 		underFault(t, c, "k9", func(t *testing.T) func() {
-			s := c.Settings
-			s.Spawn = "never"
-			if err := c.Configure(s); err != nil {
-				t.Fatal(err)
-			}
+			restore := spawnNever(t, c)
 			svc := must[*slurm.Service](t)(c.StartService(200 * time.Millisecond))
 			stop := make(chan struct{})
 			killed := make(chan int)
@@ -250,13 +239,27 @@ func faults(t *testing.T, c *slurm.Cluster) {
 				if n == 0 {
 					t.Error("the reconciler was never killed mid round: the scenario proved nothing")
 				}
-				s.Spawn = ""
-				if err := c.Configure(s); err != nil {
-					t.Fatal(err)
-				}
+				restore()
 			}
 		})
 	})
+}
+
+// spawnNever configures hooks that start no reconciler (whatever runs
+// then is the scenario's) and returns the undo.
+func spawnNever(t *testing.T, c *slurm.Cluster) (restore func()) {
+	t.Helper()
+	s := c.Settings
+	s.Spawn = "never"
+	if err := c.Configure(s); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		s.Spawn = ""
+		if err := c.Configure(s); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // fill writes path until its filesystem is full.
@@ -436,11 +439,7 @@ func cliRoundPending(t *testing.T, c *slurm.Cluster) {
 		t.Fatal(err)
 	}
 	sleepersEverywhere(t, c, "cli")
-	s := c.Settings
-	s.Spawn = "never"
-	if err := c.Configure(s); err != nil {
-		t.Fatal(err)
-	}
+	spawnNever(t, c) // the next reset restores it
 	x := c.Lab.Nodes[0]
 	// What a round's start check costs: one listing of the nodes it is
 	// about to start Trainers on.
