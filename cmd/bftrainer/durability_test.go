@@ -97,6 +97,9 @@ func TestReadLockDoesNotDelayHooks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("creates a user")
 	}
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("the lock holder is /usr/bin/python3 (fcntl.lockf): not installed")
+	}
 	bin := MustBuild(t)
 	e := burstEnv(t)
 	openUp(t, e.dir)
