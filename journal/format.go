@@ -204,3 +204,16 @@ func (r Record) events() []store.Event {
 	}
 	return out
 }
+
+// MarshalJSON writes the record as its file holds it, without the final
+// newline: what a hook logs when neither the journal nor the fallback
+// took the record, so that it can be put back by hand (saved, with a
+// newline, as Name in the journal, mode 0640, owned by root).
+func (r Record) MarshalJSON() ([]byte, error) {
+	b, err := encode(&r)
+	return bytes.TrimSuffix(b, []byte("\n")), err
+}
+
+// Name is the record's file name in the journal (its id and time must be
+// set).
+func (r Record) Name() string { return recordName(r.At, r.ID) }

@@ -101,7 +101,7 @@ func (j *Journal) Ingest(ctx context.Context, db *store.DB, now time.Time) (Resu
 		return cmp.Or(cmp.Compare(a.rec.At.UnixNano(), b.rec.At.UnixNano()), bytes.Compare(a.rec.ID[:], b.rec.ID[:]))
 	})
 	slices.SortFunc(bad, func(a, b *file) int { return cmp.Compare(a.path(), b.path()) })
-	if len(recs) == 0 && len(bad) == 0 && j.unlisted() == 0 {
+	if len(recs) == 0 && len(bad) == 0 && j.budget().Carried() == 0 {
 		return res, errors.Join(errs...)
 	}
 
@@ -143,7 +143,7 @@ func (j *Journal) Ingest(ctx context.Context, db *store.DB, now time.Time) (Resu
 		}
 		os.RemoveAll(f.path()) // never follows a link
 	}
-	j.saveUnlisted(carry)
+	j.budget().Save(carry)
 	for _, dir := range j.dirs() {
 		trimBad(dir)
 	}
@@ -324,38 +324,23 @@ func inGroup(uid, gid uint32) (bool, error) {
 	return slices.Contains(gids, g), nil
 }
 
-// errorRows are the error rows for the bad files: one each for the first
-// ones while the budget lasts, then one row counting the rest and those
-// counted but not reported before. listed is how many got a row of their
-// own; carry how many are still to be counted in a later row (over
-// budget).
+// budget is the journal's error budget for its bad files.
+func (j *Journal) budget() Budget {
+	return Budget{Source: Source, Limit: j.errorBudget, Window: j.errorWindow,
+		Carry: filepath.Join(badPath(j.Dir), unlistedFile), What: "bad files in the journal"}
+}
+
+// errorRows are the error rows for the bad files, within the budget.
 func (j *Journal) errorRows(ctx context.Context, db *store.DB, bad []*file, now time.Time) (rows []store.Event, listed, carry int, err error) {
-	carried := j.unlisted()
-	if len(bad) == 0 && carried == 0 {
-		return nil, 0, 0, nil
+	evs := make([]store.Event, len(bad))
+	for i, f := range bad {
+		evs[i] = badRow(f, now)
 	}
-	recent, err := db.Events(ctx, store.Filter{Kinds: []string{store.KindError}, Source: Source,
-		Since: now.Add(-j.errorWindow), Limit: j.errorBudget})
+	rows, listed, carry, err = j.budget().Rows(ctx, db, evs, now)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("ingest journal: %w", err)
 	}
-	avail := j.errorBudget - len(recent)
-	if avail <= 0 {
-		return nil, 0, carried + len(bad), nil
-	}
-	listed = len(bad)
-	if carried > 0 || len(bad) > avail {
-		listed = min(len(bad), avail-1)
-	}
-	for _, f := range bad[:listed] {
-		rows = append(rows, badRow(f, now))
-	}
-	if rest := len(bad) - listed + carried; rest > 0 {
-		rows = append(rows, store.Event{At: now, Kind: store.KindError, Source: Source, Context: "bad files",
-			Value: float64(rest), HasVal: true, Origin: fmt.Sprintf("unlisted.%d", now.UnixNano()),
-			Error: fmt.Sprintf("%d more bad files in the journal, removed without a row each (at most %d rows an hour)", rest, j.errorBudget)})
-	}
-	return rows, listed, 0, nil
+	return rows, listed, carry, nil
 }
 
 func badRow(f *file, now time.Time) store.Event {
@@ -418,37 +403,9 @@ func trimBad(dir string) {
 	}
 }
 
-// unlistedFile, among the journal's bad files, counts bad files not yet given a
-// row, across Ingests.
+// unlistedFile, among the journal's bad files, counts bad files not yet
+// given a row, across Ingests (Budget.Carry).
 const unlistedFile = ".unlisted"
-
-func (j *Journal) unlisted() int {
-	b, err := os.ReadFile(filepath.Join(badPath(j.Dir), unlistedFile))
-	if err != nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	return max(n, 0)
-}
-
-func (j *Journal) saveUnlisted(n int) {
-	dir := badPath(j.Dir)
-	path := filepath.Join(dir, unlistedFile)
-	if n == 0 {
-		os.Remove(path)
-		return
-	}
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return
-	}
-	if fi, err := os.Lstat(dir); err != nil || !ownDir(fi) {
-		return
-	}
-	tmp := path + ".tmp"
-	if os.WriteFile(tmp, []byte(strconv.Itoa(n)+"\n"), 0o600) == nil {
-		os.Rename(tmp, path)
-	}
-}
 
 // Backlog counts the records waiting in the journal and its fallback and
 // returns the oldest one's time, for status.

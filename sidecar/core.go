@@ -4,14 +4,19 @@
 // allocator, the schedulers and the Trainer runner.
 //
 // Hooks are the instant path (Core.Hook): they record what the scheduler
-// did (a job takes nodes, a job ends), kill what runs on a node being
-// reclaimed, nudge the reconciler and return, within their deadline and
-// whatever goes wrong (fail open); they never solve and never wait for a
-// re-plan. The reconciler is the serialised path (Core.Reconcile): one
-// process at a time (a lock file beside the database) folds the events
-// recorded since the last round into the pool, waits for released nodes to
-// be exactly idle, decides (pool.Decide), saves the decision and hands the
-// desired state to the runner; it loops while new events arrive. Trainer
+// did (a job takes nodes, a job ends) in the journal — never in the
+// database, which any reader could make them wait for — kill what runs on
+// a node being reclaimed, nudge the reconciler and return, within their
+// deadline and whatever goes wrong (fail open); they never solve and never
+// wait for a re-plan. The reconciler is the serialised path
+// (Core.Reconcile): one process at a time (a lock file beside the
+// database) records the journal in the history, exactly once, folds the
+// events recorded since the last round into the pool, keeps released
+// nodes pending until the scheduler says they are exactly idle (whichever
+// process runs the round), decides (pool.Decide), asks the scheduler about
+// nodes it is about to start Trainers on, saves the decision and hands the
+// desired state to the runner; it loops while new events arrive. Status
+// says how far the saved state can be trusted (Core.Status). Trainer
 // requests (Submit, Cancel, Progress) are checked and authorised by one
 // set of functions, whether they arrive from the CLI, the spool or the
 // fold. The core translates between the vocabularies of the packages it
@@ -27,12 +32,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/bftrainer/bftrainer/alloc"
 	"github.com/bftrainer/bftrainer/hooks"
+	"github.com/bftrainer/bftrainer/journal"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
 )
@@ -43,8 +50,13 @@ import (
 type Options struct {
 	Database     string      // the SQLite file
 	DatabaseMode os.FileMode // of a database the core creates; 0: 0644
-	Spool        string      // unprivileged users' request directory
-	RunnerState  string      // the runner's state directory (its Horovod host files); "": none
+	// Journal is the hooks' drop directory (journal.Journal.Dir); "":
+	// "journal" beside the database. JournalFallback takes what it cannot
+	// (another filesystem); "": none.
+	Journal         string
+	JournalFallback string
+	Spool           string // unprivileged users' request directory
+	RunnerState     string // the runner's state directory (its Horovod host files); "": none
 
 	Pool           pool.Config
 	Solvers        Solvers // nil: BuiltinSolvers
@@ -75,8 +87,13 @@ type Options struct {
 
 	HookDeadline time.Duration // a hook returns within it; 0: 2s
 	IdleWait     time.Duration // how long released nodes may take to be exactly idle
-	Poll         time.Duration // pause between rounds while waiting for them
-	MaxRounds    int           // rounds per Reconcile; 0: 100
+	// StartCheck: a round asks the scheduler about a node it is about to
+	// start a Trainer on when the node's last event is older than this
+	// (0: always); negative: never.
+	StartCheck time.Duration
+	Poll       time.Duration // pause between rounds while waiting for them
+	Interval   time.Duration // the reconciler service's interval (status: how long work may wait)
+	MaxRounds  int           // rounds per Reconcile; 0: 100
 
 	// ConfigErr is why the configuration did not load, when it did not.
 	// A hook then records nothing (it does not know the database) but
@@ -95,8 +112,9 @@ type Options struct {
 // Core is the application core built from Options. It holds no open
 // database: each call opens what it needs, as a short-lived process does.
 type Core struct {
-	o      Options
-	solver alloc.Solver // built on first use
+	o       Options
+	solver  alloc.Solver // built on first use
+	journal *journal.Journal
 }
 
 // New builds the core; it fails only on an unknown solver.
@@ -109,6 +127,9 @@ func New(o Options) (*Core, error) {
 	}
 	if o.DatabaseMode == 0 {
 		o.DatabaseMode = 0o644
+	}
+	if o.Journal == "" && o.Database != "" {
+		o.Journal = filepath.Join(filepath.Dir(o.Database), "journal")
 	}
 	if o.HookDeadline <= 0 {
 		o.HookDeadline = 2 * time.Second
@@ -138,7 +159,7 @@ func New(o Options) (*Core, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pool.solver: %w", err)
 	}
-	return &Core{o: o, solver: s}, nil
+	return &Core{o: o, solver: s, journal: &journal.Journal{Dir: o.Journal, Fallback: o.JournalFallback}}, nil
 }
 
 // Errors a front door may turn into a hint or an exit status.
@@ -159,7 +180,8 @@ var (
 
 func invalid(err error) error { return fmt.Errorf("%w%.0w", err, ErrInvalid) }
 
-// open opens the database for writing, creating it.
+// open opens the database for writing, creating it, and makes sure the
+// hooks' journal exists beside it.
 func (c *Core) open(ctx context.Context) (*store.DB, error) {
 	db, err := store.Open(ctx, c.o.Database, store.Options{Mode: c.o.DatabaseMode})
 	if err != nil {
@@ -168,7 +190,39 @@ func (c *Core) open(ctx context.Context) (*store.DB, error) {
 		}
 		return nil, err
 	}
+	if err := c.createJournal(); err != nil {
+		c.o.Log.Printf("%v", err)
+	}
 	return db, nil
+}
+
+// createJournal makes the journal and its fallback (a tmpfs under /run is
+// empty after a boot) with the database's group: the group its hooks run
+// in (SlurmUser's). Existing ones are checked, not changed.
+func (c *Core) createJournal() error {
+	gid := -1
+	for _, p := range []string{c.o.Database, filepath.Dir(c.o.Database)} {
+		if fi, err := os.Stat(p); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				gid = int(st.Gid)
+				break
+			}
+		}
+	}
+	var errs []error
+	for _, d := range []string{c.o.Journal, c.o.JournalFallback} {
+		if d == "" {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(d), 0o755); err != nil {
+			errs = append(errs, fmt.Errorf("create journal: %w", err))
+			continue
+		}
+		if err := journal.Create(d, gid); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // openRead opens the database for reading (for writing too when this
@@ -196,13 +250,14 @@ func (c *Core) canWrite() bool {
 // Database is the database's path, for messages.
 func (c *Core) Database() string { return c.o.Database }
 
-// newReconciler builds the serialised re-plan on db. withScheduler asks the
-// configured scheduler's listing whether released nodes are idle (when it
-// has one and its program is installed).
-func (c *Core) newReconciler(db *store.DB, withScheduler bool) (*Reconciler, error) {
+// newReconciler builds the serialised re-plan on db, asking the
+// configured scheduler's listing whether released nodes are exactly idle
+// — whichever process runs the round — unless noScheduler: the caller
+// then vouches that they are (reconcile --no-scheduler).
+func (c *Core) newReconciler(db *store.DB, noScheduler bool) (*Reconciler, error) {
 	r := &Reconciler{
-		DB: db, Pool: c.o.Pool, Solver: c.solver, Spool: &spool{Dir: c.o.Spool}, Admins: c.o.Admins,
-		IdleWait: c.o.IdleWait, Poll: c.o.Poll, MaxRounds: c.o.MaxRounds, Now: c.o.Now, Log: c.o.Log,
+		DB: db, Journal: c.journal, Pool: c.o.Pool, Solver: c.solver, Spool: &spool{Dir: c.o.Spool}, Admins: c.o.Admins,
+		IdleWait: c.o.IdleWait, Poll: c.o.Poll, MaxRounds: c.o.MaxRounds, StartCheck: c.o.StartCheck, Now: c.o.Now, Log: c.o.Log,
 	}
 	if c.o.Runner != nil {
 		run, err := c.o.Runner()
@@ -213,18 +268,28 @@ func (c *Core) newReconciler(db *store.DB, withScheduler bool) (*Reconciler, err
 			r.Runner = run
 		}
 	}
-	if withScheduler {
-		if q, ok := c.query(""); ok {
-			r.Scheduler = q
-		}
-	}
+	r.Scheduler, r.JoinReleases = c.idleCheck(noScheduler)
 	return r, nil
 }
 
-// query returns the node listing of the scheduler named (the configured
+// idleCheck is how a round learns that released nodes are exactly idle:
+// the configured scheduler's listing; or, when the configuration turned
+// the listing off (or noScheduler), by taking the release's word
+// (joinReleases). A listing configured but not installed here asks
+// nobody and joins nothing: the releases wait for a round that can ask.
+func (c *Core) idleCheck(noScheduler bool) (q nodeLister, joinReleases bool) {
+	if noScheduler {
+		return nil, true
+	}
+	q, off := c.listing("")
+	return q, q == nil && off
+}
+
+// listing returns the node listing of the scheduler named (the configured
 // one, or the registry's default, when name is ""), if it has one and its
-// program is installed.
-func (c *Core) query(name string) (nodeLister, bool) {
+// program is installed; off reports a scheduler without a listing, or one
+// the configuration turned off ("").
+func (c *Core) listing(name string) (q nodeLister, off bool) {
 	if name == "" {
 		name = c.o.Scheduler
 	}
@@ -233,19 +298,19 @@ func (c *Core) query(name string) (nodeLister, bool) {
 		s, ok = c.o.Schedulers.Lookup(name)
 	}
 	if !ok || s.Listing == nil {
-		return nil, false
+		return nil, true
 	}
 	prog, set := c.o.Listings[s.Listing.Key]
 	if !set {
 		prog = s.Listing.Program
 	}
 	if prog == "" {
-		return nil, false
+		return nil, true
 	}
 	if _, err := exec.LookPath(prog); err != nil {
 		return nil, false
 	}
-	return hooks.Query{Listing: s.Listing, Program: prog}, true
+	return hooks.Query{Listing: s.Listing, Program: prog}, false
 }
 
 // Reconcile runs rounds until no new event waits (Reconciler.Run); the
@@ -256,15 +321,36 @@ func (c *Core) Reconcile(ctx context.Context, noScheduler bool) error {
 		return err
 	}
 	defer db.Close()
-	return c.reconcile(ctx, db, !noScheduler)
+	return c.reconcile(ctx, db, noScheduler)
 }
 
-func (c *Core) reconcile(ctx context.Context, db *store.DB, withScheduler bool) error {
-	r, err := c.newReconciler(db, withScheduler)
+func (c *Core) reconcile(ctx context.Context, db *store.DB, noScheduler bool) error {
+	r, err := c.newReconciler(db, noScheduler)
 	if err != nil {
 		return err
 	}
 	return r.Run(ctx)
+}
+
+// commandRound is the round a CLI command runs after recording its
+// request: one pass, which does not wait for released nodes still
+// completing; when it leaves some, a reconciler that does is started
+// (where hooks may start one), else the service takes them.
+func (c *Core) commandRound(ctx context.Context, db *store.DB) error {
+	r, err := c.newReconciler(db, false)
+	if err != nil {
+		return err
+	}
+	r.NoPoll = true
+	if err := r.Run(ctx); err != nil {
+		return err
+	}
+	if r.Pending && c.o.Trigger != nil {
+		if err := c.o.Trigger(); err != nil {
+			c.o.Log.Printf("start reconciler: %v", err)
+		}
+	}
+	return nil
 }
 
 // Watch reconciles every interval until ctx ends: the service form, which
@@ -276,7 +362,7 @@ func (c *Core) Watch(ctx context.Context, every time.Duration, noScheduler bool)
 		return err
 	}
 	defer db.Close()
-	r, err := c.newReconciler(db, !noScheduler)
+	r, err := c.newReconciler(db, noScheduler)
 	if err != nil {
 		return err
 	}

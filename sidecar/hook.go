@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bftrainer/bftrainer/hooks"
+	"github.com/bftrainer/bftrainer/journal"
 	"github.com/bftrainer/bftrainer/store"
 )
 
@@ -39,30 +40,31 @@ type KillResult struct {
 
 // Hook handles one scheduler hook call, the instant path, and always
 // returns within the hook deadline: whatever happens inside (a bad
-// environment, an unreadable configuration, a locked or broken database,
+// environment, an unreadable configuration, a full or read-only journal,
 // a panic), the error goes to the hook log, and to the history when it can,
-// and the scheduler's job is never delayed, failed or drained by us. env
+// and the scheduler's job is never delayed, failed or drained by us. A
+// hook never opens the database: no reader of it can delay a hook. env
 // is the hook's environment; args are its arguments after `bftrainer hook`
 // (a registered scheduler's name first, optionally; see hooks.Input).
 //
 // What a call does:
 //
 //   - Reclaim (the controller's prolog): record the hook and a leave of the
-//     job's nodes in one transaction, then nudge the reconciler.
+//     job's nodes in one journal record, then nudge the reconciler.
 //   - Release (the controller's epilog): record a release; the nodes join
 //     once the scheduler reports them exactly idle.
 //   - KillLocal and CleanupLocal (a node's own prolog and epilog): kill
 //     our processes on this node first, from the local registry, with no
 //     database and no network — even when the call is only partly
 //     understood, or the configuration did not load; then record it, but
-//     only where the database already exists (the controller, or a single
-//     machine): a compute node never gets an empty database.
+//     only where the journal exists (the controller, or a single
+//     machine): a compute node never gets one.
 //   - A Reclaim or Release that is the only hook its scheduler runs for
 //     the job (Call.OnlyHook: Grid Engine's prolog and epilog, on a
 //     compute node) does both: it kills (or cleans up) on every node of the
 //     job first — here from the local registry, on the others through
 //     their node agents (RemoteKiller), all at once — then records the
-//     leave (or release) with the kills, where the database exists.
+//     leave (or release) with the kills, where the journal exists.
 //
 // It never solves and never waits for a re-plan.
 func (c *Core) Hook(ctx context.Context, env hooks.Env, args []string) {
@@ -143,7 +145,9 @@ func (c *Core) hook(ctx context.Context, env hooks.Env, args []string, started t
 		return label, errors.Join(errs...)
 	}
 	if local {
-		if _, err := os.Stat(c.o.Database); err != nil {
+		// A compute node has no journal: its kill is in the node's
+		// registry and the controller's history has the job's leave.
+		if _, err := os.Stat(c.o.Journal); err != nil {
 			return label, errors.Join(errs...)
 		}
 	}
@@ -152,13 +156,13 @@ func (c *Core) hook(ctx context.Context, env hooks.Env, args []string, started t
 		// decoded, never as a hook event the reconciler would act on.
 		evs = append([]store.Event{{At: started, Kind: store.KindError, Source: s.Name, Context: call.Context,
 			Ms: ms(c.o.Now().Sub(started)), HasMs: true, Error: errors.Join(errs...).Error()}}, evs...)
-		if err := c.record(ctx, evs); err != nil {
+		if err := c.record(evs, started, !local); err != nil {
 			errs = append(errs, err)
 		}
 		return label, errors.Join(errs...)
 	}
 	evs = append([]store.Event{c.hookEvent(call, started, killed, errs)}, evs...)
-	if err := c.record(ctx, evs); err != nil {
+	if err := c.record(evs, started, !local); err != nil {
 		return label, errors.Join(append(errs, err)...)
 	}
 	if (call.Action == hooks.Reclaim || call.Action == hooks.Release) && c.o.Trigger != nil {
@@ -297,17 +301,31 @@ func (c *Core) hookEvent(call hooks.Call, started time.Time, killed int, errs []
 	return ev
 }
 
-// record is the hook's one write: its events, complete, in one
-// transaction, waiting for the write lock at most half the deadline. It is
-// the step a durable journal would replace.
-func (c *Core) record(ctx context.Context, evs []store.Event) error {
-	db, err := store.Open(ctx, c.o.Database, store.Options{BusyTimeout: c.o.HookDeadline / 2, Mode: c.o.DatabaseMode, Ephemeral: true})
-	if err != nil {
-		return fmt.Errorf("record hook: %w", err)
+// record is the hook's one write: its events, complete, as one record in
+// the journal (or its fallback), which the reconciler ingests exactly
+// once. It takes no lock and waits on no reader of the database. When
+// neither directory takes it, the whole record goes to the hook log, to
+// be put back by hand: an event is never dropped in silence. A controller
+// hook (create) running as root makes a missing journal first, as the
+// reconciler would: the first job after an install is not logged only.
+func (c *Core) record(evs []store.Event, started time.Time, create bool) error {
+	rec := journal.Record{At: started, Events: evs}
+	w, err := c.journal.Write(rec)
+	if err != nil && create && os.Geteuid() == 0 && errors.Is(err, os.ErrNotExist) {
+		if cerr := c.createJournal(); cerr == nil {
+			w, err = c.journal.Write(rec)
+		}
 	}
-	defer db.Close()
-	if _, err := db.Append(ctx, evs...); err != nil {
-		return fmt.Errorf("record hook: %w", err)
+	if err != nil {
+		rec.ID = w.ID
+		b, jerr := json.Marshal(rec)
+		if jerr != nil {
+			return fmt.Errorf("record hook: %w; the record cannot be written out either: %v", err, jerr)
+		}
+		return fmt.Errorf("record hook: %w; the record, to save as %s in the journal: %s", err, rec.Name(), b)
+	}
+	if w.Primary != nil {
+		c.o.HookLog.Printf("record hook: %v; recorded in the fallback, %s", w.Primary, w.Path)
 	}
 	return nil
 }

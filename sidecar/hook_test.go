@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bftrainer/bftrainer/hooks"
+	"github.com/bftrainer/bftrainer/journal"
 	"github.com/bftrainer/bftrainer/store"
 )
 
@@ -63,35 +64,52 @@ func (k *fakeKiller) cleanedNodes() []string {
 var prologN1 = map[string]string{"SLURM_SCRIPT_CONTEXT": "prolog_slurmd", "SLURM_JOB_ID": "3", "SLURMD_NODENAME": "n1", "SLURM_NODELIST": "n[1-2]"}
 
 // TestHookFailsOpen: whatever goes wrong, Hook returns within its
-// deadline, logs why, still kills on its node, and never creates a
-// database on a compute node.
+// deadline, logs why, still kills on its node, records only into a
+// journal that exists (never on a compute node, never with a
+// configuration that did not load), and logs a record no journal took
+// whole.
 func TestHookFailsOpen(t *testing.T) {
 	ctx := context.Background()
+	ctl := map[string]string{"SLURM_SCRIPT_CONTEXT": "prolog_slurmctld", "SLURM_JOB_ID": "3", "SLURM_JOB_NODELIST": "n1"}
 	tests := []struct {
-		name    string
-		killer  *fakeKiller
-		cfgErr  error
-		env     map[string]string
-		logs    string
-		killed  bool
-		created bool
+		name     string
+		killer   *fakeKiller
+		cfgErr   error
+		env      map[string]string
+		journal  string // "yes": the journal exists (the controller); "no": not; "blocked": cannot be made (a file in its path)
+		logs     string
+		killed   bool
+		recorded bool
 	}{
-		{"node prolog, no database here", &fakeKiller{}, nil, prologN1, "", true, false},
-		{"configuration did not load", &fakeKiller{}, errors.New("config: toml: bad"), prologN1, "config: toml: bad", true, false},
-		{"the kill hangs", &fakeKiller{block: make(chan struct{})}, nil, prologN1, "deadline 200ms exceeded", true, false},
-		{"the kill panics", &fakeKiller{panics: true}, nil, prologN1, "panic: agent bug", true, false},
+		{"node prolog, no journal here", &fakeKiller{}, nil, prologN1, "no", "", true, false},
+		{"configuration did not load", &fakeKiller{}, errors.New("config: toml: bad"), prologN1, "yes", "config: toml: bad", true, false},
+		{"the kill hangs", &fakeKiller{block: make(chan struct{})}, nil, prologN1, "no", "deadline 200ms exceeded", true, false},
+		{"the kill panics", &fakeKiller{panics: true}, nil, prologN1, "no", "panic: agent bug", true, false},
 		{"a node name that could reach a shell", &fakeKiller{}, nil,
-			map[string]string{"SLURM_SCRIPT_CONTEXT": "prolog_slurmd", "SLURM_JOB_ID": "3", "SLURMD_NODENAME": "n1;reboot"}, "n1;reboot", false, false},
-		{"controller prolog, config broken: nothing recorded", &fakeKiller{}, errors.New("config: bad"),
-			map[string]string{"SLURM_SCRIPT_CONTEXT": "prolog_slurmctld", "SLURM_JOB_ID": "3", "SLURM_JOB_NODELIST": "n1"}, "config: bad", false, false},
-		{"controller prolog: recorded", &fakeKiller{}, nil,
-			map[string]string{"SLURM_SCRIPT_CONTEXT": "prolog_slurmctld", "SLURM_JOB_ID": "3", "SLURM_JOB_NODELIST": "n1"}, "", false, true},
+			map[string]string{"SLURM_SCRIPT_CONTEXT": "prolog_slurmd", "SLURM_JOB_ID": "3", "SLURMD_NODENAME": "n1;reboot"}, "no", "n1;reboot", false, false},
+		{"controller prolog, config broken: nothing recorded", &fakeKiller{}, errors.New("config: bad"), ctl, "yes", "config: bad", false, false},
+		{"controller prolog: recorded", &fakeKiller{}, nil, ctl, "yes", "", false, true},
+		{"controller prolog, no journal yet", &fakeKiller{}, nil, ctl, "no", "", false, os.Geteuid() == 0},
+		{"controller prolog, no journal possible: the record logged whole", &fakeKiller{}, nil, ctl, "blocked",
+			`record hook: journal ` /* then the reason and the record */, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs bytes.Buffer
-			db := filepath.Join(t.TempDir(), "b.db")
-			c, err := New(Options{Database: db, Killer: tt.killer, ConfigErr: tt.cfgErr, HookDeadline: 200 * time.Millisecond,
+			dir := t.TempDir()
+			db, jdir := filepath.Join(dir, "b.db"), filepath.Join(dir, "journal")
+			switch tt.journal {
+			case "yes":
+				if err := journal.Create(jdir, -1); err != nil {
+					t.Fatal(err)
+				}
+			case "blocked":
+				jdir = filepath.Join(dir, "file", "journal")
+				if err := os.WriteFile(filepath.Dir(jdir), nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c, err := New(Options{Database: db, Journal: jdir, Killer: tt.killer, ConfigErr: tt.cfgErr, HookDeadline: 200 * time.Millisecond,
 				HookLog: log.New(&logs, "", 0)})
 			if err != nil {
 				t.Fatal(err)
@@ -112,30 +130,51 @@ func TestHookFailsOpen(t *testing.T) {
 			if tt.logs == "" && logs.Len() > 0 || !strings.Contains(logs.String(), tt.logs) {
 				t.Fatalf("hook log %q, want %q", logs.String(), tt.logs)
 			}
-			if _, err := os.Stat(db); (err == nil) != tt.created {
-				t.Fatalf("database exists: %v, want %v", err == nil, tt.created)
+			if _, err := os.Stat(db); err == nil {
+				t.Fatal("a hook created the database")
+			}
+			files, _ := os.ReadDir(jdir)
+			if (len(files) > 0) != tt.recorded {
+				t.Fatalf("%d files in the journal, want a record: %v", len(files), tt.recorded)
+			}
+			if tt.journal == "blocked" && !strings.Contains(logs.String(), `"kind":"leave"`) {
+				t.Fatalf("the record was not logged whole: %s", logs.String())
 			}
 		})
 	}
 }
 
-// TestHookRecordsOnce: a node prolog where the database exists records the
-// hook and the kill, in one write.
+// TestHookRecordsOnce: a node prolog where the journal exists records the
+// hook and the kill in one record, which one ingest turns into two
+// consecutive events, the hook's timestamps kept.
 func TestHookRecordsOnce(t *testing.T) {
 	ctx := context.Background()
 	db := MustDB(t)
 	k := &fakeKiller{}
-	c, err := New(Options{Database: db.Path(), Killer: k})
+	started := time.Now().Add(-time.Second).Truncate(time.Microsecond)
+	c, err := New(Options{Database: db.Path(), Killer: k, Started: started})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := c.createJournal(); err != nil {
+		t.Fatal(err)
+	}
 	c.Hook(ctx, hooks.MapEnv(prologN1), []string{"slurm"})
+	if evs, _ := db.Events(ctx, store.Filter{}); len(evs) != 0 {
+		t.Fatalf("the hook wrote the database: %+v", evs)
+	}
+	if res, err := c.journal.Ingest(ctx, db, time.Now()); err != nil || res.Records != 1 {
+		t.Fatalf("ingest: %+v %v, want one record", res, err)
+	}
 	evs, err := db.Events(ctx, store.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(evs) != 2 || evs[0].Kind != store.KindHook || evs[1].Kind != store.KindKill || evs[0].ID+1 != evs[1].ID {
 		t.Fatalf("events %+v, want the hook and its kill", evs)
+	}
+	if !evs[0].At.Equal(started) {
+		t.Fatalf("hook event at %v, want the hook's start %v", evs[0].At, started)
 	}
 	if !strings.Contains(string(evs[0].Detail), `"killed":1`) {
 		t.Fatalf("hook detail %s does not say what it killed", evs[0].Detail)
@@ -162,7 +201,7 @@ func geFiles(path string) ([]byte, error) {
 // on all of them. Without a remote killer the other nodes are left to the
 // reconciler; a remote kill that hangs never holds the job beyond the
 // deadline, and the local kill still happens. Like a node hook, it records
-// only where the database exists.
+// only where the journal exists.
 func TestHookOnlyHook(t *testing.T) {
 	ctx := context.Background()
 	epilog := maps.Clone(gridEngineProlog)
@@ -185,8 +224,10 @@ func TestHookOnlyHook(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs bytes.Buffer
 			db := filepath.Join(t.TempDir(), "b.db")
+			var sdb *store.DB
 			if !tt.noDB {
-				db = MustDB(t).Path()
+				sdb = MustDB(t)
+				db = sdb.Path()
 			}
 			local := &fakeKiller{}
 			o := Options{Database: db, Killer: local, HookDeadline: 300 * time.Millisecond, ReadFile: geFiles,
@@ -197,6 +238,11 @@ func TestHookOnlyHook(t *testing.T) {
 			c, err := New(o)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if !tt.noDB {
+				if err := c.createJournal(); err != nil {
+					t.Fatal(err)
+				}
 			}
 			done := make(chan struct{})
 			go func() { c.Hook(ctx, hooks.MapEnv(tt.env), []string{"gridengine"}); close(done) }()
@@ -228,10 +274,16 @@ func TestHookOnlyHook(t *testing.T) {
 				if _, err := os.Stat(db); err == nil {
 					t.Fatal("a compute node's hook created a database")
 				}
+				if _, err := os.Stat(c.o.Journal); err == nil {
+					t.Fatal("a compute node's hook created a journal")
+				}
 				return
 			}
 			if tt.events == "" {
 				return
+			}
+			if _, err := c.journal.Ingest(ctx, sdb, time.Now()); err != nil {
+				t.Fatal(err)
 			}
 			evs, err := c.Events(ctx, store.Filter{})
 			if err != nil {

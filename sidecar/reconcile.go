@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/journal"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
 	"github.com/bftrainer/bftrainer/trainer"
@@ -18,6 +19,13 @@ import (
 // Runner makes Trainer processes match the desired state.
 type Runner interface {
 	Apply(ctx context.Context, want []trainer.Want) []trainer.Action
+}
+
+// unfencer is a Runner that can lift the reclaim fence of nodes the
+// scheduler confirmed idle (their epilog, which lifts it, may never have
+// run).
+type unfencer interface {
+	Unfence(ctx context.Context, nodes []string) []trainer.Action
 }
 
 // checker is a Runner that also notices Trainers whose processes ended
@@ -38,18 +46,33 @@ type nodeLister interface {
 // Reconciler is the serialised re-plan.
 type Reconciler struct {
 	DB        *store.DB
+	Journal   *journal.Journal // the hooks' records, ingested first in every round; nil: none
 	Pool      pool.Config
 	Solver    alloc.Solver
 	Runner    Runner     // nil: record nothing to run
-	Scheduler nodeLister // nil: released nodes join at once
-	Spool     *spool     // nil: no unprivileged submissions
-	Admins    func(user string) bool
-	LockPath  string
-	IdleWait  time.Duration // how long released nodes may take to be exactly idle
-	Poll      time.Duration // pause between rounds while waiting for them
-	MaxRounds int           // rounds per Run; 0 means 100
-	Now       func() time.Time
-	Log       *log.Logger
+	Scheduler nodeLister // asked whether released nodes are exactly idle; nil: nobody
+	// JoinReleases folds a release as a join at once: whoever runs the
+	// round vouches that the nodes are idle. Otherwise, with no Scheduler
+	// to ask, released nodes stay pending.
+	JoinReleases bool
+	// NoPoll makes a run one pass over released nodes: those still
+	// completing are left to the next run (Pending says so) instead of
+	// being waited for, as a CLI command's round must not hang for them.
+	NoPoll bool
+	// Pending is set by a round that left released nodes completing.
+	Pending bool
+	// StartCheck: before starting a Trainer on a node whose last event is
+	// older than this (0: on any node), ask Scheduler about it; a node it
+	// says is not idle leaves the pool instead. Negative: never ask.
+	StartCheck time.Duration
+	Spool      *spool // nil: no unprivileged submissions
+	Admins     func(user string) bool
+	LockPath   string
+	IdleWait   time.Duration // how long released nodes may take to be exactly idle
+	Poll       time.Duration // pause between rounds while waiting for them
+	MaxRounds  int           // rounds per Run; 0 means 100
+	Now        func() time.Time
+	Log        *log.Logger
 }
 
 // Run performs rounds until no new event is waiting, then returns. If
@@ -57,56 +80,59 @@ type Reconciler struct {
 // the new events before it stops.
 func (r *Reconciler) Run(ctx context.Context) error {
 	r.defaults()
-	lk, ok, err := tryLock(r.LockPath)
-	if err != nil {
-		return fmt.Errorf("reconcile: %w", err)
-	}
-	if !ok {
-		return nil // the holder picks up the new events before it stops
-	}
 	rounds := 0
 	for {
-		more, err := r.locked(ctx, &rounds)
+		lk, ok, err := tryLock(r.LockPath)
+		if err != nil {
+			return fmt.Errorf("reconcile: %w", err)
+		}
+		if !ok {
+			return nil // the holder looks again after it unlocks
+		}
+		err = r.locked(ctx, &rounds)
 		lk.Unlock()
-		if err != nil || !more {
+		if err != nil || rounds >= r.MaxRounds {
 			return err
 		}
-		// Events may have arrived after our last look but before we
-		// unlocked, from a hook that saw the lock held: look again.
-		if lk, ok, err = tryLock(r.LockPath); err != nil || !ok {
+		// Look again once unlocked: a hook that wrote after our last
+		// look found the lock held, and its reconciler left it to us.
+		if more, err := r.waiting(ctx); err != nil || !more {
 			return err
 		}
 	}
 }
 
-// locked runs rounds while holding the lock; more reports events that
-// arrived at the very end.
-func (r *Reconciler) locked(ctx context.Context, rounds *int) (more bool, err error) {
+// locked runs rounds while holding the lock, until one wants no other.
+func (r *Reconciler) locked(ctx context.Context, rounds *int) error {
 	for ; *rounds < r.MaxRounds; *rounds++ {
 		again, err := r.Round(ctx)
 		if err != nil {
-			return false, err
+			return err
 		}
 		if !again {
-			return r.waiting(ctx)
+			*rounds++
+			return nil
 		}
 		if r.Poll > 0 {
 			select {
 			case <-ctx.Done():
-				return false, ctx.Err()
+				return ctx.Err()
 			case <-time.After(r.Poll):
 			}
 		}
 	}
 	r.Log.Printf("stopping after %d rounds; the next event or sync continues", r.MaxRounds)
-	return false, nil
+	return nil
 }
 
-// waiting reports whether input events newer than the saved state, or
-// spooled requests, exist.
+// waiting reports whether hook records, spooled requests or input events
+// newer than the saved state are waiting.
 func (r *Reconciler) waiting(ctx context.Context) (bool, error) {
-	// A request spooled after the last round's ingest is waiting too: the
-	// CLI that spooled it found the lock held and left it to us.
+	if r.Journal != nil {
+		if n, _, _ := r.Journal.Backlog(); n > 0 {
+			return true, nil
+		}
+	}
 	if r.Spool != nil && r.Spool.pending() {
 		return true, nil
 	}
@@ -141,13 +167,27 @@ func (r *Reconciler) defaults() {
 // arrived meanwhile).
 func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 	r.defaults()
+	// The hooks' records first, in their own order and with their own
+	// timestamps: everything a hook recorded before this round is folded
+	// in it.
+	more := false
+	if r.Journal != nil {
+		res, err := r.Journal.Ingest(ctx, r.DB, r.Now())
+		if err != nil {
+			r.Log.Printf("%v", err)
+		}
+		more = res.Left > 0
+	}
+	var gone []string
 	if c, ok := r.Runner.(checker); ok && r.Runner != nil {
-		r.check(ctx, c)
+		gone = r.check(ctx, c)
 	}
 	if r.Spool != nil {
-		if err := r.Spool.ingest(ctx, r.DB, r.Now()); err != nil {
+		left, err := r.Spool.ingest(ctx, r.DB, r.Now())
+		if err != nil {
 			r.Log.Printf("spool: %v", err)
 		}
+		more = more || left
 	}
 	f, err := r.fold(ctx)
 	if err != nil {
@@ -165,6 +205,16 @@ func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 	changes, ended := changeEvents(p.Changes(), now)
 	history = append(history, changes...)
 	st := p.State()
+	if leave := r.startCheck(ctx, snap.State, st, gone, now); leave != nil {
+		// The scheduler uses nodes the pool would lend: record what it
+		// says, as an input, and decide again on it rather than start
+		// anything.
+		r.Log.Printf("start check: %v not idle; deciding again without them", leave.Nodes)
+		if _, err := r.DB.Append(ctx, *leave); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
 	if err := r.DB.Save(ctx, &store.Round{
 		State: st, Ended: ended, Launch: launches, AppliedID: applied,
 		PrevNow: prevNow, PrevTotal: prevTotal, Events: history,
@@ -179,7 +229,8 @@ func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 	if r.Runner != nil {
 		r.apply(ctx, st, snap.Launch, launches)
 	}
-	return waiting, nil
+	r.Pending = waiting
+	return (waiting && !r.NoPoll) || more, nil
 }
 
 // folded is the saved pool with the input events recorded since folded
@@ -224,15 +275,17 @@ func (r *Reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string
 		return &store.Event{At: ev.At, Kind: store.KindError, Source: "reconciler", Context: ev.Kind,
 			Trainer: ev.Trainer, User: ev.User, Error: fmt.Sprintf("event %d rejected: %v", ev.ID, err)}
 	}
+	var skipped *store.Event
+	if ev.Source == syncSource {
+		ev.Nodes, skipped = unchangedSince(p, ev)
+	}
 	switch ev.Kind {
 	case store.KindJoin:
 		p.Join(ev.At, ev.Nodes, ev.Job)
 	case store.KindLeave:
 		p.Leave(ev.At, ev.Nodes, ev.Job)
 	case store.KindRelease:
-		if r.Scheduler == nil {
-			// Nobody to ask whether they are exactly idle: the caller
-			// (node join, tests) vouches for it.
+		if r.JoinReleases {
 			p.Join(ev.At, ev.Nodes, ev.Job)
 			break
 		}
@@ -292,56 +345,120 @@ func (r *Reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string
 			return reject(err)
 		}
 	}
-	return nil
+	return skipped
+}
+
+// syncSource is the source of the leaves and releases sync records.
+const syncSource = "sync"
+
+// unchangedSince keeps, of a sync's leave or release, the nodes whose
+// state has not changed since the scheduler's snapshot it was made from
+// (the event's time): whatever was recorded after the snapshot wins. The
+// others are returned as a stale event.
+func unchangedSince(p *pool.Pool, ev store.Event) ([]string, *store.Event) {
+	var keep, later []string
+	for _, n := range ev.Nodes {
+		if node, ok := p.Node(n); ok && node.Since.After(ev.At) {
+			later = append(later, n)
+			continue
+		}
+		keep = append(keep, n)
+	}
+	if len(later) == 0 {
+		return keep, nil
+	}
+	return keep, &store.Event{At: ev.At, Kind: store.KindStale, Source: "reconciler", Context: "changed after the sync's snapshot",
+		Job: ev.Job, Nodes: later, Detail: json.RawMessage(fmt.Sprintf(`{"event":%d,"kind":%q}`, ev.ID, ev.Kind))}
 }
 
 // check asks the runner which Trainers ended by themselves and records
-// their exits (input events, folded next) and what it saw.
-func (r *Reconciler) check(ctx context.Context, c checker) {
+// their exits (input events, folded next) and what it saw. gone are the
+// nodes where a launch vanished without an exit: something killed it
+// there (a node's prolog, whose leave may not be in the history).
+func (r *Reconciler) check(ctx context.Context, c checker) (gone []string) {
 	exits, acts := c.Check(ctx)
+	for _, a := range acts {
+		if a.Op == "gone" && a.Node != "" && !slices.Contains(gone, a.Node) {
+			gone = append(gone, a.Node)
+		}
+	}
 	evs := r.actionEvents(acts)
 	for _, e := range exits {
 		d, _ := json.Marshal(exitDetail{Status: pool.Status(e.Status), Note: e.Note})
 		evs = append(evs, store.Event{At: r.Now(), Kind: store.KindExit, Source: "trainer", Trainer: e.Trainer, Detail: d})
 	}
 	if len(evs) == 0 {
-		return
+		return gone
 	}
 	if _, err := r.DB.Append(ctx, evs...); err != nil {
 		r.Log.Printf("record exits: %v", err)
 	}
+	return gone
 }
 
 // checkPending asks the scheduler whether released nodes are exactly idle
 // yet, and joins those that are. waiting is true while some are still
-// completing and have not waited IdleWait.
+// completing and have not waited IdleWait. A node the scheduler confirms
+// idle has its reclaim fence lifted (its epilog, which lifts it, may not
+// have run), then is asked about again: a job that started there before
+// the fence was lifted shows in the second answer, and its node stays
+// out.
 func (r *Reconciler) checkPending(ctx context.Context, p *pool.Pool) (waiting bool, history []store.Event) {
 	pend := p.Pending()
-	if len(pend) == 0 || r.Scheduler == nil {
+	if len(pend) == 0 {
+		return false, nil
+	}
+	if r.Scheduler == nil {
+		if r.JoinReleases {
+			// Nobody to ask, and the caller vouches for them.
+			return false, joinByJob(p, pend, func(string) bool { return true }, r.Now())
+		}
 		return false, nil
 	}
 	names := make([]string, len(pend))
 	for i, n := range pend {
 		names[i] = n.Name
 	}
-	states, err := r.Scheduler.NodeStates(ctx, names)
+	states, err := r.nodeStates(ctx, names)
 	now := r.Now()
 	if err != nil {
 		// Do not spin on a scheduler that does not answer: the nodes stay
 		// pending until the next event or sync.
-		history = append(history, store.Event{At: now, Kind: store.KindError, Source: "reconciler", Context: "idle-check", Error: err.Error()})
-		return false, history
+		return false, []store.Event{{At: now, Kind: store.KindError, Source: "reconciler", Context: "idle-check", Error: err.Error()}}
 	}
-	byJob := map[string][]string{}
-	var jobs []string
+	var idle []string
 	for _, n := range pend {
 		switch {
 		case states[n.Name] == "idle":
+			idle = append(idle, n.Name)
 		case now.Sub(n.Since) < r.IdleWait:
 			waiting = true
+		}
+		// else not idle after the wait: sync will settle it
+	}
+	if u, ok := r.Runner.(unfencer); ok && r.Runner != nil && len(idle) > 0 {
+		if evs := r.actionEvents(u.Unfence(ctx, idle)); len(evs) > 0 {
+			if _, err := r.DB.Append(ctx, evs...); err != nil {
+				r.Log.Printf("record unfence: %v", err)
+			}
+		}
+		again, err := r.nodeStates(ctx, idle)
+		if err != nil {
+			return false, []store.Event{{At: now, Kind: store.KindError, Source: "reconciler", Context: "idle-check", Error: err.Error()}}
+		}
+		idle = slices.DeleteFunc(idle, func(n string) bool { return again[n] != "idle" })
+	}
+	return waiting, joinByJob(p, pend, func(n string) bool { return slices.Contains(idle, n) }, now)
+}
+
+// joinByJob joins the pending nodes that are idle, one join per job that
+// released them, and returns the history rows.
+func joinByJob(p *pool.Pool, pend []pool.Node, idle func(node string) bool, now time.Time) (history []store.Event) {
+	byJob := map[string][]string{}
+	var jobs []string
+	for _, n := range pend {
+		if !idle(n.Name) {
 			continue
-		default:
-			continue // not idle after the wait: sync will settle it
 		}
 		if _, ok := byJob[n.Job]; !ok {
 			jobs = append(jobs, n.Job)
@@ -354,7 +471,77 @@ func (r *Reconciler) checkPending(ctx context.Context, p *pool.Pool) (waiting bo
 		// Recorded under its own kind: a join row would be folded again.
 		history = append(history, store.Event{At: now, Kind: store.KindIdle, Source: "reconciler", Job: job, Nodes: byJob[job]})
 	}
-	return waiting, history
+	return history
+}
+
+// listingTimeout bounds a call of the scheduler's node listing: a round a
+// CLI command runs must not hang on a scheduler that does not answer.
+const listingTimeout = 15 * time.Second
+
+// nodeStates asks the scheduler, within listingTimeout.
+func (r *Reconciler) nodeStates(ctx context.Context, nodes []string) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, listingTimeout)
+	defer cancel()
+	return r.Scheduler.NodeStates(ctx, nodes)
+}
+
+// startCheck asks the scheduler about the nodes the round is about to
+// start Trainers on — newly given to a Trainer, or where its launch
+// vanished (gone) — when their last event is older than StartCheck, and
+// returns a leave of those it says are not idle: a leave the history
+// missed, which must not put a Trainer beside the scheduler's job. nil
+// when all is well, or nobody can be asked.
+func (r *Reconciler) startCheck(ctx context.Context, before, after pool.State, gone []string, now time.Time) *store.Event {
+	if r.Scheduler == nil || r.StartCheck < 0 {
+		return nil
+	}
+	held := map[string]string{}
+	for _, t := range before.Trainers {
+		for _, n := range t.Nodes {
+			held[n.Name] = t.ID
+		}
+	}
+	since := map[string]time.Time{}
+	for _, n := range after.Nodes {
+		since[n.Name] = n.Since
+	}
+	var ask []string
+	for _, t := range after.Trainers {
+		if t.Status != pool.Running {
+			continue
+		}
+		for _, n := range t.Nodes {
+			fresh := held[n.Name] != t.ID && now.Sub(since[n.Name]) >= r.StartCheck
+			if fresh || slices.Contains(gone, n.Name) {
+				ask = append(ask, n.Name)
+			}
+		}
+	}
+	if len(ask) == 0 {
+		return nil
+	}
+	slices.Sort(ask)
+	states, err := r.nodeStates(ctx, ask)
+	if err != nil {
+		// Not knowing is no reason to keep the pool's nodes from it: the
+		// node's fence, set by its prolog, still refuses a start beside a
+		// job.
+		r.Log.Printf("start check: %v", err)
+		return nil
+	}
+	var busy []string
+	seen := map[string]string{}
+	for _, n := range ask {
+		if st := states[n]; st != "idle" {
+			busy = append(busy, n)
+			seen[n] = st
+		}
+	}
+	if len(busy) == 0 {
+		return nil
+	}
+	d, _ := json.Marshal(map[string]any{"states": seen})
+	return &store.Event{At: now, Kind: store.KindLeave, Source: "reconciler", Context: "start-check", Nodes: busy, Detail: d}
 }
 
 // decide makes the round's decision with pool.Decide (the replay's own step;

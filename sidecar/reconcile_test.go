@@ -204,7 +204,7 @@ func TestSpoolDirChecked(t *testing.T) {
 			if err := os.Chmod(dir, tt.mode); err != nil {
 				t.Fatal(err)
 			}
-			err := (&spool{Dir: dir}).ingest(context.Background(), MustDB(t), time.Now())
+			_, err := (&spool{Dir: dir}).ingest(context.Background(), MustDB(t), time.Now())
 			if tt.ok != (err == nil) || (!tt.ok && !errors.Is(err, errSpoolUnsafe)) {
 				t.Fatalf("ingest: %v, want ok=%v", err, tt.ok)
 			}

@@ -44,6 +44,10 @@ type exitDetail struct {
 type Receipt struct {
 	ID      string // the Trainer's name (generated for a submission without one)
 	Spooled bool   // dropped in the spool for the root reconciler, not recorded yet
+	// Unchecked is why the caller's right to act on the Trainer could not
+	// be checked before spooling (the database unreadable): the reconciler
+	// checks it, with the same rule, and refuses the request if need be.
+	Unchecked error
 }
 
 // checkSubmit is the one check of a submission, wherever it comes from
@@ -88,36 +92,25 @@ func (c *Core) Submit(ctx context.Context, req SubmitRequest) (Receipt, error) {
 	return c.request(ctx, store.Event{At: now, Kind: store.KindSubmit, Source: "cli", Trainer: req.ID, Detail: detail})
 }
 
-// Cancel cancels a Trainer. Recorded directly, it is refused at once when
-// the Trainer is not active or not the caller's; spooled, the reconciler
-// decides with the same rule.
+// Cancel cancels a Trainer. It is refused at once when the Trainer is not
+// active or not the caller's, whether the request would be recorded or
+// spooled; the reconciler checks a spooled one again.
 func (c *Core) Cancel(ctx context.Context, id string) (Receipt, error) {
 	if err := names.ValidateTrainer(id); err != nil {
 		return Receipt{}, invalid(err)
 	}
-	if c.canWrite() {
-		db, err := c.openRead(ctx)
-		if err != nil {
-			return Receipt{}, err
-		}
-		tr, ok, err := db.Trainer(ctx, id)
-		db.Close()
-		if err != nil {
-			return Receipt{}, err
-		}
-		if !ok || !tr.Status.Active() {
-			return Receipt{}, fmt.Errorf("no active Trainer named %q", id)
-		}
-		if me := c.o.User(); !mayAct(me, tr.Owner, c.o.Admins) {
-			return Receipt{}, fmt.Errorf("%w: %s belongs to %s", ErrDenied, id, tr.Owner)
-		}
+	unchecked, err := c.authorise(ctx, id, "cancel")
+	if err != nil {
+		return Receipt{}, err
 	}
-	return c.request(ctx, store.Event{At: c.o.Now(), Kind: store.KindCancel, Source: "cli", Trainer: id})
+	rc, err := c.request(ctx, store.Event{At: c.o.Now(), Kind: store.KindCancel, Source: "cli", Trainer: id})
+	rc.Unchecked = unchecked
+	return rc, err
 }
 
 // Progress records a Trainer's report of the samples it has processed so
-// far (its total); only its owner's processes (or root) may send one,
-// which the fold checks.
+// far (its total). Only its owner's processes (or root, or an admin) may
+// send one: refused at once otherwise, and by the fold for a spooled one.
 func (c *Core) Progress(ctx context.Context, id string, samples float64) (Receipt, error) {
 	if err := names.ValidateTrainer(id); err != nil {
 		return Receipt{}, invalid(err)
@@ -125,7 +118,46 @@ func (c *Core) Progress(ctx context.Context, id string, samples float64) (Receip
 	if samples < 0 || samples != samples {
 		return Receipt{}, invalid(fmt.Errorf("samples must be ≥ 0"))
 	}
-	return c.request(ctx, store.Event{At: c.o.Now(), Kind: store.KindProgress, Source: "trainer", Trainer: id, Value: samples, HasVal: true})
+	unchecked, err := c.authorise(ctx, id, "report progress for")
+	if err != nil {
+		return Receipt{}, err
+	}
+	rc, err := c.request(ctx, store.Event{At: c.o.Now(), Kind: store.KindProgress, Source: "trainer", Trainer: id, Value: samples, HasVal: true})
+	rc.Unchecked = unchecked
+	return rc, err
+}
+
+// authorise is the front door's check of a request on a Trainer: it must
+// be active and the caller may act on it (mayAct), read from the
+// database, which every user may read. When it cannot be read, unchecked
+// says why and the request goes on: the reconciler decides by the same
+// rule. err refuses the request (ErrDenied, or no such active Trainer).
+func (c *Core) authorise(ctx context.Context, id, verb string) (unchecked, err error) {
+	db, err := c.openRead(ctx)
+	if err != nil {
+		if c.canWrite() {
+			return nil, err // we would record it directly: the same error then
+		}
+		return err, nil
+	}
+	tr, ok, err := db.Trainer(ctx, id)
+	db.Close()
+	if err != nil {
+		if c.canWrite() {
+			return nil, err
+		}
+		return err, nil
+	}
+	if !ok || !tr.Status.Active() {
+		if ok {
+			return nil, fmt.Errorf("no active Trainer named %q: it is %s", id, tr.Status)
+		}
+		return nil, fmt.Errorf("no active Trainer named %q", id)
+	}
+	if me := c.o.User(); !mayAct(me, tr.Owner, c.o.Admins) {
+		return nil, fmt.Errorf("%w: %s may not %s %s, which belongs to %s", ErrDenied, me, verb, id, tr.Owner)
+	}
+	return nil, nil
 }
 
 // request records an input event as the caller, directly when this
@@ -160,7 +192,7 @@ func (c *Core) request(ctx context.Context, ev store.Event) (Receipt, error) {
 	if ev.Kind == store.KindProgress {
 		return rc, nil
 	}
-	return rc, c.reconcile(ctx, db, false)
+	return rc, c.commandRound(ctx, db)
 }
 
 // Nodes records that nodes join (join) or leave the pool, by hand or for a
@@ -206,5 +238,5 @@ func (c *Core) Nodes(ctx context.Context, join bool, exprs []string, job string,
 	if noReconcile {
 		return nodes, nil
 	}
-	return nodes, c.reconcile(ctx, db, false)
+	return nodes, c.commandRound(ctx, db)
 }

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bftrainer/bftrainer/journal"
 	"github.com/bftrainer/bftrainer/names"
 	"github.com/bftrainer/bftrainer/store"
 )
@@ -75,22 +76,35 @@ func (s *spool) put(r spoolRequest) (string, error) {
 	return name, nil
 }
 
-// ingest turns every complete request file into an event attributed to
-// its owner, then removes the file. Bad files are recorded as errors and
-// removed; temporary files older than an hour are removed.
-func (s *spool) ingest(ctx context.Context, db *store.DB, now time.Time) error {
+// maxIngest bounds the requests one round reads; more are left for the
+// next round, which the reconciler runs at once.
+const maxIngest = 1000
+
+// budget bounds the error rows of bad requests: anyone may drop a file in
+// the spool, and junk must not become a permanent error stream. What is
+// over budget is counted beside the spool (SPOOL.bad, root's).
+func (s *spool) budget() journal.Budget {
+	return journal.Budget{Source: "spool", Carry: filepath.Join(filepath.Clean(s.Dir)+".bad", ".unlisted"), What: "bad requests in the spool"}
+}
+
+// ingest turns complete request files, at most maxIngest, into events
+// attributed to their owners, then removes the files. Bad files are
+// removed, with an error row each within the error budget; temporary
+// files older than an hour are removed. more reports files left for
+// another call.
+func (s *spool) ingest(ctx context.Context, db *store.DB, now time.Time) (more bool, err error) {
 	if err := s.checkDir(); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil
+			return false, nil
 		}
-		return err
+		return false, err
 	}
 	ents, err := os.ReadDir(s.Dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil
+			return false, nil
 		}
-		return fmt.Errorf("read spool: %w", err)
+		return false, fmt.Errorf("read spool: %w", err)
 	}
 	var names []string
 	for _, e := range ents {
@@ -106,27 +120,36 @@ func (s *spool) ingest(ctx context.Context, db *store.DB, now time.Time) error {
 		}
 	}
 	slices.Sort(names) // names start with the time they were written
-	var evs []store.Event
+	if len(names) > maxIngest {
+		names, more = names[:maxIngest], true
+	}
+	var evs, bad []store.Event
 	var done []string
 	for _, n := range names {
 		path := filepath.Join(s.Dir, n)
 		ev, err := readRequest(path, now)
 		if err != nil {
-			ev = store.Event{At: now, Kind: store.KindError, Source: "spool", Context: n, Error: err.Error()}
+			bad = append(bad, store.Event{At: now, Kind: store.KindError, Source: "spool", Context: n, Error: err.Error()})
+		} else {
+			evs = append(evs, ev)
 		}
-		evs = append(evs, ev)
 		done = append(done, path)
 	}
-	if len(evs) == 0 {
-		return nil
+	b := s.budget()
+	rows, _, carry, err := b.Rows(ctx, db, bad, now)
+	if err != nil {
+		return false, err
 	}
-	if _, err := db.Append(ctx, evs...); err != nil {
-		return err // files stay; the next round retries
+	if all := append(evs, rows...); len(all) > 0 {
+		if _, err := db.Append(ctx, all...); err != nil {
+			return false, err // files stay; the next round retries
+		}
 	}
 	for _, p := range done {
 		os.Remove(p)
 	}
-	return nil
+	b.Save(carry)
+	return more, nil
 }
 
 // pending reports whether a complete request waits in the spool (one that

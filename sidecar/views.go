@@ -40,14 +40,11 @@ func (c *Core) Preview(ctx context.Context, solver string) (*Preview, error) {
 		return nil, err
 	}
 	defer db.Close()
-	r := &Reconciler{DB: db, Pool: c.o.Pool, Solver: s, Admins: c.o.Admins, Now: c.o.Now}
-	r.defaults()
-	f, err := r.fold(ctx)
+	f, err := c.foldNow(ctx, db)
 	if err != nil {
 		return nil, err
 	}
 	p := f.pool
-	p.Step(pool.Event{At: r.Now()})
 	start := time.Now()
 	d := p.Propose(ctx, s, false)
 	if d.Err != nil {
@@ -56,23 +53,43 @@ func (c *Core) Preview(ctx context.Context, solver string) (*Preview, error) {
 	return &Preview{Pool: p, Problem: d.Problem, Plan: d.Plan, Pending: f.events, SolveDur: time.Since(start)}, nil
 }
 
+// foldNow is the saved pool with the recorded events no round has folded
+// yet, brought to now, without saving or deciding anything: what the
+// previews, status and the report show. Releases are folded as a round
+// here would fold them, without asking anyone (no program of the
+// scheduler's runs).
+func (c *Core) foldNow(ctx context.Context, db *store.DB) (*folded, error) {
+	_, join := c.idleCheck(false)
+	r := &Reconciler{DB: db, Pool: c.o.Pool, Admins: c.o.Admins, Now: c.o.Now, JoinReleases: join}
+	r.defaults()
+	f, err := r.fold(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f.pool.Step(pool.Event{At: r.Now()})
+	return f, nil
+}
+
 // ErrNoListing: the scheduler has no node listing here (none, turned off,
 // or its program is not installed).
 var ErrNoListing = fmt.Errorf("the scheduler's node listing is not installed")
 
 // Sync compares the pool with the scheduler's own view (of the scheduler
 // named, or the configured one) and records what differs: nodes exactly
-// idle there but not in the pool join; nodes in the pool that the
-// scheduler runs jobs on (or no longer lists) leave. It is how a missed
-// hook (a crashed node, a restarted controller) is repaired. Then it
-// re-plans, asking the scheduler about released nodes, unless
-// noReconcile.
+// idle there but not in the pool are released (the round that follows
+// confirms them idle, lifts their fence and joins them); nodes in the
+// pool that the scheduler runs jobs on (or no longer lists) leave. It is
+// how a missed hook (a crashed node, a restarted controller) is repaired.
+// The view is consistent: the journal is ingested before the scheduler is
+// asked, and whatever is recorded about a node after that moment wins
+// over what sync recorded from it. Then it re-plans, asking the scheduler
+// about released nodes, unless noReconcile.
 func (c *Core) Sync(ctx context.Context, scheduler string, noReconcile bool) (joined, left []string, err error) {
 	if err := c.o.Schedulers.Validate(scheduler); err != nil {
 		return nil, nil, invalid(fmt.Errorf("sync: %w", err))
 	}
-	q, ok := c.query(scheduler)
-	if !ok {
+	q, _ := c.listing(scheduler)
+	if q == nil {
 		return nil, nil, fmt.Errorf("sync: %w", ErrNoListing)
 	}
 	db, err := c.open(ctx)
@@ -80,7 +97,10 @@ func (c *Core) Sync(ctx context.Context, scheduler string, noReconcile bool) (jo
 		return nil, nil, err
 	}
 	defer db.Close()
-	if joined, left, err = syncNodes(ctx, db, c.o.Pool, q, c.o.Now(), c.o.User()); err != nil {
+	if _, err := c.journal.Ingest(ctx, db, c.o.Now()); err != nil {
+		c.o.Log.Printf("%v", err)
+	}
+	if joined, left, err = syncNodes(ctx, db, c.o.Pool, q, c.o.Now, c.o.User()); err != nil {
 		return nil, nil, err
 	}
 	if noReconcile {
@@ -90,17 +110,22 @@ func (c *Core) Sync(ctx context.Context, scheduler string, noReconcile bool) (jo
 	if err != nil {
 		return joined, left, err
 	}
-	r.Scheduler = q
+	r.Scheduler, r.JoinReleases = q, false
 	return joined, left, r.Run(ctx)
 }
 
-// syncNodes is Sync's comparison and record, on an open database.
-func syncNodes(ctx context.Context, db *store.DB, cfg pool.Config, sched nodeLister, now time.Time, user string) (joined, left []string, err error) {
-	states, err := sched.NodeStates(ctx, nil)
+// syncNodes is Sync's comparison and record, on an open database. The
+// events carry the moment just before the scheduler was asked: the fold
+// drops them for nodes that changed after it.
+func syncNodes(ctx context.Context, db *store.DB, cfg pool.Config, sched nodeLister, now func() time.Time, user string) (joined, left []string, err error) {
+	at := now()
+	lctx, cancel := context.WithTimeout(ctx, listingTimeout)
+	states, err := sched.NodeStates(lctx, nil)
+	cancel()
 	if err != nil {
 		return nil, nil, fmt.Errorf("sync: %w", err)
 	}
-	r := &Reconciler{DB: db, Pool: cfg, Scheduler: sched, Now: func() time.Time { return now }}
+	r := &Reconciler{DB: db, Pool: cfg, Scheduler: sched, Now: now}
 	r.defaults()
 	f, err := r.fold(ctx)
 	if err != nil {
@@ -115,6 +140,9 @@ func syncNodes(ctx context.Context, db *store.DB, cfg pool.Config, sched nodeLis
 	for _, n := range listed {
 		node, known := p.Node(n)
 		idle := states[n] == "idle"
+		if known && node.Since.After(at) {
+			continue // recorded after the snapshot: that wins
+		}
 		switch {
 		case idle && (!known || node.State != pool.Idle):
 			joined = append(joined, n)
@@ -123,17 +151,17 @@ func syncNodes(ctx context.Context, db *store.DB, cfg pool.Config, sched nodeLis
 		}
 	}
 	for _, n := range p.State().Nodes {
-		if _, ok := states[n.Name]; !ok && n.State == pool.Idle {
+		if _, ok := states[n.Name]; !ok && n.State == pool.Idle && !n.Since.After(at) {
 			left = append(left, n.Name)
 		}
 	}
 	detail, _ := json.Marshal(map[string]int{"scheduler_nodes": len(states), "joined": len(joined), "left": len(left)})
-	out := []store.Event{{At: now, Kind: store.KindSync, Source: "cli", User: user, Detail: detail}}
+	out := []store.Event{{At: at, Kind: store.KindSync, Source: "cli", User: user, Detail: detail}}
 	if len(left) > 0 {
-		out = append(out, store.Event{At: now, Kind: store.KindLeave, Source: "sync", User: user, Nodes: left})
+		out = append(out, store.Event{At: at, Kind: store.KindLeave, Source: syncSource, User: user, Nodes: left})
 	}
 	if len(joined) > 0 {
-		out = append(out, store.Event{At: now, Kind: store.KindJoin, Source: "sync", User: user, Nodes: joined})
+		out = append(out, store.Event{At: at, Kind: store.KindRelease, Source: syncSource, User: user, Nodes: joined})
 	}
 	if _, err := db.Append(ctx, out...); err != nil {
 		return nil, nil, err
@@ -204,11 +232,34 @@ func (c *Core) Events(ctx context.Context, f store.Filter) ([]store.Event, error
 }
 
 // Report summarises the history between since and until (zero: open).
+// When the window reaches now, what accrued since the last round (idle
+// nodes offered, nodes held, samples at the Trainers' rates) counts too:
+// the history has it only once a round saves it, and a quiet pool may
+// see no round for hours.
 func (c *Core) Report(ctx context.Context, since, until time.Time) (*store.Report, error) {
 	db, err := c.openRead(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer db.Close()
-	return db.Report(ctx, since, until)
+	rep, err := db.Report(ctx, since, until)
+	if err != nil {
+		return nil, err
+	}
+	if !until.IsZero() && until.Before(c.o.Now()) {
+		return rep, nil
+	}
+	f, err := c.foldNow(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	was, is := f.snap.State.Totals, f.pool.Totals()
+	rep.IdleNodeHours += (is.IdleNodeSeconds - was.IdleNodeSeconds) / 3600
+	rep.UsedNodeHours += (is.UsedNodeSeconds - was.UsedNodeSeconds) / 3600
+	rep.Samples += is.Samples - was.Samples
+	rep.Utilisation = 0
+	if rep.IdleNodeHours > 0 {
+		rep.Utilisation = rep.UsedNodeHours / rep.IdleNodeHours
+	}
+	return rep, nil
 }

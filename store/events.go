@@ -285,3 +285,33 @@ func (s *DB) readTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	defer tx.Rollback()
 	return fn(tx)
 }
+
+// Errors counts the rows at or after since whose error is set, written by
+// one of sources, and returns the newest: how status tells that hooks (or
+// the journal's ingestion) are failing.
+func (s *DB) Errors(ctx context.Context, since time.Time, sources ...string) (n int, last Event, err error) {
+	if len(sources) == 0 {
+		return 0, Event{}, nil
+	}
+	in := strings.TrimSuffix(strings.Repeat("?,", len(sources)), ",")
+	args := []any{formatTime(since)}
+	for _, src := range sources {
+		args = append(args, src)
+	}
+	where := " WHERE at >= ? AND error <> '' AND source IN (" + in + ")"
+	err = s.readTx(ctx, func(tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM events"+where, args...).Scan(&n); err != nil || n == 0 {
+			return err
+		}
+		evs, err := queryEvents(ctx, tx, "SELECT id, at, kind, source, context, job, trainer, user, nodes, node_count, value, ms, detail, error, coalesce(origin, '') FROM events"+
+			where+" ORDER BY id DESC LIMIT 1", args...)
+		if len(evs) > 0 {
+			last = evs[0]
+		}
+		return err
+	})
+	if err != nil {
+		return 0, Event{}, fmt.Errorf("read errors: %w", err)
+	}
+	return n, last, nil
+}

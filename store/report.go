@@ -17,6 +17,8 @@ type Report struct {
 	UsedNodeHours      float64 `json:"used_node_hours"`
 	Utilisation        float64 `json:"utilisation"`
 	TrainersFinished   int     `json:"trainers_finished"`
+	TrainersFailed     int     `json:"trainers_failed"`
+	TrainersCancelled  int     `json:"trainers_cancelled"`
 	TrainersRunning    int     `json:"trainers_running"`
 	TrainersQueued     int     `json:"trainers_queued"`
 	Samples            float64 `json:"samples"`
@@ -33,17 +35,20 @@ type Report struct {
 	Errors             int     `json:"errors"`
 }
 
-// Rows returns the report as (figure, value) pairs for a table.
+// Rows returns the report as (figure, value) pairs for a table: hours
+// to the thousandth (3.6 s), samples whole.
 func (r *Report) Rows() [][2]string {
-	f := func(v float64) string { return fmt.Sprintf("%.6g", v) }
+	h := func(v float64) string { return fmt.Sprintf("%.3f", v) }
+	n := func(v float64) string { return fmt.Sprintf("%.0f", v) }
 	return [][2]string{
-		{"idle node-hours offered", f(r.IdleNodeHours)},
-		{"node-hours used by Trainers", f(r.UsedNodeHours)},
+		{"idle node-hours offered", h(r.IdleNodeHours)},
+		{"node-hours used by Trainers", h(r.UsedNodeHours)},
 		{"utilisation", fmt.Sprintf("%.4f", r.Utilisation)},
-		{"Trainers finished / running / queued", fmt.Sprintf("%d / %d / %d", r.TrainersFinished, r.TrainersRunning, r.TrainersQueued)},
-		{"samples processed (Trainers in window)", f(r.Samples)},
-		{"samples lost to rescales", fmt.Sprintf("%s in %d rescales", f(r.RescaleLossSamples), r.Rescales)},
-		{"samples lost to reclaims", fmt.Sprintf("%s in %d reclaims", f(r.PreemptLossSamples), r.Preemptions)},
+		{"Trainers finished / failed / cancelled", fmt.Sprintf("%d / %d / %d", r.TrainersFinished, r.TrainersFailed, r.TrainersCancelled)},
+		{"Trainers running / queued", fmt.Sprintf("%d / %d", r.TrainersRunning, r.TrainersQueued)},
+		{"samples processed (Trainers in window)", n(r.Samples)},
+		{"samples lost to rescales", fmt.Sprintf("%s in %d rescales", n(r.RescaleLossSamples), r.Rescales)},
+		{"samples lost to reclaims", fmt.Sprintf("%s in %d reclaims", n(r.PreemptLossSamples), r.Preemptions)},
 		{"hook calls", fmt.Sprintf("%d (p50 %.3f ms, p99 %.3f ms)", r.HookCalls, r.HookMsP50, r.HookMsP99)},
 		{"solves", fmt.Sprintf("%d (p50 %.3f ms, p99 %.3f ms)", r.Solves, r.SolveMsP50, r.SolveMsP99)},
 		{"errors swallowed", fmt.Sprint(r.Errors)},
@@ -80,10 +85,11 @@ func (s *DB) Report(ctx context.Context, since, until time.Time) (*Report, error
 			tw, targs = " AND (ended = '' OR ended >= ?)", append(targs, formatTime(since))
 		}
 		if err := tx.QueryRowContext(ctx, `SELECT
-			coalesce(sum(status = 'finished'), 0), coalesce(sum(status = 'running'), 0), coalesce(sum(status = 'queued'), 0),
+			coalesce(sum(status = 'finished'), 0), coalesce(sum(status = 'failed'), 0), coalesce(sum(status = 'cancelled'), 0),
+			coalesce(sum(status = 'running'), 0), coalesce(sum(status = 'queued'), 0),
 			coalesce(sum(done), 0), coalesce(sum(rescale_loss), 0), coalesce(sum(preempt_loss), 0),
 			coalesce(sum(rescales), 0), coalesce(sum(preemptions), 0) FROM trainers WHERE 1=1`+tw, targs...).
-			Scan(&r.TrainersFinished, &r.TrainersRunning, &r.TrainersQueued, &r.Samples, &r.RescaleLossSamples, &r.PreemptLossSamples, &r.Rescales, &r.Preemptions); err != nil {
+			Scan(&r.TrainersFinished, &r.TrainersFailed, &r.TrainersCancelled, &r.TrainersRunning, &r.TrainersQueued, &r.Samples, &r.RescaleLossSamples, &r.PreemptLossSamples, &r.Rescales, &r.Preemptions); err != nil {
 			return err
 		}
 		var err error

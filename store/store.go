@@ -2,10 +2,11 @@
 // only package that imports the SQLite driver.
 //
 // The database lives on the controller's local disk (WAL, which it needs,
-// does not work on NFS, GPFS or Lustre). Hooks and commands append events;
-// the reconciler, one at a time, folds the new input events into the pool
-// state, solves, and saves state and decisions in one transaction. Every
-// exported method is one transaction.
+// does not work on NFS, GPFS or Lustre). Commands append events, and the
+// reconciler records the hooks' journal (package journal: hooks never
+// open the database); the reconciler, one at a time, folds the new input
+// events into the pool state, solves, and saves state and decisions in
+// one transaction. Every exported method is one transaction.
 package store
 
 import (
@@ -66,16 +67,16 @@ type DB struct {
 
 // Options tune Open.
 type Options struct {
-	// BusyTimeout is how long a writer waits for the lock; hooks run many
-	// at once. 0 means 5 s.
+	// BusyTimeout is how long a writer waits for the lock. 0 means 5 s.
 	BusyTimeout time.Duration
 	// ReadOnly opens without writing (no migrations, no directory).
 	ReadOnly bool
 	// Mode is the permission of a newly created database file and its
 	// directory's files; 0 means 0640.
 	Mode os.FileMode
-	// Ephemeral is for a process that writes a little and exits at once (a
-	// scheduler hook). Its connection never checkpoints: not on commit
+	// Ephemeral is for a process that writes a little and exits at once
+	// (what the hooks were before the journal; its benchmarks compare
+	// against it). Its connection never checkpoints: not on commit
 	// (wal_autocheckpoint=0) and not on Close, which leaves the connection
 	// to the process's exit. SQLite's checkpoint when the last connection
 	// closes fsyncs the database, which is most of a hook's time on a
@@ -160,7 +161,8 @@ func (s *DB) Checkpoint(ctx context.Context) error {
 //   - _txlock=immediate: a deferred transaction that reads and then writes
 //     fails at once with SQLITE_BUSY when another writer is active, whatever
 //     the busy timeout; immediate takes the write lock up front and waits.
-//   - _busy_timeout: many hooks write at once; wait rather than fail.
+//   - _busy_timeout: the reconciler, the CLI and an admin may write at
+//     once; wait rather than fail.
 //   - WAL: readers never block the writer; synchronous=NORMAL is durable
 //     across a crash of the process in WAL mode.
 //   - foreign keys on: allocations name real nodes and Trainers.

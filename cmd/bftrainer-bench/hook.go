@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bftrainer/bftrainer/internal/lab/hookburst"
 	"github.com/bftrainer/bftrainer/store"
 )
 
@@ -32,6 +34,8 @@ func (c *hookCommand) Run(ctx context.Context, args []string) error {
 	callers := fs.Int("callers", 50, "concurrent callers for the loaded measurement")
 	sizes := fs.String("nodes", "1,4608", "comma-separated node counts")
 	spawn := fs.Bool("spawn", false, "let hooks start the reconciler, as on a root controller")
+	burst := fs.Int("burst", 1000, "controller prologs started at once for the burst measurement (0: none)")
+	load := fs.Int("load", runtime.NumCPU(), "CPU burners running during the burst")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -68,6 +72,38 @@ func (c *hookCommand) Run(ctx context.Context, args []string) error {
 	}
 	if logged, _ := os.ReadFile(b.log); len(logged) > 0 {
 		return fmt.Errorf("hooks logged errors (see above timings with caution):\n%s", logged)
+	}
+	if *burst > 0 {
+		return c.burst(ctx, dir, b.bin, *burst, *load)
+	}
+	return nil
+}
+
+// burst starts callers controller prologs at once, distinct jobs, with
+// load burners busy, then one reconciler; it prints the line and fails if
+// a call was lost or recorded twice, or a hook failed.
+func (c *hookCommand) burst(ctx context.Context, parent, bin string, callers, load int) error {
+	dir := filepath.Join(parent, "burst")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	o := hookburst.Options{Bin: bin, Config: filepath.Join(dir, "bftrainer.toml"), DB: filepath.Join(dir, "db", "bftrainer.db"),
+		Log: filepath.Join(dir, "hooks.log"), Callers: callers, Load: load}
+	if err := os.WriteFile(o.Config, []byte(fmt.Sprintf("database = %q\n[hooks]\nlog = %q\nspawn_reconciler = \"never\"\n[scheduler]\nsinfo = \"\"\n", o.DB, o.Log)), 0o644); err != nil {
+		return err
+	}
+	// The journal, as the reconciler service makes it.
+	if out, err := exec.CommandContext(ctx, bin, "--config", o.Config, "reconcile", "--no-scheduler").CombinedOutput(); err != nil {
+		return fmt.Errorf("reconcile: %v\n%s", err, out)
+	}
+	res, err := hookburst.Run(ctx, o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(c.stdout, res.Line())
+	if len(res.Failed) > 0 || res.Lost > 0 || res.Dup > 0 || res.Logged != "" {
+		return fmt.Errorf("burst: %d hooks failed (%s), %d calls lost, %d recorded twice; hooks logged: %s",
+			len(res.Failed), strings.Join(res.Failed[:min(3, len(res.Failed))], "; "), res.Lost, res.Dup, res.Logged)
 	}
 	return nil
 }
@@ -128,9 +164,8 @@ func (b *hookBench) call(context string, n int) (time.Duration, error) {
 	return time.Since(start), err
 }
 
-// reconcile folds the events and checkpoints the write-ahead log between
-// measured calls, as a root controller's hooks would have (hooks never
-// do: see store.Options.Ephemeral). Untimed.
+// reconcile records the hooks' journal in the history and folds it
+// between measured calls, as the reconciler service would. Untimed.
 func (b *hookBench) reconcile() error {
 	if b.spawn {
 		return nil // the hooks start it themselves

@@ -28,7 +28,8 @@ commands:
   replay   time a whole Summit replay (hps-1000J), exact and CBC
   yield    what every allocator yields on Summit, Theta and Pollux-built
            workloads (issue 12's table), and the paired-start sweep
-  hook     time the real binary as a scheduler hook, exec to exit
+  hook     time the real binary as a scheduler hook, exec to exit; then a
+           burst of 1,000 at once on busy cores: none lost, none twice
   rescale  seconds a real torchrun Trainer loses per scale-up, scale-down
            and reclaim, and the reclaim kill path (root, python3-torch)
   slurm    bftrainer as a real Slurm cluster's hooks: main-job start delay,

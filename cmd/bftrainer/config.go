@@ -22,12 +22,14 @@ import (
 // Config is bftrainer's configuration: defaults, then the TOML file (an
 // unknown key is an error), then validation, then flags that were set.
 type Config struct {
-	Database     string   `toml:"database"`
-	DatabaseMode FileMode `toml:"database_mode"`
-	Spool        string   `toml:"spool"`
-	Admins       []string `toml:"admins"`
-	AdminGroup   string   `toml:"admin_group"`
-	Pool         struct {
+	Database        string   `toml:"database"`
+	DatabaseMode    FileMode `toml:"database_mode"`
+	Journal         string   `toml:"journal"`
+	JournalFallback string   `toml:"journal_fallback"`
+	Spool           string   `toml:"spool"`
+	Admins          []string `toml:"admins"`
+	AdminGroup      string   `toml:"admin_group"`
+	Pool            struct {
 		MaxTrainers     int      `toml:"max_trainers"`
 		TFwd            float64  `toml:"tfwd"`
 		Objective       string   `toml:"objective"`
@@ -43,17 +45,19 @@ type Config struct {
 		SpawnReconciler string   `toml:"spawn_reconciler"`
 	} `toml:"hooks"`
 	Reconciler struct {
-		IdleWait  Duration `toml:"idle_wait"`
-		Poll      Duration `toml:"poll"`
-		MaxRounds int      `toml:"max_rounds"`
-		Interval  Duration `toml:"interval"`
+		IdleWait   Duration `toml:"idle_wait"`
+		StartCheck Duration `toml:"start_check"`
+		Poll       Duration `toml:"poll"`
+		MaxRounds  int      `toml:"max_rounds"`
+		Interval   Duration `toml:"interval"`
 	} `toml:"reconciler"`
 	// Scheduler names each scheduler's node-listing program, under its
 	// Listing.Key ("sinfo"); a scheduler's own default when not set.
 	Scheduler map[string]string `toml:"scheduler"`
 	Trainer   TrainerConfig     `toml:"trainer"`
 
-	path string // the file read, "" for defaults only
+	path        string // the file read, "" for defaults only
+	fallbackSet bool   // journal_fallback was in the file
 }
 
 // TrainerConfig is how Trainer processes are started, contained and
@@ -124,10 +128,17 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // MarshalText writes a Go duration.
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
+// The default database and the journal fallback that goes with it.
+const (
+	defaultDatabase        = "/var/lib/bftrainer/bftrainer.db"
+	defaultJournalFallback = "/run/bftrainer/journal"
+)
+
 // defaults returns the configuration etc/bftrainer.toml documents.
 func defaults() Config {
 	var c Config
-	c.Database = "/var/lib/bftrainer/bftrainer.db"
+	c.Database = defaultDatabase
+	c.JournalFallback = defaultJournalFallback
 	c.Spool = "/var/spool/bftrainer"
 	c.Admins = []string{}
 	c.Pool.MaxTrainers = 10
@@ -195,6 +206,8 @@ func loadConfig(path string, explicit bool) (Config, error) {
 	if err != nil {
 		return c, fmt.Errorf("config %s: %w", path, err)
 	}
+	c.fallbackSet = md.IsDefined("journal_fallback")
+	c.ownFallback()
 	// Each launcher decodes its own table: its keys are decoded (or
 	// unknown) only then.
 	if c.Trainer.launchers, err = c.Trainer.buildLaunchers(&md); err != nil {
@@ -214,10 +227,37 @@ func loadConfig(path string, explicit bool) (Config, error) {
 	return c, nil
 }
 
+// ownFallback keeps the default journal fallback for the default
+// database only: another install's hooks must not write into it.
+func (c *Config) ownFallback() {
+	if !c.fallbackSet {
+		c.JournalFallback = ""
+		if c.Database == defaultDatabase {
+			c.JournalFallback = defaultJournalFallback
+		}
+	}
+}
+
+// journalDir is the journal: the key, or "journal" beside the database.
+func (c *Config) journalDir() string {
+	if c.Journal != "" {
+		return c.Journal
+	}
+	return filepath.Join(filepath.Dir(c.Database), "journal")
+}
+
 func (c *Config) validate() error {
 	var errs []error
 	if c.Database == "" {
 		errs = append(errs, errors.New("database: empty"))
+	}
+	for _, d := range []struct{ key, dir string }{{"journal", c.Journal}, {"journal_fallback", c.JournalFallback}} {
+		if d.dir != "" && !filepath.IsAbs(d.dir) {
+			errs = append(errs, fmt.Errorf("%s: %q, want an absolute path", d.key, d.dir))
+		}
+	}
+	if c.JournalFallback != "" && filepath.Clean(c.JournalFallback) == filepath.Clean(c.journalDir()) {
+		errs = append(errs, errors.New("journal_fallback: the journal itself; name a directory on another filesystem, or \"\""))
 	}
 	if c.Pool.MaxTrainers < 1 {
 		errs = append(errs, fmt.Errorf("pool.max_trainers: %d, want ≥ 1", c.Pool.MaxTrainers))
@@ -388,6 +428,7 @@ func configFrom(c *cli.Context) (Config, error) {
 	}
 	if c.IsSet("db") {
 		cfg.Database = c.String("db")
+		cfg.ownFallback()
 	}
 	return cfg, nil
 }

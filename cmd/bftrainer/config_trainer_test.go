@@ -17,7 +17,7 @@ func TestEtcIsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got.path, got.Trainer.Launcher = "", nil
+	got.path, got.Trainer.Launcher, got.fallbackSet = "", nil, false
 	if want := defaults(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("etc/bftrainer.toml differs from the defaults:\n got %+v\nwant %+v", got.Trainer, want.Trainer)
 	}

@@ -35,13 +35,15 @@ func options(cfg Config, log *log.Logger) sidecar.Options {
 	obj, _ := alloc.ParseObjective(cfg.Pool.Objective) // validated with the configuration
 	sem, _ := alloc.ParseSemantics(cfg.Pool.Semantics)
 	return sidecar.Options{
-		Database:     cfg.Database,
-		DatabaseMode: cfg.DatabaseMode.FileMode,
-		Spool:        cfg.Spool,
-		RunnerState:  cfg.Trainer.StateDir,
-		Pool:         pool.Config{MaxTrainers: cfg.Pool.MaxTrainers, TFwd: cfg.Pool.TFwd, Objective: obj, Semantics: sem},
-		Solvers:      solvers(),
-		Solver:       cfg.Pool.Solver,
+		Database:        cfg.Database,
+		DatabaseMode:    cfg.DatabaseMode.FileMode,
+		Journal:         cfg.journalDir(),
+		JournalFallback: cfg.JournalFallback,
+		Spool:           cfg.Spool,
+		RunnerState:     cfg.Trainer.StateDir,
+		Pool:            pool.Config{MaxTrainers: cfg.Pool.MaxTrainers, TFwd: cfg.Pool.TFwd, Objective: obj, Semantics: sem},
+		Solvers:         solvers(),
+		Solver:          cfg.Pool.Solver,
 		SolverSettings: sidecar.SolverSettings{
 			TimeLimit: cfg.Pool.SolverTimeLimit.Duration, Path: cfg.Pool.SolverPath},
 		Schedulers:   schedulers(),
@@ -54,7 +56,9 @@ func options(cfg Config, log *log.Logger) sidecar.Options {
 		Trigger:      reconcilerTrigger(cfg),
 		HookDeadline: cfg.Hooks.Deadline.Duration,
 		IdleWait:     cfg.Reconciler.IdleWait.Duration,
+		StartCheck:   cfg.Reconciler.StartCheck.Duration,
 		Poll:         cfg.Reconciler.Poll.Duration,
+		Interval:     cfg.Reconciler.Interval.Duration,
 		MaxRounds:    cfg.Reconciler.MaxRounds,
 		User:         currentUser,
 		Log:          log,
@@ -87,21 +91,37 @@ func explain(cfg Config, err error) error {
 	case errors.Is(err, sidecar.ErrInvalid):
 		return usageError{err}
 	case errors.Is(err, sidecar.ErrNoDatabase):
-		return withHint(err, "a hook, `bftrainer node join` or `bftrainer sync` creates it; or set database in %s", configFile(cfg))
+		return withHint(err, "the reconciler (`bftrainer reconcile` or its service), `bftrainer sync` or `bftrainer node join` creates it; or set database in %s", configFile(cfg))
 	case errors.Is(err, sidecar.ErrDenied):
 		return withHint(err, "only its owner, root, or an admin (admins, admin_group in %s) may", configFile(cfg))
 	case errors.Is(err, sidecar.ErrNotWritable):
 		return withHint(err, "only root (or the database's group) may write %s", cfg.Database)
 	case errors.Is(err, sidecar.ErrSpool):
-		return withHint(err, "the spool %s must exist with mode 1733 (bftrainer install sets it up)", cfg.Spool)
+		return withHint(err, "%s", spoolHint(cfg, err))
 	case errors.Is(err, sidecar.ErrNoListing):
 		return withHint(err, "set its program in the [scheduler] table of %s", configFile(cfg))
 	}
 	return err
 }
 
+// spoolHint names what kept a request out of the spool.
+func spoolHint(cfg Config, err error) string {
+	switch {
+	case errors.Is(err, syscall.ENOSPC):
+		return fmt.Sprintf("the filesystem holding the spool %s is full (df %s); the request was not taken", cfg.Spool, cfg.Spool)
+	case errors.Is(err, syscall.EDQUOT):
+		return fmt.Sprintf("your disk quota on the filesystem holding the spool %s is used up; the request was not taken", cfg.Spool)
+	case errors.Is(err, syscall.EROFS):
+		return fmt.Sprintf("the spool %s is on a read-only filesystem; the request was not taken", cfg.Spool)
+	}
+	return fmt.Sprintf("the spool %s must exist, root's, with mode 1733 (make install sets it up)", cfg.Spool)
+}
+
 // done reports a request's receipt on stderr.
 func done(c *cli.Context, cfg Config, rc sidecar.Receipt, what string) {
+	if rc.Unchecked != nil {
+		fmt.Fprintf(c.App.ErrWriter, "bftrainer: could not check that the Trainer is yours (%v); the reconciler checks and refuses the request if it is not\n", rc.Unchecked)
+	}
 	if rc.Spooled {
 		fmt.Fprintf(c.App.ErrWriter, "bftrainer: %s (spooled; the reconciler takes it within %v)\n", what, cfg.Reconciler.Interval.Duration)
 		return

@@ -166,8 +166,8 @@ func (e trainerEnv) waitFinished(tb testing.TB, id string, timeout time.Duration
 	}
 }
 
-// openDB opens the test database.
-func (e trainerEnv) openDB(tb testing.TB) *store.DB {
+// openDB opens the test database, closed when the test ends.
+func (e testEnv) openDB(tb testing.TB) *store.DB {
 	tb.Helper()
 	db, err := store.Open(context.Background(), e.db, store.Options{})
 	if err != nil {

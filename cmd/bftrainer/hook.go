@@ -25,11 +25,14 @@ func hookCommand() *cli.Command {
 scheduler is detected from the environment unless named (or set in
 hooks.scheduler). One binary serves every hook:
 ` + schedulerUsage() + `
-A hook never fails the scheduler's job: whatever goes wrong inside
-bftrainer (unreadable configuration, unwritable database, a panic), it
-logs the error to hooks.log (and to the history when it can) and exits 0
-within hooks.deadline. Each scheduler's directory in contrib/ has its
-wrappers and configuration lines.`,
+A hook never opens the database: it leaves its events, as one record, in
+the journal (or journal_fallback) and the reconciler records them. It
+never fails the scheduler's job: whatever goes wrong inside bftrainer
+(unreadable configuration, full or read-only journal, a panic), it logs
+the error to hooks.log (and to the history through the journal when it
+can; a record no directory took is logged whole) and exits 0 within
+hooks.deadline. Each scheduler's directory in contrib/ has its wrappers
+and configuration lines.`,
 		SkipFlagParsing: true,
 		Action: func(c *cli.Context) error {
 			args := c.Args().Slice()

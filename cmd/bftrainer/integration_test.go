@@ -340,8 +340,9 @@ func TestReconcilerCrash(t *testing.T) {
 }
 
 // TestBrokenConfigStillKills: a node's prolog with an unreadable
-// configuration records nothing, but still kills what runs there (the
-// run tokens in /proc need no configuration).
+// configuration records nothing and writes nothing into the built-in
+// paths (another install's, perhaps), but still kills what runs there
+// (the run tokens in /proc need no configuration).
 func TestBrokenConfigStillKills(t *testing.T) {
 	if testing.Short() || os.Geteuid() != 0 {
 		t.Skip("needs root: the node prolog kills with the built-in registry")
@@ -352,7 +353,9 @@ func TestBrokenConfigStillKills(t *testing.T) {
 		t.Fatal(err)
 	}
 	const node = "zzbroken1"
-	t.Cleanup(func() { os.RemoveAll("/run/bftrainer/nodes/" + node) })
+	builtin := "/run/bftrainer/nodes/" + node // the default registry's entry for the node
+	_, err := os.Lstat(builtin)
+	existed := err == nil // left by an older bftrainer's test: then only the kill is checked
 	victim := exec.Command("sleep", "300")
 	victim.Env = []string{"BFTRAINER_RUN=tt/" + node + "/0123456789abcdef"}
 	victim.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -373,5 +376,9 @@ func TestBrokenConfigStillKills(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(fallbackLog(bin)); !strings.Contains(string(b), "hook: config "+e.config) {
 		t.Fatalf("the hook did not log the broken configuration to the built-in hooks.log:\n%s", b)
+	}
+	if _, err := os.Lstat(builtin); err == nil && !existed {
+		os.RemoveAll(builtin)
+		t.Fatalf("the hook wrote %s: the built-in registry is not this install's", builtin)
 	}
 }

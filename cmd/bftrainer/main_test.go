@@ -38,7 +38,8 @@ func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{Dir: "testdata/script", Setup: scriptSetup})
 }
 
-// scriptSetup writes a config per test, in its own work directory.
+// scriptSetup writes a config per test, in its own work directory. Its
+// scheduler has no listing (sinfo turned off): a release joins at once.
 func scriptSetup(env *testscript.Env) error {
 	env.Setenv("BFTRAINER_CONFIG", env.WorkDir+"/bftrainer.toml")
 	env.Setenv("BFTRAINER_TEST_HOOKLOG", env.WorkDir+"/fallback-hooks.log")
@@ -47,6 +48,8 @@ spool = "`+env.WorkDir+`/spool"
 [hooks]
 log = "`+env.WorkDir+`/hooks.log"
 spawn_reconciler = "never"
+[scheduler]
+sinfo = ""
 [trainer]
 registry = "`+env.WorkDir+`/registry"
 log_dir = "`+env.WorkDir+`/trainer-logs"

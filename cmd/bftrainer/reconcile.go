@@ -9,15 +9,18 @@ import (
 func reconcileCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "reconcile",
-		Usage: "fold recorded events into the pool, re-plan, and apply the plan (one at a time)",
-		Description: `Hooks start it detached after each event when they run as root
-(hooks.spawn_reconciler); as a service, run "bftrainer reconcile --watch".
-Only one reconciler runs at a time (a lock beside the database); a second
-one exits at once, and the running one picks up the new events.`,
+		Usage: "record the hooks' journal, fold events into the pool, re-plan, and apply the plan (one at a time)",
+		Description: `Every round first records what the hooks left in the journal (exactly
+once, with their timestamps), then the spool's requests, then folds,
+decides and applies. Run it as a service, "bftrainer reconcile --watch"
+(contrib/slurm/bftrainer-reconcile.service); hooks that run as root also
+start one detached after each event (hooks.spawn_reconciler). Only one
+reconciler runs at a time (a lock beside the database); a second one
+exits at once, and the running one picks up the new events.`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "watch", Usage: "keep running: reconcile whenever events or spooled requests arrive"},
 			&cli.DurationFlag{Name: "interval", Usage: "with --watch, how often to look (default reconciler.interval)"},
-			&cli.BoolFlag{Name: "no-scheduler", Usage: "do not ask the scheduler whether released nodes are idle"},
+			&cli.BoolFlag{Name: "no-scheduler", Usage: "do not ask the scheduler whether released nodes are idle: take the releases' word"},
 		},
 		Action: coreAction(func(c *cli.Context, core *sidecar.Core, cfg Config) error {
 			if !c.Bool("watch") {

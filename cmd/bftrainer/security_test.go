@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -153,9 +154,26 @@ os.execv("/bin/sleep", ["sleep", "600"])`
 	}
 
 	// B cannot cancel A's Trainer, end it, or finish it by a progress
-	// report; each attempt is recorded as rejected.
-	if out, err := e.as(b, "trainer", "cancel", "ta"); err != nil {
-		t.Fatalf("B's cancel was not even spooled: %v %s", err, out)
+	// report: the CLI refuses at once (exit 1), having read the owner in
+	// the database, and requests B drops in the spool by hand are recorded
+	// as rejected.
+	for _, args := range [][]string{{"trainer", "cancel", "ta"}, {"progress", "ta", "--samples", "1e12"}} {
+		out, err := e.as(b, args...)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(out, "permission denied: "+b.name+" may not ") ||
+			!strings.Contains(out, "ta, which belongs to "+a.name) || strings.Contains(out, "spooled") {
+			t.Fatalf("B's %s: %v\n%s\nwant exit 1, refused at once", args[0], err, out)
+		}
+	}
+	// A database B cannot read: the CLI says it could not check, spools
+	// the request, and leaves the decision to the reconciler.
+	if err := os.Chmod(e.db, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err = e.as(b, "trainer", "cancel", "ta")
+	os.Chmod(e.db, 0o644)
+	if err != nil || !strings.Contains(out, "could not check that the Trainer is yours") || !strings.Contains(out, "spooled") {
+		t.Fatalf("B's cancel with the database unreadable: %v\n%s\nwant it spooled, unchecked, and said so", err, out)
 	}
 	spool := &specSpool{dir: filepath.Join(e.dir, "spool"), as: b}
 	spool.put(t, `{"kind":"exit","trainer":"ta","detail":{"status":"finished"},"at":"2026-01-01T00:00:00Z"}`)

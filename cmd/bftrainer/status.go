@@ -16,11 +16,11 @@ func statusCommand() *cli.Command {
 		Name:  "status",
 		Usage: "show the idle pool and the Trainers now",
 		Action: coreAction(func(c *cli.Context, core *sidecar.Core, cfg Config) error {
-			pv, err := core.Preview(c.Context, "")
+			st, err := core.Status(c.Context)
 			if err != nil {
 				return err
 			}
-			p := pv.Pool
+			p := st.Pool
 			var idle, pending, busy []string
 			held := 0
 			for _, n := range p.State().Nodes {
@@ -42,12 +42,16 @@ func statusCommand() *cli.Command {
 			fmt.Fprintf(w, "completing: %d %s\n", len(pending), names.CompressHostlist(pending))
 			fmt.Fprintf(w, "busy:       %d\n", len(busy))
 			fmt.Fprintf(w, "contained:  %s (this machine's Trainer processes)\n", nodeContainment(cfg))
-			fmt.Fprintf(w, "trainers:   %d running, %d queued (max %d)\n", len(p.Running()), len(p.Queued()), cfg.Pool.MaxTrainers)
+			running := "running"
+			if !st.Starts {
+				running = `planned (trainer.transport = "none": nothing is started)`
+			}
+			fmt.Fprintf(w, "trainers:   %d %s, %d queued (max %d)\n", len(p.Running()), running, len(p.Queued()), cfg.Pool.MaxTrainers)
 			for _, t := range p.Running() {
 				fmt.Fprintf(w, "  %-20s %-10s %3d nodes %s\n", t.ID, t.Owner, len(t.Nodes), names.CompressHostlist(alloc.Names(t.Nodes)))
 			}
-			if pv.Pending > 0 {
-				fmt.Fprintf(w, "note:       %d recorded event(s) not yet folded by a reconciler (shown as if they were)\n", pv.Pending)
+			for _, s := range st.Stale {
+				fmt.Fprintf(w, "stale:      %s\n", s)
 			}
 			return nil
 		}),

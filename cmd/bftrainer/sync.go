@@ -17,9 +17,13 @@ func syncCommand() *cli.Command {
 		Description: `Asks the scheduler which nodes are exactly idle, with its own node listing
 (Slurm: sinfo -h -N -o '%N %t', state exactly "idle", not "comp" or
 "idle*"; the program is set per scheduler in the [scheduler] table),
-records joins and leaves for what the pool has wrong, and re-plans. Run
-it at boot, from cron, or after a controller restart: hooks are not a
-reliable event stream (a crashed node runs no epilog).`,
+records what the pool has wrong — leaves for nodes the scheduler uses,
+releases for nodes it says are idle, which the re-plan joins once the
+listing confirms them (lifting a fence a missed epilog left) — and
+re-plans. The journal is recorded before the scheduler is asked, and
+whatever is recorded about a node after that wins over sync. Run it at
+boot, from cron, or after a controller restart: hooks are not a reliable
+event stream (a crashed node runs no epilog).`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "scheduler", Usage: "one of " + strings.Join(schedulers().Names(), ", ") + " (default hooks.scheduler, else the first)"},
 			&cli.BoolFlag{Name: "no-reconcile", Usage: "record only; do not re-plan now"},

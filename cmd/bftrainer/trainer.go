@@ -37,12 +37,13 @@ func listAction(c *cli.Context, core *sidecar.Core, _ Config) error {
 		return err
 	}
 	t := table{header: []string{"NAME", "OWNER", "STATUS", "LAUNCHER", "NODES", "MIN", "MAX", "DONE", "TARGET", "PCT", "RATE", "SUBMITTED"}}
+	starts := core.Starts()
 	for _, tr := range ts {
 		pct := "-"
 		if tr.Samples > 0 {
 			pct = fmt.Sprintf("%.1f%%", 100*tr.Done/tr.Samples)
 		}
-		t.add(tr.ID, tr.Owner, tr.Status, tr.Launch.Launcher, len(tr.Nodes), tr.Min, tr.Max, fmt.Sprintf("%.0f", tr.Done),
+		t.add(tr.ID, tr.Owner, shownStatus(starts, tr.Status), tr.Launch.Launcher, len(tr.Nodes), tr.Min, tr.Max, fmt.Sprintf("%.0f", tr.Done),
 			fmt.Sprintf("%.0f", tr.Samples), pct, fmt.Sprintf("%.4g", tr.Rate), tr.Submit.UTC().Format(time.RFC3339))
 	}
 	return t.write(c.App.Writer, c.String("format"))
@@ -63,7 +64,11 @@ func showAction(c *cli.Context, core *sidecar.Core, _ Config) error {
 	var spec trainer.Spec
 	json.Unmarshal(tr.Launch.Spec, &spec)
 	w := c.App.Writer
-	fmt.Fprintf(w, "name:          %s\nowner:         %s\nstatus:        %s\nlauncher:      %s\n", tr.ID, tr.Owner, tr.Status, tr.Launch.Launcher)
+	status := string(tr.Status)
+	if st := shownStatus(core.Starts(), tr.Status); st != status {
+		status = st + ` (trainer.transport = "none": nothing is started)`
+	}
+	fmt.Fprintf(w, "name:          %s\nowner:         %s\nstatus:        %s\nlauncher:      %s\n", tr.ID, tr.Owner, status, tr.Launch.Launcher)
 	fmt.Fprintf(w, "command:       %s\nworkdir:       %s\n", strings.Join(spec.Argv, " "), spec.Workdir)
 	fmt.Fprintf(w, "nodes:         %d %s (bounds %d..%d)\n", len(tr.Nodes), names.CompressHostlist(alloc.Names(tr.Nodes)), tr.Min, tr.Max)
 	fmt.Fprintf(w, "curve:         %s\n", formatCurve(tr.Curve))
@@ -92,6 +97,15 @@ func formatCosts(t pool.Trainer) string {
 		return fmt.Sprintf("%.3gs (%d measured; submitted %gs)", used, measured, given)
 	}
 	return fmt.Sprintf("up %s, down %s", one(t.RescaleUp(), t.RUp, len(t.Measured.Up)), one(t.RescaleDown(), t.RDown, len(t.Measured.Down)))
+}
+
+// shownStatus is a Trainer's status as users read it: where rounds start
+// nothing (trainer.transport = "none"), a running Trainer is planned only.
+func shownStatus(starts bool, s pool.Status) string {
+	if s == pool.Running && !starts {
+		return "planned"
+	}
+	return string(s)
 }
 
 func formatCurve(c alloc.Curve) string {

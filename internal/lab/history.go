@@ -2,20 +2,48 @@ package lab
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"time"
 
+	"github.com/bftrainer/bftrainer/journal"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
 )
 
-// Events returns history rows of the database at path, opened read-only:
-// the scenarios only look.
-func Events(ctx context.Context, path string, f store.Filter) ([]store.Event, error) {
+// Events returns history rows of the database at path, once what the
+// hooks left in the journal beside it (and in fallback, when given) is
+// recorded — the first step of every reconciler round, which a scenario
+// should not have to wait for; nothing else is changed. When the
+// database cannot be written (a scenario's fault), the rows recorded so
+// far.
+func Events(ctx context.Context, path string, f store.Filter, fallback ...string) ([]store.Event, error) {
+	Ingest(ctx, path, fallback...)
 	db, err := store.Open(ctx, path, store.Options{ReadOnly: true})
 	if err != nil {
 		return nil, err
 	}
 	defer db.Close()
 	return db.Events(ctx, f)
+}
+
+// Ingest records the journal beside the database at path (and the
+// fallback directories) in it, as a reconciler round does first.
+func Ingest(ctx context.Context, path string, fallback ...string) error {
+	if _, err := os.Stat(path); err != nil {
+		return err
+	}
+	db, err := store.Open(ctx, path, store.Options{})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	j := &journal.Journal{Dir: filepath.Join(filepath.Dir(path), "journal")}
+	if len(fallback) > 0 {
+		j.Fallback = fallback[0]
+	}
+	_, err = j.Ingest(ctx, db, time.Now())
+	return err
 }
 
 // PoolNodes returns the pool's nodes by name, as the last round saved them

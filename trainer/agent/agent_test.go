@@ -253,6 +253,46 @@ func TestListGone(t *testing.T) {
 	})
 }
 
+// TestSweepWritesNothing: a prolog whose configuration did not load kills
+// with the built-in paths and a sweep for run tokens: the launch dies,
+// and nothing is written where that agent looked (it may be another
+// install's) — no registry, no lock, no fence; the launch's own registry
+// keeps its entry, which then reads as gone (killed, no exit).
+func TestSweepWritesNothing(t *testing.T) {
+	a := trainertest.MustAgent(t)
+	ctx := context.Background()
+	s, err := a.Start(ctx, launch(t, "t1", a.N("n1"), "exec sleep 300"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := filepath.Join(t.TempDir(), "builtin")
+	sweep := &agent.Agent{Registry: registry.Registry{Dir: filepath.Join(elsewhere, "nodes")}, CgroupRoot: filepath.Join(elsewhere, "cgroup"),
+		Sweep: true, AllowRootOwner: true}
+	rep, err := sweep.KillAll(ctx, a.N("n1"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(trainertest.Alive([]int{s.PID})) != 0 {
+		t.Fatalf("the sweep missed the launch: %+v", rep)
+	}
+	if _, err := os.Stat(elsewhere); err == nil {
+		if ents, _ := os.ReadDir(elsewhere); len(ents) > 0 {
+			t.Fatalf("the sweep wrote into the built-in paths: %v", ents)
+		}
+	}
+	sts, err := a.List(ctx, a.N("n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sts) != 1 || sts[0].State != wire.StateGone || sts[0].Exit != nil {
+		t.Fatalf("list: %+v, want one gone entry without an exit", sts)
+	}
+	if _, err := a.Start(ctx, launch(t, "t1", a.N("n1"), "exec sleep 300")); err != nil {
+		t.Fatalf("the sweep fenced the node in the launch's registry: %v", err)
+	}
+	a.KillAll(ctx, a.N("n1"), false)
+}
+
 // TestStartIdempotent: the same launch twice starts once; a different
 // launch of the same Trainer replaces it; a missing workdir or program is
 // a clear error.

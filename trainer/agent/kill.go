@@ -51,6 +51,13 @@ func (a *Agent) reclaim(ctx context.Context, node string, fence, unfence bool) (
 	if err := names.ValidateNode(node); err != nil {
 		return wire.KillReport{}, err
 	}
+	if a.Sweep {
+		// No configuration: the registry and cgroups are the built-in
+		// ones, perhaps another install's. Kill what runs as this node and
+		// write nothing there: no lock file, fence, entry removed or
+		// cgroup removed.
+		return a.killWith(ctx, node, "", nil, afterKill{readOnly: true})
+	}
 	// The lock keeps a start from slipping between the kill and the
 	// fence. Waiting for it is bounded: past half of what is left, kill
 	// without it.
@@ -105,6 +112,7 @@ func (a *Agent) kill(ctx context.Context, node, trainer string, extra []wire.Ent
 type afterKill struct {
 	fence, unfence bool
 	lockErr        error // the node's lock could not be had: killed without it
+	readOnly       bool  // kill only; change nothing in the registry or the cgroup tree
 }
 
 func (a *Agent) killWith(ctx context.Context, node, trainer string, extra []wire.Entry, m afterKill) (wire.KillReport, error) {
@@ -122,9 +130,11 @@ func (a *Agent) killWith(ctx context.Context, node, trainer string, extra []wire
 	k.killGroups()
 	k.scan()
 	k.wait()
-	k.mark(m)
-	k.removeCgroups()
-	k.forget()
+	if !m.readOnly {
+		k.mark(m)
+		k.removeCgroups()
+		k.forget()
+	}
 	k.finish()
 	return k.rep, errors.Join(k.errs...)
 }

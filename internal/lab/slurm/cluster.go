@@ -333,24 +333,24 @@ func tail(b []byte, n int) string {
 	return string(b)
 }
 
-// service is `bftrainer reconcile --watch`, as the systemd unit runs it.
-type service struct {
+// Service is `bftrainer reconcile --watch`, as the systemd unit runs it.
+type Service struct {
 	cmd *exec.Cmd
 }
 
 // StartService starts the reconciler service (every interval).
-func (c *Cluster) StartService(interval time.Duration) (*service, error) {
+func (c *Cluster) StartService(interval time.Duration) (*Service, error) {
 	cmd := exec.Command(c.In.Bin, "reconcile", "--watch", "--interval", interval.String())
 	cmd.Env = c.In.env()
 	cmd.Dir = "/"
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	return &service{cmd: cmd}, nil
+	return &Service{cmd: cmd}, nil
 }
 
 // Kill stops the service with SIGKILL (as a crash would) and reaps it.
-func (s *service) Kill() error {
+func (s *Service) Kill() error {
 	if s == nil || s.cmd.Process == nil {
 		return nil
 	}

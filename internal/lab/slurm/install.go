@@ -43,7 +43,10 @@ type Install struct {
 	StateDir    string // the runner's state
 	Work        string // shared scratch (mode 1777): Trainer programs, checkpoints, progress logs
 	Sinfo       string // sinfo with the lab's SLURM_CONF (the controller hooks get none)
-	Tag         string // prefix of every Trainer name: cleanup finds their processes by it
+	// Journal is the hooks' journal (beside the database); JournalFallback
+	// its fallback, on another filesystem (/dev/shm) where there is one.
+	Journal, JournalFallback string
+	Tag                      string // prefix of every Trainer name: cleanup finds their processes by it
 	// CgroupRoot is the lab's own cgroup subtree (trainer.cgroup_root),
 	// removed by Remove; "" where there is no cgroup2 mount.
 	CgroupRoot string
@@ -63,6 +66,7 @@ type Settings struct {
 	AllowRootOwner bool     // Trainers may run as root (the bench; tests use a throwaway user)
 	Torchrun       []string // "" means the keep-alive shim in Work
 	Extra          string   // appended verbatim at the end (inside [trainer])
+	Sinfo          string   // the listing program; "" means Install.Sinfo
 	Raw            string   // when set, the whole file (a corrupt configuration)
 }
 
@@ -76,20 +80,22 @@ func newInstall(ctx context.Context, repo, dir, labConf string) (_ *Install, err
 	tag := make([]byte, 2)
 	rand.Read(tag)
 	in := &Install{
-		Dir:         dir,
-		Bin:         filepath.Join(dir, "bin", "bftrainer"),
-		Config:      filepath.Join(dir, "etc", "bftrainer.toml"),
-		DB:          filepath.Join(dir, "db", "bftrainer.db"),
-		HooksLog:    filepath.Join(dir, "log", "hooks.log"),
-		FallbackLog: filepath.Join(dir, "log", "fallback-hooks.log"),
-		Spool:       filepath.Join(dir, "spool"),
-		Registry:    filepath.Join(dir, "registry"),
-		LogDir:      filepath.Join(dir, "log", "trainers"),
-		StateDir:    filepath.Join(dir, "runner"),
-		Work:        filepath.Join(dir, "work"),
-		Sinfo:       filepath.Join(dir, "bin", "sinfo"),
-		Tag:         "s" + hex.EncodeToString(tag),
-		labConf:     labConf,
+		Dir:             dir,
+		Bin:             filepath.Join(dir, "bin", "bftrainer"),
+		Config:          filepath.Join(dir, "etc", "bftrainer.toml"),
+		DB:              filepath.Join(dir, "db", "bftrainer.db"),
+		HooksLog:        filepath.Join(dir, "log", "hooks.log"),
+		FallbackLog:     filepath.Join(dir, "log", "fallback-hooks.log"),
+		Spool:           filepath.Join(dir, "spool"),
+		Registry:        filepath.Join(dir, "registry"),
+		LogDir:          filepath.Join(dir, "log", "trainers"),
+		StateDir:        filepath.Join(dir, "runner"),
+		Work:            filepath.Join(dir, "work"),
+		Sinfo:           filepath.Join(dir, "bin", "sinfo"),
+		Journal:         filepath.Join(dir, "db", "journal"),
+		JournalFallback: filepath.Join(dir, "journal-fallback"),
+		Tag:             "s" + hex.EncodeToString(tag),
+		labConf:         labConf,
 	}
 	if m, err := agent.CgroupMount(); err == nil {
 		in.CgroupRoot = filepath.Join(m, "bftrainer-lab-"+in.Tag)
@@ -100,6 +106,7 @@ func newInstall(ctx context.Context, repo, dir, labConf string) (_ *Install, err
 	if shm, err := tmpfsDir(); err == nil {
 		in.shm = shm
 		in.Registry = filepath.Join(shm, "registry")
+		in.JournalFallback = filepath.Join(shm, "journal")
 		defer func() {
 			if err != nil {
 				in.Remove()
@@ -231,6 +238,10 @@ func (in *Install) configText(s Settings) string {
 	if s.Spawn == "" {
 		s.Spawn = "auto"
 	}
+	sinfo := s.Sinfo
+	if sinfo == "" {
+		sinfo = in.Sinfo
+	}
 	if len(s.Torchrun) == 0 {
 		s.Torchrun = []string{"/usr/bin/python3", filepath.Join(in.Work, "fast_torchrun.py")}
 	}
@@ -244,6 +255,7 @@ func (in *Install) configText(s Settings) string {
 	}
 	return fmt.Sprintf(`# Written by internal/lab/slurm for a test cluster.
 database = %q
+journal_fallback = %q
 spool = %q
 
 [pool]
@@ -284,7 +296,7 @@ allow_root_owner = %t
 command = [%s]
 store_ports = "%d-%d"
 join_timeout = "120s"
-`, in.DB, in.Spool, s.Solver, in.HooksLog, s.Spawn, in.Sinfo, s.Transport, ssh, in.Bin, in.Config,
+`, in.DB, in.JournalFallback, in.Spool, s.Solver, in.HooksLog, s.Spawn, sinfo, s.Transport, ssh, in.Bin, in.Config,
 		in.Registry, in.LogDir, in.StateDir, in.CgroupRoot, s.AllowRootOwner, s.Extra,
 		strings.Join(torchrun, ", "), in.ports[0], in.ports[1])
 }
@@ -330,23 +342,23 @@ func (in *Install) run(ctx context.Context, u *User, env []string, args ...strin
 }
 
 // GrantGroup does what contrib/slurm/README.md tells a site whose
-// SlurmUser is not root: the database's and the hooks' log's directories
-// owned by root with SlurmUser's group, setgid so that the files created
-// in them get that group, and group-writable.
+// SlurmUser is not root: the database's directory root's with SlurmUser's
+// group, setgid, so that the database gets the group and, from it, the
+// journal the hooks write (2770); the hooks' log and its directory
+// group-writable.
 func (in *Install) GrantGroup(group string) error {
-	g, err := user.LookupGroup(group)
+	gid, err := groupID(group)
 	if err != nil {
 		return err
 	}
-	gid, err := strconv.Atoi(g.Gid)
-	if err != nil {
-		return err
-	}
-	for _, d := range []string{filepath.Dir(in.DB), filepath.Dir(in.HooksLog)} {
-		if err := os.Chown(d, 0, gid); err != nil {
+	for _, d := range []struct {
+		dir  string
+		mode os.FileMode
+	}{{filepath.Dir(in.DB), 0o755}, {filepath.Dir(in.HooksLog), 0o775}} {
+		if err := os.Chown(d.dir, 0, gid); err != nil {
 			return err
 		}
-		if err := os.Chmod(d, os.ModeSetgid|0o775); err != nil {
+		if err := os.Chmod(d.dir, os.ModeSetgid|d.mode); err != nil {
 			return err
 		}
 	}
@@ -362,23 +374,49 @@ func (in *Install) GrantGroup(group string) error {
 	return os.Chmod(in.HooksLog, 0o660)
 }
 
-// GrantDatabase makes the database files group-writable once they exist
-// (bftrainer creates them 0644: group write is the admin's decision).
-func (in *Install) GrantDatabase() error {
+// GrantExisting does what the guide tells a site whose database exists
+// already, made with another group (root's): the database's files and the
+// journal and its fallback (which a reconciler made with that group) given
+// SlurmUser's group; the database's group write taken away (hooks do not
+// write it).
+func (in *Install) GrantExisting(group string) error {
+	gid, err := groupID(group)
+	if err != nil {
+		return err
+	}
 	files, err := filepath.Glob(in.DB + "*")
 	if err != nil {
 		return err
 	}
 	for _, f := range files {
+		if strings.HasSuffix(f, ".lock") {
+			continue
+		}
+		if err := os.Chown(f, 0, gid); err != nil {
+			return err
+		}
 		fi, err := os.Stat(f)
 		if err != nil {
 			return err
 		}
-		if err := os.Chmod(f, fi.Mode().Perm()|0o020); err != nil {
+		if err := os.Chmod(f, fi.Mode().Perm()&^0o020); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{in.Journal, in.JournalFallback} {
+		if err := os.Chown(d, -1, gid); err != nil && !os.IsNotExist(err) {
 			return err
 		}
 	}
 	return nil
+}
+
+func groupID(group string) (int, error) {
+	g, err := user.LookupGroup(group)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(g.Gid)
 }
 
 // OpenDB opens the database read-only (the scenarios only look).
@@ -388,7 +426,7 @@ func (in *Install) OpenDB(ctx context.Context) (*store.DB, error) {
 
 // Events returns history rows.
 func (in *Install) Events(ctx context.Context, f store.Filter) ([]store.Event, error) {
-	return lab.Events(ctx, in.DB, f)
+	return lab.Events(ctx, in.DB, f, in.JournalFallback)
 }
 
 // PoolNodes returns the pool's nodes as the last reconciler round saved
@@ -561,6 +599,13 @@ func (in *Install) SetHooks(ctx context.Context, l *Lab, on bool) error {
 	if on {
 		path = in.Bin
 	}
+	return in.SetHookPath(ctx, l, path)
+}
+
+// SetHookPath is SetHooks with another program as the hook (a wrapper
+// that runs the binary; "": none), checked the same way.
+func (in *Install) SetHookPath(ctx context.Context, l *Lab, path string) error {
+	on := path != ""
 	if err := l.SetHooks(ctx, path); err != nil {
 		return err
 	}

@@ -25,16 +25,25 @@ import (
 // script itself may start before the other nodes' prologs have finished),
 // so this is what any program of the job would see there. Then it holds
 // its nodes (BFT_HOLD seconds, or until the file BFT_RELEASE exists, at
-// most 10 minutes) and says when it ends.
+// most 10 minutes) — with BFT_WATCH set, every node keeps looking all that
+// time and says each Trainer process it finds — and says when it ends.
 const mainScript = `#!/bin/bash
 echo "first $(date +%s.%N)"
 srun -N "$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=0 "$BFT_CHECK"
 echo "checked $(date +%s.%N)"
+if [ -n "${BFT_WATCH:-}" ]; then
+	srun -N "$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=0 "$BFT_CHECK" watch &
+	watch=$!
+fi
 if [ -n "${BFT_RELEASE:-}" ]; then
 	i=0
 	while [ ! -e "$BFT_RELEASE" ] && [ $i -lt 6000 ]; do sleep 0.1; i=$((i + 1)); done
 else
 	sleep "${BFT_HOLD:-0}"
+fi
+if [ -n "${watch:-}" ]; then
+	kill "$watch" 2>/dev/null
+	wait "$watch" 2>/dev/null
 fi
 echo "end $(date +%s.%N)"
 `
@@ -43,11 +52,23 @@ echo "end $(date +%s.%N)"
 // bftrainer run token (trainer/token.go: BFTRAINER_RUN=TRAINER/NODE/NONCE,
 // inherited by every descendant, even one that called setsid) names this
 // node is a Trainer process still running where the main job runs.
-// Zombies have no environment left and are not counted.
+// Zombies have no environment left and are not counted. With "watch" it
+// looks again every 0.2 s until killed, and prints a "found" line for each
+// look that finds any.
 const checkScript = `#!/bin/sh
 n=$SLURMD_NODENAME
-procs=$(grep -alz "^BFTRAINER_RUN=[^/]*/$n/" /proc/[0-9]*/environ 2>/dev/null | sed 's|^/proc/||; s|/environ$||' | tr '\n' ',')
-procs=${procs%,}
+look() {
+	procs=$(grep -alz "^BFTRAINER_RUN=[^/]*/$n/" /proc/[0-9]*/environ 2>/dev/null | sed 's|^/proc/||; s|/environ$||' | tr '\n' ',')
+	procs=${procs%,}
+}
+if [ "$1" = watch ]; then
+	while :; do
+		look
+		[ -n "$procs" ] && echo "found node=$n procs=$procs at=$(date +%s.%N)"
+		sleep 0.2
+	done
+fi
+look
 echo "check node=$n procs=${procs:-none}"
 `
 
@@ -58,6 +79,7 @@ type JobSpec struct {
 	Partition string        // -p; "" means the default (main)
 	Hold      time.Duration // how long it holds its nodes after the check
 	Held      bool          // hold until Release instead
+	Watch     bool          // every node looks for Trainer processes all the while it is held
 	Name      string        // -J; "" means "main"
 	User      *User         // nil: root
 	Script    string        // another batch script instead of the main job's (its output is not parsed)
@@ -97,6 +119,9 @@ func (l *Lab) Submit(ctx context.Context, s JobSpec) (*Job, error) {
 	// the user's environment on the node first, which delays the batch
 	// launch by about 1.2 s.
 	env := []string{"BFT_CHECK=" + filepath.Join(dir, "bft-check.sh"), fmt.Sprintf("BFT_HOLD=%.3f", s.Hold.Seconds())}
+	if s.Watch {
+		env = append(env, "BFT_WATCH=1")
+	}
 	if s.Held {
 		b := make([]byte, 6)
 		rand.Read(b)
@@ -154,6 +179,9 @@ func (j *Job) Release() error {
 type JobReport struct {
 	First, Checked, End time.Time
 	Procs               map[string]string // node → Trainer processes it found there ("none", or pids)
+	// Found are the watch's finds (Watch): a Trainer process on a node
+	// while the job held it, "node=… procs=… at=…" each.
+	Found []string
 }
 
 // StartDelay is the time from sbatch to the job's first line.
@@ -187,6 +215,8 @@ func (j *Job) Report() (JobReport, error) {
 			default:
 				r.End = t
 			}
+		case "found":
+			r.Found = append(r.Found, strings.Join(fs[1:], " "))
 		case "check":
 			var node, procs string
 			for _, kv := range fs[1:] {
@@ -269,6 +299,9 @@ func Normal(info JobInfo, r JobReport) string {
 	nodes, err := info.Nodes()
 	if err != nil {
 		bad = append(bad, err.Error())
+	}
+	if len(r.Found) > 0 {
+		bad = append(bad, fmt.Sprintf("Trainer processes while the job ran: %s", strings.Join(r.Found[:min(3, len(r.Found))], "; ")))
 	}
 	for _, n := range nodes {
 		switch p, ok := r.Procs[n]; {

@@ -1,0 +1,165 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bftrainer/bftrainer/journal"
+	"github.com/bftrainer/bftrainer/pool"
+	"github.com/bftrainer/bftrainer/store"
+)
+
+// Status is the pool now and how far to trust it: what waits to be
+// recorded or folded, whether hooks are failing, whether a reconciler has
+// run lately, whether the database can be written. It decides nothing:
+// no solver runs (status works without one).
+type Status struct {
+	// Pool is the saved state with the recorded events no round has
+	// folded yet, brought to now; releases are folded as a round would,
+	// without asking the scheduler.
+	Pool *pool.Pool
+	// Unfolded counts those events.
+	Unfolded int
+	// LastRound is when a reconciler last saved the pool (zero: never).
+	LastRound time.Time
+	// Journal is what the hooks recorded that the history does not have
+	// yet.
+	Journal Backlog
+	// HookErrors are the errors hooks, and the journal's ingestion,
+	// recorded in the last hour.
+	HookErrors Errors
+	// Writable is why the database cannot be written now; nil when it can
+	// (as far as this process can tell).
+	Writable error
+	// Starts is false when rounds start no Trainer process
+	// (trainer.transport = "none"): Trainers the pool runs are planned
+	// only.
+	Starts bool
+	// Stale says, one sentence each, what makes this view out of date or
+	// the system unwell; empty when all is well.
+	Stale []string
+}
+
+// Backlog is the journal's waiting records.
+type Backlog struct {
+	Records int
+	Oldest  time.Time
+	Err     error // the journal cannot be read (an ordinary user may not)
+}
+
+// Errors is a count of error rows and the newest one.
+type Errors struct {
+	Count int
+	Since time.Time
+	Last  store.Event
+}
+
+// hookErrorWindow is how far back status looks for hook errors.
+const hookErrorWindow = time.Hour
+
+// Status reads the pool and its health; nothing is saved or applied.
+func (c *Core) Status(ctx context.Context) (*Status, error) {
+	db, err := c.openRead(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	f, err := c.foldNow(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	now := c.o.Now()
+	st := &Status{Pool: f.pool, Unfolded: f.events, LastRound: f.snap.State.Now, Starts: c.Starts()}
+	st.Journal.Records, st.Journal.Oldest, st.Journal.Err = c.journal.Backlog()
+	since := now.Add(-hookErrorWindow)
+	sources := append(c.o.Schedulers.Names(), journal.Source)
+	n, last, err := db.Errors(ctx, since, sources...)
+	if err != nil {
+		return nil, err
+	}
+	st.HookErrors = Errors{Count: n, Since: since, Last: last}
+	st.Writable = c.writable()
+	st.Stale = c.stale(st, now)
+	return st, nil
+}
+
+// Starts reports whether rounds start Trainer processes: false when the
+// runner is none (trainer.transport = "none"), or cannot be built here.
+func (c *Core) Starts() bool {
+	if c.o.Runner == nil {
+		return false
+	}
+	run, err := c.o.Runner()
+	return err == nil && run != nil
+}
+
+// staleAfter is how long recorded work may wait for a reconciler before
+// status says none runs: a few service intervals, at least half a minute.
+func (c *Core) staleAfter() time.Duration {
+	return max(3*c.o.Interval, 30*time.Second)
+}
+
+// stale says what is wrong with the view or the system.
+func (c *Core) stale(st *Status, now time.Time) []string {
+	var out []string
+	waitingSince := time.Time{}
+	if st.Journal.Records > 0 {
+		out = append(out, fmt.Sprintf("%d hook record(s) not yet in the history, the oldest from %s",
+			st.Journal.Records, st.Journal.Oldest.UTC().Format(time.RFC3339)))
+		waitingSince = st.Journal.Oldest
+	}
+	if st.Unfolded > 0 {
+		out = append(out, fmt.Sprintf("%d recorded event(s) not yet folded by a reconciler (shown as if they were)", st.Unfolded))
+		if waitingSince.IsZero() || st.LastRound.Before(waitingSince) {
+			waitingSince = st.LastRound
+		}
+	}
+	if !waitingSince.IsZero() && now.Sub(waitingSince) > c.staleAfter() {
+		last := "ever"
+		if !st.LastRound.IsZero() {
+			last = "since " + st.LastRound.UTC().Format(time.RFC3339)
+		}
+		out = append(out, fmt.Sprintf("no reconciler has run %s, and work waits: is `bftrainer reconcile --watch` (its service) running?", last))
+	}
+	if st.HookErrors.Count > 0 {
+		e := st.HookErrors.Last
+		out = append(out, fmt.Sprintf("hooks failing: %d error(s) in the last hour; the last, %s, %s %s: %s",
+			st.HookErrors.Count, e.At.UTC().Format(time.RFC3339), e.Source, e.Context, e.Error))
+	}
+	if st.Writable != nil {
+		out = append(out, fmt.Sprintf("the database cannot be written: %v", st.Writable))
+	}
+	return out
+}
+
+// writable tells why the database cannot be written now: its filesystem
+// read-only or full, or (for the root reconciler) no permission; nil when
+// nothing says it cannot.
+func (c *Core) writable() error {
+	dir := filepath.Dir(c.o.Database)
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		return err
+	}
+	if fs.Flags&unix.ST_RDONLY != 0 {
+		return fmt.Errorf("%s is on a read-only filesystem", dir)
+	}
+	if fs.Bavail == 0 {
+		return fmt.Errorf("the filesystem of %s is full", dir)
+	}
+	if os.Geteuid() != 0 {
+		return nil // an ordinary user is not meant to write it
+	}
+	for _, p := range []string{c.o.Database, dir} {
+		if err := unix.Access(p, unix.W_OK); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	return nil
+}
