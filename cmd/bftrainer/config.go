@@ -396,6 +396,12 @@ func configCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "config",
 		Usage: "print the effective configuration (defaults, file, flags) as TOML",
+		Description: `The defaults, then the file (` + defaultConfig + `, $BFTRAINER_CONFIG or
+--config), then the flags that were set; etc/bftrainer.toml documents
+every key. An unknown key, or a value that does not validate, is an error.
+
+  bftrainer config
+  bftrainer --config /tmp/test.toml config`,
 		Action: func(c *cli.Context) error {
 			cfg, err := configFrom(c)
 			if err != nil {

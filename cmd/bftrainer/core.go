@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"os"
 	"os/exec"
@@ -121,10 +120,6 @@ func currentUser() string {
 		return u.Username
 	}
 	return fmt.Sprint(os.Getuid())
-}
-
-func newLogger(w io.Writer) *log.Logger {
-	return log.New(w, "bftrainer: ", 0)
 }
 
 // reconcilerTrigger starts a detached reconciler when allowed: it runs

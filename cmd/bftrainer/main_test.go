@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
@@ -35,7 +38,32 @@ func (c cleanup) Run() int {
 // testdata/script: each sets a scheduler's hook environment or runs a
 // command, and asserts stdout, stderr and the exit code.
 func TestScripts(t *testing.T) {
-	testscript.Run(t, testscript.Params{Dir: "testdata/script", Setup: scriptSetup})
+	testscript.Run(t, testscript.Params{Dir: "testdata/script", Setup: scriptSetup,
+		Cmds: map[string]func(*testscript.TestScript, bool, []string){"exits": exits}})
+}
+
+// exits N PROGRAM [ARGS…] runs the program like exec and fails unless it
+// exits with status N: 1 (failure) and 2 (bad usage) are part of the CLI's
+// contract, which "! exec" alone does not tell apart.
+func exits(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: exits N PROGRAM [ARGS…]")
+	}
+	want, err := strconv.Atoi(args[0])
+	if err != nil {
+		ts.Fatalf("exits: %q is not a status", args[0])
+	}
+	got := 0
+	var ee *exec.ExitError
+	switch err := ts.Exec(args[1], args[2:]...); {
+	case errors.As(err, &ee):
+		got = ee.ExitCode()
+	case err != nil:
+		ts.Fatalf("exits: %v", err)
+	}
+	if got != want {
+		ts.Fatalf("exit status %d, want %d", got, want)
+	}
 }
 
 // scriptSetup writes a config per test, in its own work directory.

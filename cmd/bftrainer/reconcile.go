@@ -11,12 +11,17 @@ func reconcileCommand() *cli.Command {
 		Name:  "reconcile",
 		Usage: "fold recorded events into the pool, re-plan, and apply the plan (one at a time)",
 		Description: `Hooks start it detached after each event when they run as root
-(hooks.spawn_reconciler); as a service, run "bftrainer reconcile --watch".
+(hooks.spawn_reconciler); as a service (contrib/slurm/bftrainer-reconcile.service):
+
+  bftrainer reconcile --watch
+
 Only one reconciler runs at a time (a lock beside the database); a second
-one exits at once, and the running one picks up the new events.`,
+one exits at once, and the running one picks up the new events. After
+every round it writes the Prometheus metrics file, when metrics.textfile
+is set (docs/metrics.md).`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "watch", Usage: "keep running: reconcile whenever events or spooled requests arrive"},
-			&cli.DurationFlag{Name: "interval", Usage: "with --watch, how often to look (default reconciler.interval)"},
+			&cli.DurationFlag{Name: "interval", Usage: "with --watch, how often to look (`DURATION`)", DefaultText: "reconciler.interval"},
 			&cli.BoolFlag{Name: "no-scheduler", Usage: "do not ask the scheduler whether released nodes are idle"},
 		},
 		Action: coreAction(func(c *cli.Context, core *sidecar.Core, cfg Config) error {

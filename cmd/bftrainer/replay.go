@@ -60,13 +60,24 @@ workloads). A progress bar is drawn on stderr when it is a terminal.`,
 			&cli.StringFlag{Name: "trace", Usage: "idle-node trace `FILE` (Summit CSV or SWF; default: generated)"},
 			&cli.StringFlag{Name: "nodes", Usage: "node names `FILE` (node_idx,node_name) for a CSV trace"},
 			&cli.StringFlag{Name: "workload", Usage: "Trainer workload `FILE` (paper CSV; default: built in)"},
-			&cli.StringSliceFlag{Name: "allocator", Value: cli.NewStringSlice("adaptive"), Usage: "`NAME`s: " + strings.Join(solvers().Names(), ", ") + "; repeat or comma-separate for side-by-side rows"},
-			&cli.StringFlag{Name: "semantics", Value: "default", Usage: "`NAME`: default (bftrainer's) or reference (the paper's replayer)"},
+			&cli.StringSliceFlag{Name: "allocator", Value: cli.NewStringSlice("adaptive"),
+				Usage: "`NAME`s (" + oneOf(solvers().Names()) + "); repeat or comma-separate for side-by-side rows",
+				Action: func(c *cli.Context, vs []string) error {
+					for _, v := range vs {
+						for _, n := range splitList(v) {
+							if err := checkChoice(c, "allocator", solvers().Names(), n); err != nil {
+								return err
+							}
+						}
+					}
+					return nil
+				}},
+			choiceFlag("semantics", "NAME", []string{"default", "reference"}, "default", "bftrainer's model, or the paper's replayer"),
 			&cli.Float64Flag{Name: "tfwd", Value: sim.DefaultTFwd, Usage: "`SECONDS` a decision is worth over, for the fixed-horizon allocators (exact, the MILP ones, greedy); adaptive measures its own"},
 			&cli.StringFlag{Name: "max-trainers", Value: strconv.Itoa(sim.DefaultMaxTrainers), Usage: "Trainers running at once (`N`), or auto: admit the next queued Trainer when the allocator would give it nodes rather than grow the running ones"},
-			&cli.StringFlag{Name: "format", Value: "table", Usage: "`FORMAT`: table or json"},
+			formatFlag(fmtTable, fmtJSON),
 			&cli.StringFlag{Name: "out", Usage: "write steps.csv, trainers.csv, timeline.svg and summary.json in `DIR`"},
-			&cli.DurationFlag{Name: "cbc-limit", Value: 10 * time.Second, Usage: "`DURATION` a CBC decision may take before the current allocation is kept"},
+			&cli.DurationFlag{Name: "cbc-limit", Value: 10 * time.Second, Usage: "`DURATION` a MILP decision (cbc, highs, gurobi) may take before the current allocation is kept"},
 			&cli.IntFlag{Name: "from-event", DefaultText: "the last event at or before the first submit", Usage: "start at trace event `N`"},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "`SEED` of the generated trace and built-in workload"},
 			&cli.IntFlag{Name: "trainers", Value: demoTrainers, Usage: "`N` Trainers in the built-in workload"},
@@ -153,9 +164,6 @@ func earliestSubmit(jobs []sim.Job) time.Time {
 // runReplays replays once per allocator and writes the summaries and files.
 func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 	format := c.String("format")
-	if format != "table" && format != "json" {
-		return usagef("unknown format %q (want table or json)", format)
-	}
 	sem, err := alloc.ParseSemantics(c.String("semantics"))
 	if err != nil {
 		return usageError{err}
@@ -173,11 +181,7 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 	}
 	var names []string
 	for _, v := range c.StringSlice("allocator") {
-		for _, n := range strings.Split(v, ",") {
-			if n = strings.TrimSpace(n); n != "" {
-				names = append(names, n)
-			}
-		}
+		names = append(names, splitList(v)...)
 	}
 	ss := make([]alloc.Solver, len(names))
 	for i, n := range names {
