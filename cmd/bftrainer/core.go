@@ -102,10 +102,10 @@ func explain(cfg Config, err error) error {
 // done reports a request's receipt on stderr.
 func done(c *cli.Context, cfg Config, rc sidecar.Receipt, what string) {
 	if rc.Spooled {
-		fmt.Fprintf(c.App.ErrWriter, "bftrainer: %s (spooled; the reconciler takes it within %v)\n", what, cfg.Reconciler.Interval.Duration)
+		say(c.App.ErrWriter, "%s (spooled; the reconciler takes it within %v)", what, cfg.Reconciler.Interval.Duration)
 		return
 	}
-	fmt.Fprintf(c.App.ErrWriter, "bftrainer: %s\n", what)
+	say(c.App.ErrWriter, "%s", what)
 }
 
 func configFile(cfg Config) string {

@@ -66,8 +66,16 @@ func exits(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// scriptSetup writes a config per test, in its own work directory.
+// scriptSetup writes a config per test, in its own work directory. A
+// script that needs a PATH with bftrainer alone on it (no cbc, no highs)
+// sets PATH=$BFTBIN.
 func scriptSetup(env *testscript.Env) error {
+	for _, dir := range filepath.SplitList(env.Getenv("PATH")) {
+		if _, err := os.Stat(filepath.Join(dir, "bftrainer")); err == nil {
+			env.Setenv("BFTBIN", dir)
+			break
+		}
+	}
 	env.Setenv("BFTRAINER_CONFIG", env.WorkDir+"/bftrainer.toml")
 	env.Setenv("BFTRAINER_TEST_HOOKLOG", env.WorkDir+"/fallback-hooks.log")
 	return os.WriteFile(env.WorkDir+"/bftrainer.toml", []byte(`database = "`+env.WorkDir+`/db/bftrainer.db"

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/urfave/cli/v2"
 
 	"github.com/bftrainer/bftrainer/sidecar"
@@ -17,7 +15,7 @@ func nodeCommand() *cli.Command {
 		return coreAction(func(c *cli.Context, core *sidecar.Core, _ Config) error {
 			nodes, err := core.Nodes(c.Context, join, c.Args().Slice(), c.String("job"), c.Bool("no-reconcile"))
 			if len(nodes) > 0 {
-				fmt.Fprintf(c.App.ErrWriter, "bftrainer: recorded %s of %d node(s)\n", c.Command.Name, len(nodes))
+				say(c.App.ErrWriter, "recorded %s of %d node(s)", c.Command.Name, len(nodes))
 			}
 			return err
 		})

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/alloc/milp"
 	"github.com/bftrainer/bftrainer/sidecar"
 	"github.com/bftrainer/bftrainer/sim"
 )
@@ -206,6 +207,9 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 			opt.Progress = sim.ProgressBar(c.App.ErrWriter, "replay "+names[i])
 		}
 		res, err := replayTo(c, tr, jobs, opt, dir)
+		if errors.Is(err, milp.ErrBackendAbsent) {
+			return withHint(err, "install it as the message says, or replay with another --allocator (exact needs nothing)")
+		}
 		if err != nil {
 			return err
 		}
@@ -213,7 +217,7 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 			warnInputs(c.App.ErrWriter, res.Summary, tr)
 		}
 		if n := res.Summary.SolverErrors; n > 0 {
-			fmt.Fprintf(c.App.ErrWriter, "bftrainer: warning: %s failed at %d decision(s), which kept the allocation as the live reconciler would; the first: %s\n",
+			say(c.App.ErrWriter, "warning: %s failed at %d decision(s), which kept the allocation as the live reconciler would; the first: %s",
 				names[i], n, res.Summary.FirstSolverError)
 		}
 		sums = append(sums, res.Summary)
