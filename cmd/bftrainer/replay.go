@@ -227,10 +227,35 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 			return err
 		}
 	}
-	if format == "json" {
-		return sim.WriteSummaryJSON(c.App.Writer, sums)
+	if format == fmtJSON {
+		err = sim.WriteSummaryJSON(c.App.Writer, sums)
+	} else {
+		err = sim.WriteSummaryTable(c.App.Writer, sums)
+		say(c.App.ErrWriter, "%s", summaryLegend)
 	}
-	return sim.WriteSummaryTable(c.App.Writer, sums)
+	if err == nil && out != "" {
+		sayWritten(c.App.ErrWriter, out, names)
+	}
+	return err
+}
+
+// summaryLegend reads the summary table's columns in one line.
+const summaryLegend = "columns: finished = Trainers done/all; makespan_h, mean_jct_h = hours to the last completion, " +
+	"mean hours from submit to completion; e_ovh = samples net of rescale and reclaim losses / gross; " +
+	"e_1node = work per node-second against one dedicated node; utilisation = node-hours used / offered; " +
+	"rescales, reclaims, events replayed; solve_ms_p50/p99 per decision; wall_s (docs/replay.md, \"Replay metrics\")"
+
+// sayWritten tells where the replay's files are.
+func sayWritten(w io.Writer, out string, allocators []string) {
+	if abs, err := filepath.Abs(out); err == nil {
+		out = abs
+	}
+	dirs := out + "/"
+	if len(allocators) > 1 {
+		dirs = out + "/{" + strings.Join(allocators, ",") + "}/"
+	}
+	say(w, "wrote %s: steps.csv (a row per event), trainers.csv (a row per Trainer), timeline.svg (node use over time); and %s",
+		dirs, filepath.Join(out, "summary.json"))
 }
 
 // parseMaxTrainers reads --max-trainers: a positive count, or auto.
@@ -290,7 +315,10 @@ func replayTo(c *cli.Context, tr *sim.Trace, jobs []sim.Job, opt sim.Options, di
 	if err := writeFile(filepath.Join(dir, "trainers.csv"), func(w io.Writer) error { return sim.WriteTrainersCSV(w, res.Trainers) }); err != nil {
 		return nil, err
 	}
-	title := fmt.Sprintf("%s, %s semantics — %s", res.Summary.Allocator, res.Summary.Semantics, tr.Source)
+	// The title says how much of the trace is drawn: a replay stops when
+	// every Trainer has finished, often long before the trace ends.
+	title := fmt.Sprintf("%s, %s semantics: %s h replayed of %s", res.Summary.Allocator, res.Summary.Semantics,
+		sim.Hours(time.Duration(res.Summary.MakespanH*float64(time.Hour))), tr.Source)
 	if err := writeFile(filepath.Join(dir, "timeline.svg"), func(w io.Writer) error { return sim.WriteTimelineSVG(w, res, title) }); err != nil {
 		return nil, err
 	}
