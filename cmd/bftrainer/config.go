@@ -127,8 +127,8 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil
 // defaults returns the configuration etc/bftrainer.toml documents.
 func defaults() Config {
 	var c Config
-	c.Database = "/var/lib/bftrainer/bftrainer.db"
-	c.Spool = "/var/spool/bftrainer"
+	c.Database = localStateDir + "/lib/bftrainer/bftrainer.db"
+	c.Spool = localStateDir + "/spool/bftrainer"
 	c.Admins = []string{}
 	c.Pool.MaxTrainers = 10
 	c.Pool.TFwd = 10
@@ -156,9 +156,9 @@ func defaults() Config {
 	t.SSHUser = "root"
 	t.ConnectTimeout = Duration{10 * time.Second}
 	t.CommandTimeout = Duration{60 * time.Second}
-	t.Registry = "/run/bftrainer/nodes"
-	t.LogDir = "/var/log/bftrainer/trainers"
-	t.StateDir = "/var/lib/bftrainer/runner"
+	t.Registry = runStateDir + "/bftrainer/nodes"
+	t.LogDir = localStateDir + "/log/bftrainer/trainers"
+	t.StateDir = localStateDir + "/lib/bftrainer/runner"
 	t.Parallel = 16
 	t.KillWait = Duration{5 * time.Second}
 	t.Containment = "auto"

@@ -92,7 +92,7 @@ func explain(cfg Config, err error) error {
 	case errors.Is(err, sidecar.ErrNotWritable):
 		return withHint(err, "only root (or the database's group) may write %s", cfg.Database)
 	case errors.Is(err, sidecar.ErrSpool):
-		return withHint(err, "the spool %s must exist with mode 1733 (bftrainer install sets it up)", cfg.Spool)
+		return withHint(err, "the spool %s must exist with mode 1733: make install creates it (or: install -d -m 1733 %s)", cfg.Spool, cfg.Spool)
 	case errors.Is(err, sidecar.ErrNoListing):
 		return withHint(err, "set its program in the [scheduler] table of %s", configFile(cfg))
 	}

@@ -17,15 +17,20 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// Set at build time: go build -ldflags "-X main.defaultConfig=/etc/…".
-// defaultHookLog is hooks.log by default, and where hooks log when the
-// configuration does not load (tests build it into their temporary
-// directory).
+// Set at build time (the Makefile's CONFIG, LOCALSTATEDIR and
+// RUNSTATEDIR): go build -ldflags "-X main.defaultConfig=/etc/…". The
+// configuration's default paths are below localStateDir and runStateDir.
 var (
-	defaultConfig  = "/etc/bftrainer/bftrainer.toml"
-	defaultHookLog = "/var/log/bftrainer/hooks.log"
-	version        = "dev"
+	defaultConfig = "/etc/bftrainer/bftrainer.toml"
+	localStateDir = "/var"
+	runStateDir   = "/run"
+	version       = "dev"
 )
+
+// defaultHookLog is hooks.log by default, and where hooks log when the
+// configuration does not load (tests point it into their temporary
+// directory).
+var defaultHookLog = localStateDir + "/log/bftrainer/hooks.log"
 
 func main() {
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
