@@ -77,6 +77,7 @@ type Options struct {
 	IdleWait     time.Duration // how long released nodes may take to be exactly idle
 	Poll         time.Duration // pause between rounds while waiting for them
 	MaxRounds    int           // rounds per Reconcile; 0: 100
+	MetricsFile  string        // Prometheus metrics written after each round (Reconciler.Metrics); "": none
 
 	// ConfigErr is why the configuration did not load, when it did not.
 	// A hook then records nothing (it does not know the database) but
@@ -202,7 +203,7 @@ func (c *Core) Database() string { return c.o.Database }
 func (c *Core) newReconciler(db *store.DB, withScheduler bool) (*Reconciler, error) {
 	r := &Reconciler{
 		DB: db, Pool: c.o.Pool, Solver: c.solver, Spool: &spool{Dir: c.o.Spool}, Admins: c.o.Admins,
-		IdleWait: c.o.IdleWait, Poll: c.o.Poll, MaxRounds: c.o.MaxRounds, Now: c.o.Now, Log: c.o.Log,
+		IdleWait: c.o.IdleWait, Poll: c.o.Poll, MaxRounds: c.o.MaxRounds, Metrics: c.o.MetricsFile, Now: c.o.Now, Log: c.o.Log,
 	}
 	if c.o.Runner != nil {
 		run, err := c.o.Runner()

@@ -48,6 +48,9 @@ type Config struct {
 		MaxRounds int      `toml:"max_rounds"`
 		Interval  Duration `toml:"interval"`
 	} `toml:"reconciler"`
+	Metrics struct {
+		Textfile string `toml:"textfile"`
+	} `toml:"metrics"`
 	// Scheduler names each scheduler's node-listing program, under its
 	// Listing.Key ("sinfo"); a scheduler's own default when not set.
 	Scheduler map[string]string `toml:"scheduler"`
@@ -258,6 +261,9 @@ func (c *Config) validate() error {
 	case "auto", "always", "never":
 	default:
 		errs = append(errs, fmt.Errorf("hooks.spawn_reconciler: %q, want auto, always or never", c.Hooks.SpawnReconciler))
+	}
+	if f := c.Metrics.Textfile; f != "" && (!filepath.IsAbs(f) || !strings.HasSuffix(f, ".prom")) {
+		errs = append(errs, fmt.Errorf("metrics.textfile: %q, want an absolute path ending in .prom (node_exporter's textfile collector reads only those)", f))
 	}
 	if c.Reconciler.MaxRounds < 1 {
 		errs = append(errs, errors.New("reconciler.max_rounds: want ≥ 1"))

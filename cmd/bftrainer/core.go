@@ -55,6 +55,7 @@ func options(cfg Config, log *log.Logger) sidecar.Options {
 		IdleWait:     cfg.Reconciler.IdleWait.Duration,
 		Poll:         cfg.Reconciler.Poll.Duration,
 		MaxRounds:    cfg.Reconciler.MaxRounds,
+		MetricsFile:  cfg.Metrics.Textfile,
 		User:         currentUser,
 		Log:          log,
 	}

@@ -78,14 +78,22 @@ func scriptSetup(env *testscript.Env) error {
 	}
 	env.Setenv("BFTRAINER_CONFIG", env.WorkDir+"/bftrainer.toml")
 	env.Setenv("BFTRAINER_TEST_HOOKLOG", env.WorkDir+"/fallback-hooks.log")
-	return os.WriteFile(env.WorkDir+"/bftrainer.toml", []byte(`database = "`+env.WorkDir+`/db/bftrainer.db"
-spool = "`+env.WorkDir+`/spool"
+	conf := `database = "` + env.WorkDir + `/db/bftrainer.db"
+spool = "` + env.WorkDir + `/spool"
 [hooks]
-log = "`+env.WorkDir+`/hooks.log"
+log = "` + env.WorkDir + `/hooks.log"
 spawn_reconciler = "never"
 [trainer]
-registry = "`+env.WorkDir+`/registry"
-log_dir = "`+env.WorkDir+`/trainer-logs"
-state_dir = "`+env.WorkDir+`/runner"
-`), 0o644)
+registry = "` + env.WorkDir + `/registry"
+log_dir = "` + env.WorkDir + `/trainer-logs"
+state_dir = "` + env.WorkDir + `/runner"
+`
+	// metrics.toml: the same, with the Prometheus metrics file on.
+	metrics := conf + `[metrics]
+textfile = "` + env.WorkDir + `/textfile/bftrainer.prom"
+`
+	if err := os.WriteFile(env.WorkDir+"/metrics.toml", []byte(metrics), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(env.WorkDir+"/bftrainer.toml", []byte(conf), 0o644)
 }
