@@ -192,3 +192,35 @@ func TestContribNamesInstalledPath(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeReplay runs the README's Summit replay as written, from the
+// checkout's root, where ../shared/data is (it skips, saying so, where the
+// data is not).
+func TestReadmeReplay(t *testing.T) {
+	root := trainertest.RepoRoot(t)
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```sh\n(bftrainer replay \\\\\n.*?)\n```").FindSubmatch(readme)
+	if m == nil {
+		t.Fatal("README.md has no replay example (a sh block starting \"bftrainer replay \\\")")
+	}
+	args := strings.Fields(strings.ReplaceAll(string(m[1]), "\\\n", " "))
+	data := filepath.Join(root, "..", "shared", "data")
+	if _, err := os.Stat(data); err != nil {
+		t.Skipf("../shared/data is not beside this checkout: %v", err)
+	}
+	for i, a := range args {
+		if strings.HasPrefix(a, "../shared/data/") {
+			args[i] = filepath.Join(root, a)
+		}
+	}
+	var out, errs strings.Builder
+	if code := run(args, &out, &errs); code != 0 {
+		t.Fatalf("%s: exit %d\n%s", strings.Join(args, " "), code, errs.String())
+	}
+	if !strings.Contains(out.String(), " 1000/1000 ") {
+		t.Fatalf("the README's replay did not finish the 1000 Trainers:\n%s", out.String())
+	}
+}
