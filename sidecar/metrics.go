@@ -5,14 +5,13 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
+	"github.com/bftrainer/bftrainer/trainer/registry"
 )
 
 // Metrics: after every round the reconciler writes the pool's gauges and
@@ -145,23 +144,7 @@ func value(v float64) string {
 // starts with a dot and does not end in .prom, so the collector skips
 // it), then a rename. Readable by all, like node_exporter's other files.
 func writeAtomic(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Chmod(0o644)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := registry.WriteFile(path, b, 0o644, false); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	return nil

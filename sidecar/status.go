@@ -49,14 +49,11 @@ func (c *Core) Status(ctx context.Context) (*Status, error) {
 		return nil, err
 	}
 	defer db.Close()
-	r := &Reconciler{DB: db, Pool: c.o.Pool, Admins: c.o.Admins, Now: c.o.Now}
-	r.defaults()
-	f, err := r.fold(ctx)
+	f, err := c.foldNow(ctx, db)
 	if err != nil {
 		return nil, err
 	}
 	p := f.pool
-	p.Step(pool.Event{At: r.Now()})
 	st := &Status{Database: c.o.Database, MaxTrainers: c.o.Pool.MaxTrainers, Unfolded: f.events, Trainers: []StatusTrainer{}}
 	if k, ok := c.o.Killer.(containment); ok {
 		st.Containment = k.Containment()

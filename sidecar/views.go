@@ -40,20 +40,30 @@ func (c *Core) Preview(ctx context.Context, solver string) (*Preview, error) {
 		return nil, err
 	}
 	defer db.Close()
-	r := &Reconciler{DB: db, Pool: c.o.Pool, Solver: s, Admins: c.o.Admins, Now: c.o.Now}
-	r.defaults()
-	f, err := r.fold(ctx)
+	f, err := c.foldNow(ctx, db)
 	if err != nil {
 		return nil, err
 	}
 	p := f.pool
-	p.Step(pool.Event{At: r.Now()})
 	start := time.Now()
 	d := p.Propose(ctx, s, false)
 	if d.Err != nil {
 		return nil, d.Err
 	}
 	return &Preview{Pool: p, Problem: d.Problem, Plan: d.Plan, Pending: f.events, SolveDur: time.Since(start)}, nil
+}
+
+// foldNow is the saved pool with the events no round has folded yet,
+// brought to now: what the next round will start from.
+func (c *Core) foldNow(ctx context.Context, db *store.DB) (*folded, error) {
+	r := &Reconciler{DB: db, Pool: c.o.Pool, Admins: c.o.Admins, Now: c.o.Now}
+	r.defaults()
+	f, err := r.fold(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f.pool.Step(pool.Event{At: r.Now()})
+	return f, nil
 }
 
 // ErrNoListing: the scheduler has no node listing here (none, turned off,
