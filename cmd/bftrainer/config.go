@@ -140,7 +140,7 @@ func defaults() Config {
 	c.Pool.Solver = "adaptive"
 	c.Pool.SolverTimeLimit = Duration{10 * time.Second}
 	c.Hooks.Deadline = Duration{2 * time.Second}
-	c.Hooks.Log = defaultHookLog
+	c.Hooks.Log = builtinHookLog()
 	c.Hooks.SpawnReconciler = "auto"
 	c.Reconciler.IdleWait = Duration{60 * time.Second}
 	c.Reconciler.Poll = Duration{time.Second}

@@ -28,9 +28,17 @@ var (
 )
 
 // defaultHookLog is hooks.log by default, and where hooks log when the
-// configuration does not load (tests point it into their temporary
-// directory).
-var defaultHookLog = localStateDir + "/log/bftrainer/hooks.log"
+// configuration does not load; "" is localStateDir's log/bftrainer/hooks.log.
+// Tests point it into their temporary directory (-X, or TestMain).
+var defaultHookLog = ""
+
+// builtinHookLog is defaultHookLog, resolved.
+func builtinHookLog() string {
+	if defaultHookLog != "" {
+		return defaultHookLog
+	}
+	return localStateDir + "/log/bftrainer/hooks.log"
+}
 
 func main() {
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
