@@ -20,7 +20,7 @@ NPM     ?= npm
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # The paths compiled in: the configuration file, and the defaults of every
 # path in it (etc/bftrainer.toml, as installed, states the same).
-LDFLAGS := -X main.version=$(VERSION) -X main.defaultConfig=$(CONFIG) \
+LDFLAGS := -X main.version=$(VERSION) -X main.defaultConfig=$(CONFIG) -X main.binDir=$(BINDIR) \
 	-X main.localStateDir=$(LOCALSTATEDIR) -X main.runStateDir=$(RUNSTATEDIR)
 # urfave_cli_no_docs: leaves out urfave/cli's man-page generator, whose
 # package initialisation every hook call would otherwise pay.

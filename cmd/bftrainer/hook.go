@@ -7,6 +7,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -47,14 +48,22 @@ where it logged. To try one:
 }
 
 // schedulerUsage lists how each registered scheduler's hooks call
-// bftrainer, and where its snippets are.
+// bftrainer, and where its snippets are, with the path this binary is
+// installed at (make install's BINDIR) wherever a snippet names one.
 func schedulerUsage() string {
 	var b strings.Builder
 	for _, s := range schedulers() {
-		fmt.Fprintf(&b, "\n  %s (%s): %s\n", s.Name, s.Contrib, s.Usage)
+		usage := installedPath.ReplaceAllStringFunc(s.Usage, func(m string) string {
+			return binDir + "/bftrainer" + strings.TrimPrefix(m, installedPath.FindStringSubmatch(m)[1])
+		})
+		fmt.Fprintf(&b, "\n  %s (%s): %s\n", s.Name, s.Contrib, usage)
 	}
 	return b.String()
 }
+
+// installedPath is an absolute path of the binary in a snippet:
+// /usr/sbin/bftrainer, /usr/local/bin/bftrainer, … (not bftrainer-hook).
+var installedPath = regexp.MustCompile(`(/usr(?:/[\w.-]+)*/s?bin/bftrainer)(?:[^-.\w]|$)`)
 
 // runHook hands a hook call to the core, which holds the whole fail-open
 // policy, and returns 0, always. args are the hook's arguments after

@@ -112,6 +112,11 @@ func TestMakeInstall(t *testing.T) {
 	if !strings.Contains(string(help), "Configuration: /opt/bft/etc/bftrainer/bftrainer.toml") {
 		t.Errorf("the installed binary's help does not name its configuration file:\n%s", help)
 	}
+	// Its hook help gives the snippets with the path it is installed at.
+	help, _ = exec.Command(bin, "hook", "--help").Output()
+	if !strings.Contains(string(help), "Prolog=/opt/bft/bin/bftrainer ") || strings.Contains(string(help), "/usr/local/bin/bftrainer") {
+		t.Errorf("the installed binary's hook help does not name its own path:\n%s", help)
+	}
 
 	// A second install keeps an edited configuration.
 	if err := os.WriteFile(conf, []byte("# edited\n"), 0o644); err != nil {
@@ -149,9 +154,9 @@ func TestMakeInstall(t *testing.T) {
 }
 
 // TestContribNamesInstalledPath: the hooks' snippets and guides (contrib/,
-// docs/, each scheduler's usage in `bftrainer hook --help`) call the
-// binary where `make install` puts it by default, $(PREFIX)/bin, so that a
-// sysadmin who copies them gets a hook that exists.
+// docs/, and each scheduler's usage as `bftrainer hook --help` shows it)
+// call the binary where `make install` puts it by default, $(PREFIX)/bin,
+// so that a sysadmin who copies them gets a hook that exists.
 func TestContribNamesInstalledPath(t *testing.T) {
 	const installed = "/usr/local/bin/bftrainer" // the Makefile's PREFIX and BINDIR
 	mk, err := os.ReadFile(filepath.Join(trainertest.RepoRoot(t), "Makefile"))
@@ -163,10 +168,7 @@ func TestContribNamesInstalledPath(t *testing.T) {
 			t.Fatalf("the Makefile no longer says %q: update this test and the paths it checks", want)
 		}
 	}
-	texts := map[string]string{}
-	for _, s := range schedulers() {
-		texts["hooks: "+s.Name+"'s usage"] = s.Usage
-	}
+	texts := map[string]string{"bftrainer hook --help": schedulerUsage()}
 	root := trainertest.RepoRoot(t)
 	for _, dir := range []string{"contrib", "docs"} {
 		filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {

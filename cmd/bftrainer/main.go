@@ -17,11 +17,12 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// Set at build time (the Makefile's CONFIG, LOCALSTATEDIR and
+// Set at build time (the Makefile's CONFIG, BINDIR, LOCALSTATEDIR and
 // RUNSTATEDIR): go build -ldflags "-X main.defaultConfig=/etc/…". The
 // configuration's default paths are below localStateDir and runStateDir.
 var (
 	defaultConfig = "/etc/bftrainer/bftrainer.toml"
+	binDir        = "/usr/local/bin"
 	localStateDir = "/var"
 	runStateDir   = "/run"
 	version       = "dev"
