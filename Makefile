@@ -12,6 +12,11 @@ LOCALSTATEDIR ?= /var
 RUNSTATEDIR   ?= /run
 DESTDIR       ?=
 CONFIG        ?= $(SYSCONFDIR)/bftrainer/bftrainer.toml
+# The scheduler's group (Slurm: SlurmUser's, e.g. slurm): when set, the
+# database's directory gets it, and the hooks' journal beside the database
+# is made for it (mode 2770); when not, the reconciler makes the journal
+# with the database's group on its first round.
+GROUP         ?=
 HIGHSDIR      := $(LIBEXECDIR)/bftrainer/highs-wasm
 # Where the build goes (tests build into their own directory).
 OUT     ?= bin
@@ -66,11 +71,11 @@ demo:
 	$(GO) run ./cmd/bftrainer replay --out demo-out
 
 # The binary on users' PATH ($(BINDIR)), the elastic runtime's Python
-# package, the configuration (never overwritten), and the directories with the modes bftrainer checks: the
-# database's (root's; add the SlurmUser's group as contrib/slurm says),
-# the hooks' log, and the spool, where ordinary users drop requests
-# (sticky and writable by all, listable by none: 1733). Then the HiGHS
-# driver, when npm is here.
+# package, the configuration (never overwritten), and the directories with
+# the modes bftrainer checks: the database's (root's, with GROUP), the
+# hooks' journal beside it (with GROUP), the hooks' log, and the spool,
+# where ordinary users drop requests (sticky and writable by all, listable
+# by none: 1733). Then the HiGHS driver, when npm is here.
 install: $(OUT)/bftrainer
 	install -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSCONFDIR)/bftrainer
 	install -m 0755 $(OUT)/bftrainer $(DESTDIR)$(BINDIR)/bftrainer
@@ -84,7 +89,9 @@ install: $(OUT)/bftrainer
 		    -e 's,/usr/local/lib/bftrainer/python,$(PREFIX)/lib/bftrainer/python,g' \
 		    -e 's,/etc/bftrainer/bftrainer.toml,$(CONFIG),g' etc/bftrainer.toml > $(DESTDIR)$(CONFIG).new && \
 		chmod 0644 $(DESTDIR)$(CONFIG).new && mv $(DESTDIR)$(CONFIG).new $(DESTDIR)$(CONFIG); }
-	install -d -m 0755 $(DESTDIR)$(LOCALSTATEDIR)/lib/bftrainer $(DESTDIR)$(LOCALSTATEDIR)/log/bftrainer
+	install -d -m 0755 $(if $(GROUP),-g $(GROUP)) $(DESTDIR)$(LOCALSTATEDIR)/lib/bftrainer
+	$(if $(GROUP),install -d -m 2770 -g $(GROUP) $(DESTDIR)$(LOCALSTATEDIR)/lib/bftrainer/journal)
+	install -d -m 0755 $(DESTDIR)$(LOCALSTATEDIR)/log/bftrainer
 	install -d -m 1733 $(DESTDIR)$(LOCALSTATEDIR)/spool/bftrainer
 	@$(MAKE) --no-print-directory install-highs
 	@echo "installed $(BINDIR)/bftrainer; configuration: $(CONFIG); next: contrib/slurm/README.md (or lsf/, pbs/)"

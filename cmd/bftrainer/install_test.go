@@ -4,9 +4,12 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/bftrainer/bftrainer/trainer/trainertest"
@@ -30,8 +33,12 @@ func TestMakeInstall(t *testing.T) {
 	}
 	root := trainertest.RepoRoot(t)
 	dest, build, npmCache := t.TempDir(), t.TempDir(), t.TempDir()
+	group, err := user.LookupGroupId(strconv.Itoa(os.Getgid()))
+	if err != nil {
+		t.Fatal(err)
+	}
 	vars := []string{"DESTDIR=" + dest, "OUT=" + build, "PREFIX=/opt/bft", "SYSCONFDIR=/opt/bft/etc",
-		"LOCALSTATEDIR=/srv/bft/var", "RUNSTATEDIR=/srv/bft/run"}
+		"LOCALSTATEDIR=/srv/bft/var", "RUNSTATEDIR=/srv/bft/run", "GROUP=" + group.Name}
 	install := func() string {
 		t.Helper()
 		cmd := exec.Command("make", append([]string{"-C", root, "--no-print-directory", "install"}, vars...)...)
@@ -55,6 +62,7 @@ func TestMakeInstall(t *testing.T) {
 		{"opt/bft/etc/bftrainer", fs.ModeDir | 0o755},
 		{"opt/bft/etc/bftrainer/bftrainer.toml", 0o644},
 		{"srv/bft/var/lib/bftrainer", fs.ModeDir | 0o755},
+		{"srv/bft/var/lib/bftrainer/journal", fs.ModeDir | fs.ModeSetgid | 0o770},
 		{"srv/bft/var/log/bftrainer", fs.ModeDir | 0o755},
 		{"srv/bft/var/spool/bftrainer", fs.ModeDir | fs.ModeSticky | 0o733},
 		{"opt/bft/lib/bftrainer/python/bftrainer_elastic/__init__.py", 0o644},
@@ -65,6 +73,11 @@ func TestMakeInstall(t *testing.T) {
 		}
 		if got := fi.Mode() & (fs.ModeType | fs.ModePerm | fs.ModeSticky | fs.ModeSetgid); got != c.mode {
 			t.Errorf("%s: mode %v, want %v", c.path, got, c.mode)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(dest, "srv/bft/var/lib/bftrainer/journal")); err == nil {
+		if gid := fi.Sys().(*syscall.Stat_t).Gid; strconv.Itoa(int(gid)) != group.Gid {
+			t.Errorf("the journal's group is %d, want GROUP's, %s", gid, group.Gid)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(dest, "opt/bft/sbin")); err == nil {
