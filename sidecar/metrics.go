@@ -81,6 +81,13 @@ func (r *Reconciler) writeMetrics(ctx context.Context, st pool.State, now time.T
 	e.histogram("bftrainer_hook_duration_seconds", "Scheduler hook calls: wall time from the hook's start to its event recorded.", tl.Histograms[store.KindHook])
 	e.histogram("bftrainer_solve_duration_seconds", "Allocation decisions the solver was called for: wall time of the solve and its commit.", tl.Histograms[store.KindSolve])
 	e.counter("bftrainer_errors_total", "Events recorded with an error (hooks fail open and record here).", float64(tl.Errors))
+	if r.Backlog != nil {
+		if n, err := r.Backlog(); err == nil {
+			e.gauge("bftrainer_journal_records", "Hook records waiting in the journal for a round to record them.", float64(n))
+		} else {
+			r.Log.Printf("metrics: journal backlog: %v", err)
+		}
+	}
 	e.gauge("bftrainer_last_round_timestamp_seconds", "When the reconciler's last round ended, Unix time.", float64(now.UnixNano())/1e9)
 	return writeAtomic(r.Metrics, e.b.Bytes())
 }

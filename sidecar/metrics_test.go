@@ -170,11 +170,15 @@ func TestMetricsFile(t *testing.T) {
 // TestMetricsDocumented: docs/metrics.md documents every metric the file
 // has, with its type, and no other.
 func TestMetricsDocumented(t *testing.T) {
-	r := &Reconciler{DB: MustDB(t), Metrics: filepath.Join(t.TempDir(), "bftrainer.prom")}
+	r := &Reconciler{DB: MustDB(t), Metrics: filepath.Join(t.TempDir(), "bftrainer.prom"),
+		Backlog: func() (int, error) { return 5, nil }}
 	if _, err := r.Round(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	fams := parseMetrics(t, r.Metrics)
+	if got := metric(t, fams, "bftrainer_journal_records", ""); got != 5 {
+		t.Errorf("journal records %v, want the backlog's 5", got)
+	}
 	doc, err := os.ReadFile(filepath.Join("..", "docs", "metrics.md"))
 	if err != nil {
 		t.Fatal(err)

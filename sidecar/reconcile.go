@@ -51,6 +51,9 @@ type Reconciler struct {
 	// Metrics is the file each round writes the pool's metrics to, for
 	// node_exporter's textfile collector (metrics.go); "": none.
 	Metrics string
+	// Backlog counts the hook records waiting in the journal, for the
+	// metrics; nil: not written.
+	Backlog func() (int, error)
 	Now     func() time.Time
 	Log     *log.Logger
 }
