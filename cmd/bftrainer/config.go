@@ -209,7 +209,7 @@ func loadConfig(path string, explicit bool) (Config, error) {
 			keys[i] = k.String()
 		}
 		return c, withHint(fmt.Errorf("config %s: unknown key %s", path, strings.Join(keys, ", ")),
-			"etc/bftrainer.toml lists every key with its default")
+			"bftrainer --config /dev/null config prints the keys with their defaults; etc/bftrainer.toml in the source documents every one")
 	}
 	if err := c.validate(); err != nil {
 		return c, fmt.Errorf("config %s: %w", path, err)
@@ -254,7 +254,7 @@ func (c *Config) validate() error {
 	}
 	for k := range c.Scheduler {
 		if !keys[k] {
-			errs = append(errs, withHint(fmt.Errorf("unknown key scheduler.%s", k), "etc/bftrainer.toml lists every key with its default"))
+			errs = append(errs, withHint(fmt.Errorf("unknown key scheduler.%s", k), "bftrainer --config /dev/null config prints the keys with their defaults; etc/bftrainer.toml in the source documents every one"))
 		}
 	}
 	switch c.Hooks.SpawnReconciler {
