@@ -51,6 +51,10 @@ where it logged. To try one:
 // bftrainer, and where its snippets are, with the path this binary is
 // installed at (make install's BINDIR) wherever a snippet names one.
 func schedulerUsage() string {
+	// An absolute path of the binary in a snippet: /usr/sbin/bftrainer,
+	// /usr/local/bin/bftrainer, … (not bftrainer-hook). Compiled here, not
+	// at package initialisation, which every hook call pays.
+	installedPath := regexp.MustCompile(`(/usr(?:/[\w.-]+)*/s?bin/bftrainer)(?:[^-.\w]|$)`)
 	var b strings.Builder
 	for _, s := range schedulers() {
 		usage := installedPath.ReplaceAllStringFunc(s.Usage, func(m string) string {
@@ -61,9 +65,6 @@ func schedulerUsage() string {
 	return b.String()
 }
 
-// installedPath is an absolute path of the binary in a snippet:
-// /usr/sbin/bftrainer, /usr/local/bin/bftrainer, … (not bftrainer-hook).
-var installedPath = regexp.MustCompile(`(/usr(?:/[\w.-]+)*/s?bin/bftrainer)(?:[^-.\w]|$)`)
 
 // runHook hands a hook call to the core, which holds the whole fail-open
 // policy, and returns 0, always. args are the hook's arguments after

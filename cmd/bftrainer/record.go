@@ -86,14 +86,9 @@ type recordField struct {
 	list  *table
 }
 
-var (
-	timeType  = reflect.TypeOf(time.Time{})
-	errorType = reflect.TypeOf((*error)(nil)).Elem()
-)
-
 // leaf reports whether v is written as one value, not walked into.
 func leaf(t reflect.Type) bool {
-	return t == timeType || t.Implements(errorType) || t.Implements(reflect.TypeOf((*fmt.Stringer)(nil)).Elem())
+	return t == reflect.TypeFor[time.Time]() || t.Implements(reflect.TypeFor[error]()) || t.Implements(reflect.TypeFor[fmt.Stringer]())
 }
 
 // recordFields walks a struct's fields by their JSON names.
