@@ -65,7 +65,6 @@ func schedulerUsage() string {
 	return b.String()
 }
 
-
 // runHook hands a hook call to the core, which holds the whole fail-open
 // policy, and returns 0, always. args are the hook's arguments after
 // bftrainer's own. A configuration that does not load still reaches the
