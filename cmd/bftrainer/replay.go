@@ -208,7 +208,7 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 		}
 		res, err := replayTo(c, tr, jobs, opt, dir)
 		if errors.Is(err, milp.ErrBackendAbsent) {
-			return withHint(err, "install it as the message says, or replay with another --allocator (exact needs nothing)")
+			return withHint(err, "install it as the message says, or replay with another --allocator (adaptive and exact need nothing)")
 		}
 		if err != nil {
 			return err
@@ -276,20 +276,20 @@ func parseMaxTrainers(v string) (n int, auto bool, err error) {
 func warnInputs(w io.Writer, s sim.Summary, tr *sim.Trace) {
 	switch {
 	case s.LateTrainers == s.Trainers:
-		fmt.Fprintf(w, "bftrainer: warning: every Trainer is submitted after the trace ends (%s): nothing ran\n", tr.Source)
-		fmt.Fprintf(w, "bftrainer: hint: shift the workload's submit times into the trace, or pick another --trace\n")
+		say(w, "warning: every Trainer is submitted after the trace ends (%s): nothing ran", tr.Source)
+		say(w, "hint: shift the workload's submit times into the trace, or pick another --trace")
 	case s.LateTrainers > 0:
-		fmt.Fprintf(w, "bftrainer: warning: %d of %d Trainers are submitted after the trace ends and never ran\n", s.LateTrainers, s.Trainers)
+		say(w, "warning: %d of %d Trainers are submitted after the trace ends and never ran", s.LateTrainers, s.Trainers)
 	}
 	if s.EarlyTrainers == s.Trainers && s.Trainers > 1 {
-		fmt.Fprintf(w, "bftrainer: warning: every Trainer is submitted before the trace's first replayed event: all were eligible at once at t0\n")
-		fmt.Fprintf(w, "bftrainer: hint: --from-event, or shift the workload's submit times into the trace\n")
+		say(w, "warning: every Trainer is submitted before the trace's first replayed event: all were eligible at once at t0")
+		say(w, "hint: --from-event, or shift the workload's submit times into the trace")
 	}
 	if s.SkippedLines > 0 {
-		fmt.Fprintf(w, "bftrainer: warning: %d line(s) of the trace could not be used and were skipped\n", s.SkippedLines)
+		say(w, "warning: %d line(s) of the trace could not be used and were skipped", s.SkippedLines)
 	}
 	if s.TruncatedJobs > 0 {
-		fmt.Fprintf(w, "bftrainer: warning: %d job(s) of the log did not fit the machine and got fewer nodes than recorded\n", s.TruncatedJobs)
+		say(w, "warning: %d job(s) of the log did not fit the machine and got fewer nodes than recorded", s.TruncatedJobs)
 	}
 }
 
