@@ -1,19 +1,46 @@
 # bftrainer — see README.md.
-PREFIX  ?= /usr/local
-DESTDIR ?=
+#
+# Installation directories (GNU style; DESTDIR stages the whole tree, for
+# packages and tests). SYSCONFDIR and LOCALSTATEDIR default to /etc and
+# /var whatever PREFIX is: schedulers' hooks read the configuration at the
+# path compiled in, and the state belongs on the controller's local disk.
+PREFIX        ?= /usr/local
+BINDIR        ?= $(PREFIX)/bin
+LIBEXECDIR    ?= $(PREFIX)/libexec
+SYSCONFDIR    ?= /etc
+LOCALSTATEDIR ?= /var
+RUNSTATEDIR   ?= /run
+DESTDIR       ?=
+CONFIG        ?= $(SYSCONFDIR)/bftrainer/bftrainer.toml
+# The scheduler's group (Slurm: SlurmUser's, e.g. slurm): when set, the
+# database's directory gets it, and the hooks' journal beside the database
+# is made for it (mode 2770); when not, the reconciler makes the journal
+# with the database's group on its first round.
+GROUP         ?=
+HIGHSDIR      := $(LIBEXECDIR)/bftrainer/highs-wasm
+# Where the build goes (tests build into their own directory).
+OUT     ?= bin
 GO      ?= go
-CONFIG  ?= /etc/bftrainer/bftrainer.toml
+NPM     ?= npm
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X main.version=$(VERSION) -X main.defaultConfig=$(CONFIG)
+# The paths compiled in: the configuration file, and the defaults of every
+# path in it (etc/bftrainer.toml, as installed, states the same).
+LDFLAGS := -X main.version=$(VERSION) -X main.defaultConfig=$(CONFIG) -X main.binDir=$(BINDIR) \
+	-X main.localStateDir=$(LOCALSTATEDIR) -X main.runStateDir=$(RUNSTATEDIR)
 # urfave_cli_no_docs: leaves out urfave/cli's man-page generator, whose
 # package initialisation every hook call would otherwise pay.
 TAGS    := urfave_cli_no_docs
 
-.PHONY: build test test-short test-python bench demo install clean
+.PHONY: build test test-short test-python bench demo install install-highs clean
 
-build:
-	$(GO) build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o bin/bftrainer ./cmd/bftrainer
-	$(GO) build -o bin/bftrainer-bench ./cmd/bftrainer-bench
+build: $(OUT)/bftrainer
+	$(GO) build -o $(OUT)/bftrainer-bench ./cmd/bftrainer-bench
+
+# Always rebuilt: go's own cache makes that cheap, and the paths compiled
+# in follow the variables of this run.
+.PHONY: $(OUT)/bftrainer
+$(OUT)/bftrainer:
+	$(GO) build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o $@ ./cmd/bftrainer
 
 # Every test: real SQLite, real cbc, real sshd, real Slurm, real torchrun
 # where installed (.ci/run installs them; tests that need a missing one
@@ -35,7 +62,7 @@ test-short:
 
 # Figures: exact solver vs CBC, hooks, replay, rescale and reclaim, Slurm.
 bench: build
-	./bin/bftrainer-bench all
+	$(OUT)/bftrainer-bench all
 
 # The main job on embedded defaults: a generated heavy-tailed idle-node
 # trace, a generated Trainer workload, the exact allocator; prints the
@@ -43,16 +70,48 @@ bench: build
 demo:
 	$(GO) run ./cmd/bftrainer replay --out demo-out
 
-install: build
-	install -d $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)/etc/bftrainer
-	install -m 0755 bin/bftrainer $(DESTDIR)$(PREFIX)/sbin/bftrainer
+# The binary on users' PATH ($(BINDIR)), the elastic runtime's Python
+# package, the configuration (never overwritten), and the directories with
+# the modes bftrainer checks: the database's (root's, with GROUP), the
+# hooks' journal beside it (with GROUP), the hooks' log, and the spool,
+# where ordinary users drop requests (sticky and writable by all, listable
+# by none: 1733). Then the HiGHS driver, when npm is here.
+install: $(OUT)/bftrainer
+	install -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSCONFDIR)/bftrainer
+	install -m 0755 $(OUT)/bftrainer $(DESTDIR)$(BINDIR)/bftrainer
 	# The elastic runtime (trainer.launcher.elastic's pythonpath): on the
 	# controller and on every node, or on a filesystem they share.
-	install -d $(DESTDIR)$(PREFIX)/lib/bftrainer/python/bftrainer_elastic
+	install -d -m 0755 $(DESTDIR)$(PREFIX)/lib/bftrainer/python/bftrainer_elastic
 	install -m 0644 python/bftrainer_elastic/*.py $(DESTDIR)$(PREFIX)/lib/bftrainer/python/bftrainer_elastic/
-	test -e $(DESTDIR)$(CONFIG) || install -m 0644 etc/bftrainer.toml $(DESTDIR)$(CONFIG)
-	install -d -m 0755 $(DESTDIR)/var/lib/bftrainer $(DESTDIR)/var/log/bftrainer
-	install -d -m 1733 $(DESTDIR)/var/spool/bftrainer
+	test -e $(DESTDIR)$(CONFIG) || { \
+		sed -e 's,/var/\(lib\|log\|spool\)/bftrainer,$(LOCALSTATEDIR)/\1/bftrainer,g' \
+		    -e 's,/run/bftrainer,$(RUNSTATEDIR)/bftrainer,g' \
+		    -e 's,/usr/local/lib/bftrainer/python,$(PREFIX)/lib/bftrainer/python,g' \
+		    -e 's,/etc/bftrainer/bftrainer.toml,$(CONFIG),g' etc/bftrainer.toml > $(DESTDIR)$(CONFIG).new && \
+		chmod 0644 $(DESTDIR)$(CONFIG).new && mv $(DESTDIR)$(CONFIG).new $(DESTDIR)$(CONFIG); }
+	install -d -m 0755 $(if $(GROUP),-g $(GROUP)) $(DESTDIR)$(LOCALSTATEDIR)/lib/bftrainer
+	$(if $(GROUP),install -d -m 2770 -g $(GROUP) $(DESTDIR)$(LOCALSTATEDIR)/lib/bftrainer/journal)
+	install -d -m 0755 $(DESTDIR)$(LOCALSTATEDIR)/log/bftrainer
+	install -d -m 1733 $(DESTDIR)$(LOCALSTATEDIR)/spool/bftrainer
+	@$(MAKE) --no-print-directory install-highs
+	@echo "installed $(BINDIR)/bftrainer; configuration: $(CONFIG); next: contrib/slurm/README.md (or lsf/, pbs/)"
+
+# HiGHS compiled to WebAssembly, run by node: the "highs" solver where no
+# native highs is installed (Debian 12). Its driver goes to
+# $(HIGHSDIR) with the npm package pinned in its package-lock.json, and is
+# linked onto PATH as bftrainer-highs, where the HiGHS backend looks.
+install-highs:
+	@if ! command -v $(NPM) >/dev/null 2>&1; then \
+		echo "make install: npm not found: the HiGHS driver is not installed (apt install nodejs npm, then make install-highs)"; \
+	else \
+		set -e; \
+		install -d -m 0755 $(DESTDIR)$(HIGHSDIR); \
+		install -m 0644 alloc/milp/highs-wasm/package.json alloc/milp/highs-wasm/package-lock.json $(DESTDIR)$(HIGHSDIR)/; \
+		install -m 0755 alloc/milp/highs-wasm/bftrainer-highs.mjs $(DESTDIR)$(HIGHSDIR)/bftrainer-highs.mjs; \
+		$(NPM) ci --prefix $(DESTDIR)$(HIGHSDIR) --omit=dev --ignore-scripts --prefer-offline --no-audit --no-fund --no-update-notifier --loglevel=error; \
+		ln -sfn $(HIGHSDIR)/bftrainer-highs.mjs $(DESTDIR)$(BINDIR)/bftrainer-highs; \
+		echo "installed the HiGHS driver in $(HIGHSDIR), linked as $(BINDIR)/bftrainer-highs (needs node on PATH)"; \
+	fi
 
 clean:
-	rm -rf bin demo-out
+	rm -rf $(OUT) demo-out

@@ -20,10 +20,10 @@ var slurm = Scheduler{
 	Contrib: "contrib/slurm",
 	Usage: `slurm.conf, the binary itself (no arguments, no wrapper needed):
     PrologFlags=Alloc
-    Prolog=/usr/sbin/bftrainer            # kills our processes on the node
-    Epilog=/usr/sbin/bftrainer            # cleans up on the node
-    PrologSlurmctld=/usr/sbin/bftrainer   # records the job's nodes as taken
-    EpilogSlurmctld=/usr/sbin/bftrainer   # records them as released`,
+    Prolog=/usr/local/bin/bftrainer            # kills our processes on the node
+    Epilog=/usr/local/bin/bftrainer            # cleans up on the node
+    PrologSlurmctld=/usr/local/bin/bftrainer   # records the job's nodes as taken
+    EpilogSlurmctld=/usr/local/bin/bftrainer   # records them as released`,
 	Detect:   func(in Input) bool { return present(in.Env, "SLURM_SCRIPT_CONTEXT", "SLURM_JOB_ID") },
 	BareCall: func(env Env) bool { return present(env, "SLURM_SCRIPT_CONTEXT") },
 	Parse:    func(in Input) (Call, error) { return parseSlurm(in.Env) },

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -52,7 +51,11 @@ func helperExe(tb testing.TB) string {
 		if helper.dir, helper.err = os.MkdirTemp("", "journal-helper-"); helper.err != nil {
 			return
 		}
-		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			helper.err = err
+			return
+		}
 		helper.path = filepath.Join(helper.dir, "journal.test")
 		out, err := exec.Command(goBin, "test", "-c", "-o", helper.path, "github.com/bftrainer/bftrainer/journal").CombinedOutput()
 		if err != nil {

@@ -94,6 +94,9 @@ type Options struct {
 	Poll       time.Duration // pause between rounds while waiting for them
 	Interval   time.Duration // the reconciler service's interval (status: how long work may wait)
 	MaxRounds  int           // rounds per Reconcile; 0: 100
+	// MetricsFile is where each round writes the Prometheus metrics
+	// (Reconciler.Metrics); "": none.
+	MetricsFile string
 
 	// ConfigErr is why the configuration did not load, when it did not.
 	// A hook then records nothing (it does not know the database) but
@@ -257,7 +260,8 @@ func (c *Core) Database() string { return c.o.Database }
 func (c *Core) newReconciler(db *store.DB, noScheduler bool) (*Reconciler, error) {
 	r := &Reconciler{
 		DB: db, Journal: c.journal, Pool: c.o.Pool, Solver: c.solver, Spool: &spool{Dir: c.o.Spool}, Admins: c.o.Admins,
-		IdleWait: c.o.IdleWait, Poll: c.o.Poll, MaxRounds: c.o.MaxRounds, StartCheck: c.o.StartCheck, Now: c.o.Now, Log: c.o.Log,
+		IdleWait: c.o.IdleWait, Poll: c.o.Poll, MaxRounds: c.o.MaxRounds, StartCheck: c.o.StartCheck, Metrics: c.o.MetricsFile,
+		Backlog: func() (int, error) { n, _, err := c.journal.Backlog(); return n, err }, Now: c.o.Now, Log: c.o.Log,
 	}
 	if c.o.Runner != nil {
 		run, err := c.o.Runner()

@@ -71,8 +71,14 @@ type Reconciler struct {
 	IdleWait   time.Duration // how long released nodes may take to be exactly idle
 	Poll       time.Duration // pause between rounds while waiting for them
 	MaxRounds  int           // rounds per Run; 0 means 100
-	Now        func() time.Time
-	Log        *log.Logger
+	// Metrics is the file each round writes the pool's metrics to, for
+	// node_exporter's textfile collector (metrics.go); "": none.
+	Metrics string
+	// Backlog counts the hook records waiting in the journal, for the
+	// metrics; nil: not written.
+	Backlog func() (int, error)
+	Now     func() time.Time
+	Log     *log.Logger
 }
 
 // Run performs rounds until no new event is waiting, then returns. If
@@ -228,6 +234,12 @@ func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 	}
 	if r.Runner != nil {
 		r.apply(ctx, st, snap.Launch, launches)
+	}
+	if r.Metrics != "" {
+		// Monitoring is not the round's purpose: a failure is logged.
+		if err := r.writeMetrics(ctx, st, r.Now()); err != nil {
+			r.Log.Printf("%v", err)
+		}
 	}
 	r.Pending = waiting
 	return (waiting && !r.NoPoll) || more, nil

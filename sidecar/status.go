@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+
 	"errors"
 	"fmt"
 	"os"
@@ -10,60 +11,90 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/bftrainer/bftrainer/alloc"
 	"github.com/bftrainer/bftrainer/journal"
+	"github.com/bftrainer/bftrainer/names"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
 )
 
-// Status is the pool now and how far to trust it: what waits to be
-// recorded or folded, whether hooks are failing, whether a reconciler has
-// run lately, whether the database can be written. It decides nothing:
-// no solver runs (status works without one).
+// Status is the pool and its Trainers now — the saved state with the
+// events no round has folded yet, brought to now (as Preview, without
+// solving; releases folded as a round would, without asking the
+// scheduler) — and how far to trust it: what waits to be recorded or
+// folded, whether hooks are failing, whether a reconciler has run lately,
+// whether the database can be written. Front doors render it field by
+// field, by its JSON names, so a field added here shows in every format.
 type Status struct {
-	// Pool is the saved state with the recorded events no round has
-	// folded yet, brought to now; releases are folded as a round would,
-	// without asking the scheduler.
-	Pool *pool.Pool
-	// Unfolded counts those events.
-	Unfolded int
-	// LastRound is when a reconciler last saved the pool (zero: never).
-	LastRound time.Time
-	// Journal is what the hooks recorded that the history does not have
-	// yet.
-	Journal Backlog
-	// HookErrors are the errors hooks, and the journal's ingestion,
-	// recorded in the last hour.
-	HookErrors Errors
-	// Writable is why the database cannot be written now; nil when it can
-	// (as far as this process can tell).
-	Writable error
+	Database        string `json:"database"`
+	Idle            int    `json:"idle"`             // nodes in the pool, free or lent
+	IdleNodes       string `json:"idle_nodes"`       // as a hostlist
+	Lent            int    `json:"lent"`             // idle nodes held by Trainers
+	Free            int    `json:"free"`             // idle nodes held by none
+	Completing      int    `json:"completing"`       // released, not yet exactly idle
+	CompletingNodes string `json:"completing_nodes"` // as a hostlist
+	Busy            int    `json:"busy"`             // the scheduler's
+	// Containment is how this machine contains Trainer processes:
+	// "cgroup", or "degraded (why)"; "" when the core has no local killer.
+	Containment     string `json:"containment,omitempty"`
+	TrainersRunning int    `json:"trainers_running"`
+	TrainersQueued  int    `json:"trainers_queued"`
+	MaxTrainers     int    `json:"max_trainers"`
 	// Starts is false when rounds start no Trainer process
 	// (trainer.transport = "none"): Trainers the pool runs are planned
 	// only.
-	Starts bool
+	Starts   bool `json:"starts_trainers"`
+	Unfolded int  `json:"unfolded_events"` // recorded events no reconciler has folded yet (shown as if it had)
+	// LastRound is when a reconciler last saved the pool (zero: never).
+	LastRound time.Time `json:"last_round"`
+	// Journal is what the hooks recorded that the history does not have
+	// yet.
+	Journal Backlog `json:"journal"`
+	// HookErrors are the errors hooks, and the journal's ingestion,
+	// recorded in the last hour.
+	HookErrors Errors `json:"hook_errors"`
+	// Writable is why the database cannot be written now; nil when it can
+	// (as far as this process can tell).
+	Writable error `json:"not_writable,omitempty"`
 	// Stale says, one sentence each, what makes this view out of date or
 	// the system unwell; empty when all is well.
-	Stale []string
+	Stale    []string        `json:"stale"`
+	Trainers []StatusTrainer `json:"trainers"` // running, in admission order
+
+	// Pool is the folded pool itself, for Go callers.
+	Pool *pool.Pool `json:"-"`
+}
+
+// StatusTrainer is one running Trainer in a Status.
+type StatusTrainer struct {
+	Trainer string `json:"trainer"`
+	Owner   string `json:"owner"`
+	Nodes   int    `json:"nodes"`
+	Names   string `json:"names"` // as a hostlist
 }
 
 // Backlog is the journal's waiting records.
 type Backlog struct {
-	Records int
-	Oldest  time.Time
-	Err     error // the journal cannot be read (an ordinary user may not)
+	Records int       `json:"records"`
+	Oldest  time.Time `json:"oldest"`
+	Err     error     `json:"error,omitempty"` // the journal cannot be read (an ordinary user may not)
 }
 
 // Errors is a count of error rows and the newest one.
 type Errors struct {
-	Count int
-	Since time.Time
-	Last  store.Event
+	Count int         `json:"count"`
+	Since time.Time   `json:"since"`
+	Last  store.Event `json:"-"`
 }
+
+// containment is a Killer that can say how it contains processes.
+type containment interface{ Containment() string }
 
 // hookErrorWindow is how far back status looks for hook errors.
 const hookErrorWindow = time.Hour
 
-// Status reads the pool and its health; nothing is saved or applied.
+// Status reads the pool and its health; nothing is saved or applied, no
+// solver runs (status works without one).
 func (c *Core) Status(ctx context.Context) (*Status, error) {
 	db, err := c.openRead(ctx)
 	if err != nil {
@@ -74,8 +105,35 @@ func (c *Core) Status(ctx context.Context) (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
+	p := f.pool
 	now := c.o.Now()
-	st := &Status{Pool: f.pool, Unfolded: f.events, LastRound: f.snap.State.Now, Starts: c.Starts()}
+	st := &Status{Database: c.o.Database, MaxTrainers: c.o.Pool.MaxTrainers, Unfolded: f.events, Trainers: []StatusTrainer{},
+		Pool: p, LastRound: f.snap.State.Now, Starts: c.Starts()}
+	if k, ok := c.o.Killer.(containment); ok {
+		st.Containment = k.Containment()
+	}
+	var idle, completing []string
+	for _, n := range p.State().Nodes {
+		switch n.State {
+		case pool.Idle:
+			idle = append(idle, n.Name)
+			if n.Trainer != "" {
+				st.Lent++
+			}
+		case pool.Pending:
+			completing = append(completing, n.Name)
+		case pool.Busy:
+			st.Busy++
+		}
+	}
+	st.Idle, st.IdleNodes = len(idle), names.CompressHostlist(idle)
+	st.Free = st.Idle - st.Lent
+	st.Completing, st.CompletingNodes = len(completing), names.CompressHostlist(completing)
+	st.TrainersRunning, st.TrainersQueued = len(p.Running()), len(p.Queued())
+	for _, t := range p.Running() {
+		st.Trainers = append(st.Trainers, StatusTrainer{Trainer: t.ID, Owner: t.Owner, Nodes: len(t.Nodes),
+			Names: names.CompressHostlist(alloc.Names(t.Nodes))})
+	}
 	st.Journal.Records, st.Journal.Oldest, st.Journal.Err = c.journal.Backlog()
 	since := now.Add(-hookErrorWindow)
 	sources := append(c.o.Schedulers.Names(), journal.Source)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // trainerColours cycle over the Trainers' bands; neighbours in admission order differ.
@@ -24,21 +25,31 @@ const (
 	legendLine, legendIndent = 16.0, 10.0
 )
 
-// WriteTimelineSVG draws res.Timeline as an SVG on w: the nodes each Trainer holds,
-// stacked in admission order (one colour per Trainer, cycling), whose top is the nodes
-// used, and the idle nodes offered as a line, over hours from t0. Values are steps: each
-// sample holds until the next. Under the title a second line states the range drawn:
-// the hours replayed, from when, and why the replay ended there.
+// WriteTimelineSVG draws a replay's timeline (res.Timeline) with WriteTimeline; under
+// the title a second line states the range drawn: the hours replayed, from when, and
+// why the replay ended there.
+func WriteTimelineSVG(w io.Writer, res *Result, title string) error {
+	if res.Timeline == nil || len(res.Timeline.Times) == 0 {
+		return fmt.Errorf("timeline: no samples (set Options.Timeline)")
+	}
+	return WriteTimeline(w, res.Timeline, title, subtitle(res))
+}
+
+// WriteTimeline draws tl as an SVG on w: the nodes each Trainer holds, stacked in
+// admission order (one colour per Trainer, cycling, by Share.Trainer), whose top is the
+// nodes used, and the idle nodes offered as a line, over hours from the first sample.
+// Values are steps: each sample holds until the next. The title and the subtitle under
+// it are the caller's: they should say what the x-range is (a replay's hours, a live
+// window).
 //
 // It is a small SVG writer of its own, not a plotting library: every bftrainer process —
 // each scheduler hook among them — would otherwise pay that library's initialisation.
-func WriteTimelineSVG(w io.Writer, res *Result, title string) error {
-	tl := res.Timeline
+func WriteTimeline(w io.Writer, tl *Timeline, title, sub string) error {
 	if tl == nil || len(tl.Times) == 0 {
-		return fmt.Errorf("timeline: no samples (set Options.Timeline)")
+		return fmt.Errorf("timeline: no samples")
 	}
 	c := newCanvas(w, tl)
-	c.header(title, subtitle(res))
+	c.header(title, sub)
 	c.grid()
 	c.bands()
 	c.steps(tl.Used, `stroke="#303030" stroke-width="0.8" stroke-dasharray="3 3"`)
@@ -64,8 +75,13 @@ func subtitle(res *Result) string {
 	if s := res.Summary; s.Finished == s.Trainers {
 		why = "every Trainer had finished"
 	}
-	return fmt.Sprintf("hours 0–%.1f from %s UTC: the %d events replayed, until %s",
-		end.Sub(t0).Hours(), t0.UTC().Format("2006-01-02 15:04"), res.Summary.Events, why)
+	return fmt.Sprintf("hours 0–%s from %s UTC: the %d events replayed, until %s",
+		Hours(end.Sub(t0)), t0.UTC().Format("2006-01-02 15:04"), res.Summary.Events, why)
+}
+
+// Hours formats a plot's x-range as its titles give it: hours with one decimal.
+func Hours(d time.Duration) string {
+	return strconv.FormatFloat(d.Hours(), 'f', 1, 64)
 }
 
 // canvas maps hours and node counts to SVG coordinates and writes elements.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/alloc/milp"
 	"github.com/bftrainer/bftrainer/pool"
 )
 
@@ -143,8 +144,10 @@ var errEmptyTrace = errors.New("trace has no events")
 // Trainers are then reported as such).
 //
 // A solver error keeps the allocation, as it does live, and the replay goes on: the
-// Summary counts such decisions (SolverErrors) and keeps the first error. ctx is
-// checked at every event.
+// Summary counts such decisions (SolverErrors) and keeps the first error. A solver
+// whose program is not installed (milp.ErrBackendAbsent) is no passing failure: it
+// would fail at every decision and the replay would measure nothing, so it ends the
+// replay with that error at once. ctx is checked at every event.
 func Replay(ctx context.Context, tr *Trace, jobs []Job, opt Options) (*Result, error) {
 	if tr == nil || len(tr.Events) == 0 {
 		return nil, fmt.Errorf("replay: %w", errEmptyTrace)
@@ -466,7 +469,7 @@ func (r *replayer) decide(ctx context.Context, event int) (float64, error) {
 		return 0, fmt.Errorf("event %d: %w", event, err)
 	}
 	if d.Err != nil {
-		if r.opt.Check {
+		if r.opt.Check || errors.Is(d.Err, milp.ErrBackendAbsent) {
 			return 0, fmt.Errorf("event %d: %w", event, d.Err)
 		}
 		r.failed++

@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/alloc/milp"
 )
 
 // handT0 is the start of the hand-made traces.
@@ -671,6 +673,22 @@ func TestReplaySolverErrorKeeps(t *testing.T) {
 	}
 	if _, err := Replay(context.Background(), tr, []Job{job}, Options{Solver: failingSolver{}, Check: true}); err == nil {
 		t.Fatal("with Check, a solver error should end the replay")
+	}
+}
+
+// TestReplayAbsentSolverEnds: a MILP solver whose program is not installed
+// is no passing failure: the replay ends at the first decision with the
+// backend's error (milp.ErrBackendAbsent), instead of finishing with zeros.
+func TestReplayAbsentSolverEnds(t *testing.T) {
+	tr := handTrace(t, 2, handEvent{at: 0, join: []int32{0, 1}}, handEvent{at: 10, leave: []int32{1}}, handEvent{at: 20, join: []int32{1}})
+	job := linearJob("J", 0, 1, 2, 1, 0, 0, 1e6)
+	absent := milp.Solver{Backend: milp.CBC{Path: filepath.Join(t.TempDir(), "no-cbc")}}
+	res, err := Replay(context.Background(), tr, []Job{job}, Options{Solver: absent})
+	if !errors.Is(err, milp.ErrBackendAbsent) || res != nil {
+		t.Fatalf("replay with an absent cbc: %v, %v; want ErrBackendAbsent and no result", res, err)
+	}
+	if !strings.Contains(err.Error(), "event 0: ") {
+		t.Fatalf("error %q does not say at which event", err)
 	}
 }
 

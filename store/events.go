@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -41,6 +42,14 @@ const (
 
 // inputKinds are folded into the pool state.
 var inputKinds = []string{KindJoin, KindLeave, KindRelease, KindSubmit, KindCancel, KindProgress, KindExit, KindCost}
+
+// Kinds returns every event kind the history records, inputs first: what
+// a filter by kind may name. A new kind is added to the constants above
+// and here.
+func Kinds() []string {
+	return append(slices.Clone(inputKinds), KindHook, KindKill, KindAdmit, KindRescale, KindPreempt, KindEnd,
+		KindStale, KindSolve, KindKept, KindAction, KindSync, KindIdle, KindError)
+}
 
 // Event is one row of the history.
 type Event struct {

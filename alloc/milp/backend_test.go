@@ -29,13 +29,9 @@ func requireBackend(tb testing.TB, b milp.Backend) milp.Backend {
 	return b
 }
 
-// nodePlan turns decoded node sets into a Plan for alloc.Check: Add and
-// Release are the differences from the held nodes.
-func nodePlan(p *alloc.Problem, name string, counts []int, sets [][]string) *alloc.Plan {
-	return nodePlanWith(p, nil, name, counts, sets)
-}
-
-// nodePlanWith is nodePlan with the objective under pr.
+// nodePlanWith turns decoded node sets into a Plan for alloc.Check, with
+// the objective under pr: Add and Release are the differences from the
+// held nodes.
 func nodePlanWith(p *alloc.Problem, pr alloc.Pricing, name string, counts []int, sets [][]string) *alloc.Plan {
 	val := p.Prices(pr)
 	pl := &alloc.Plan{Solver: name, Status: alloc.Optimal, Objective: p.ObjectiveWith(pr, counts), Pricing: pr}

@@ -51,6 +51,9 @@ type Config struct {
 		MaxRounds  int      `toml:"max_rounds"`
 		Interval   Duration `toml:"interval"`
 	} `toml:"reconciler"`
+	Metrics struct {
+		Textfile string `toml:"textfile"`
+	} `toml:"metrics"`
 	// Scheduler names each scheduler's node-listing program, under its
 	// Listing.Key ("sinfo"); a scheduler's own default when not set.
 	Scheduler map[string]string `toml:"scheduler"`
@@ -128,18 +131,17 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // MarshalText writes a Go duration.
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
-// The default database and the journal fallback that goes with it.
-const (
-	defaultDatabase        = "/var/lib/bftrainer/bftrainer.db"
-	defaultJournalFallback = "/run/bftrainer/journal"
-)
+// The default database and the journal fallback that goes with it, below
+// the build's LOCALSTATEDIR and RUNSTATEDIR.
+func defaultDatabase() string        { return localStateDir + "/lib/bftrainer/bftrainer.db" }
+func defaultJournalFallback() string { return runStateDir + "/bftrainer/journal" }
 
 // defaults returns the configuration etc/bftrainer.toml documents.
 func defaults() Config {
 	var c Config
-	c.Database = defaultDatabase
-	c.JournalFallback = defaultJournalFallback
-	c.Spool = "/var/spool/bftrainer"
+	c.Database = defaultDatabase()
+	c.JournalFallback = defaultJournalFallback()
+	c.Spool = localStateDir + "/spool/bftrainer"
 	c.Admins = []string{}
 	c.Pool.MaxTrainers = 10
 	c.Pool.TFwd = 10
@@ -148,7 +150,7 @@ func defaults() Config {
 	c.Pool.Solver = "adaptive"
 	c.Pool.SolverTimeLimit = Duration{10 * time.Second}
 	c.Hooks.Deadline = Duration{2 * time.Second}
-	c.Hooks.Log = defaultHookLog
+	c.Hooks.Log = builtinHookLog()
 	c.Hooks.SpawnReconciler = "auto"
 	c.Reconciler.IdleWait = Duration{60 * time.Second}
 	c.Reconciler.Poll = Duration{time.Second}
@@ -167,9 +169,9 @@ func defaults() Config {
 	t.SSHUser = "root"
 	t.ConnectTimeout = Duration{10 * time.Second}
 	t.CommandTimeout = Duration{60 * time.Second}
-	t.Registry = "/run/bftrainer/nodes"
-	t.LogDir = "/var/log/bftrainer/trainers"
-	t.StateDir = "/var/lib/bftrainer/runner"
+	t.Registry = runStateDir + "/bftrainer/nodes"
+	t.LogDir = localStateDir + "/log/bftrainer/trainers"
+	t.StateDir = localStateDir + "/lib/bftrainer/runner"
 	t.Parallel = 16
 	t.KillWait = Duration{5 * time.Second}
 	t.Containment = "auto"
@@ -219,7 +221,7 @@ func loadConfig(path string, explicit bool) (Config, error) {
 			keys[i] = k.String()
 		}
 		return c, withHint(fmt.Errorf("config %s: unknown key %s", path, strings.Join(keys, ", ")),
-			"etc/bftrainer.toml lists every key with its default")
+			"bftrainer --config /dev/null config prints the keys with their defaults; etc/bftrainer.toml in the source documents every one")
 	}
 	if err := c.validate(); err != nil {
 		return c, fmt.Errorf("config %s: %w", path, err)
@@ -232,8 +234,8 @@ func loadConfig(path string, explicit bool) (Config, error) {
 func (c *Config) ownFallback() {
 	if !c.fallbackSet {
 		c.JournalFallback = ""
-		if c.Database == defaultDatabase {
-			c.JournalFallback = defaultJournalFallback
+		if c.Database == defaultDatabase() {
+			c.JournalFallback = defaultJournalFallback()
 		}
 	}
 }
@@ -291,13 +293,16 @@ func (c *Config) validate() error {
 	}
 	for k := range c.Scheduler {
 		if !keys[k] {
-			errs = append(errs, withHint(fmt.Errorf("unknown key scheduler.%s", k), "etc/bftrainer.toml lists every key with its default"))
+			errs = append(errs, withHint(fmt.Errorf("unknown key scheduler.%s", k), "bftrainer --config /dev/null config prints the keys with their defaults; etc/bftrainer.toml in the source documents every one"))
 		}
 	}
 	switch c.Hooks.SpawnReconciler {
 	case "auto", "always", "never":
 	default:
 		errs = append(errs, fmt.Errorf("hooks.spawn_reconciler: %q, want auto, always or never", c.Hooks.SpawnReconciler))
+	}
+	if f := c.Metrics.Textfile; f != "" && (!filepath.IsAbs(f) || !strings.HasSuffix(f, ".prom")) {
+		errs = append(errs, fmt.Errorf("metrics.textfile: %q, want an absolute path ending in .prom (node_exporter's textfile collector reads only those)", f))
 	}
 	if c.Reconciler.MaxRounds < 1 {
 		errs = append(errs, errors.New("reconciler.max_rounds: want ≥ 1"))
@@ -437,6 +442,12 @@ func configCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "config",
 		Usage: "print the effective configuration (defaults, file, flags) as TOML",
+		Description: `The defaults, then the file (` + defaultConfig + `, $BFTRAINER_CONFIG or
+--config), then the flags that were set; etc/bftrainer.toml documents
+every key. An unknown key, or a value that does not validate, is an error.
+
+  bftrainer config
+  bftrainer --config /tmp/test.toml config`,
 		Action: func(c *cli.Context) error {
 			cfg, err := configFrom(c)
 			if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"os"
 	"os/exec"
@@ -60,6 +59,7 @@ func options(cfg Config, log *log.Logger) sidecar.Options {
 		Poll:         cfg.Reconciler.Poll.Duration,
 		Interval:     cfg.Reconciler.Interval.Duration,
 		MaxRounds:    cfg.Reconciler.MaxRounds,
+		MetricsFile:  cfg.Metrics.Textfile,
 		User:         currentUser,
 		Log:          log,
 	}
@@ -114,7 +114,7 @@ func spoolHint(cfg Config, err error) string {
 	case errors.Is(err, syscall.EROFS):
 		return fmt.Sprintf("the spool %s is on a read-only filesystem; the request was not taken", cfg.Spool)
 	}
-	return fmt.Sprintf("the spool %s must exist, root's, with mode 1733 (make install sets it up)", cfg.Spool)
+	return fmt.Sprintf("the spool %s must exist, root's, with mode 1733: make install creates it (or: install -d -m 1733 %s)", cfg.Spool, cfg.Spool)
 }
 
 // done reports a request's receipt on stderr.
@@ -123,10 +123,10 @@ func done(c *cli.Context, cfg Config, rc sidecar.Receipt, what string) {
 		fmt.Fprintf(c.App.ErrWriter, "bftrainer: could not check that the Trainer is yours (%v); the reconciler checks and refuses the request if it is not\n", rc.Unchecked)
 	}
 	if rc.Spooled {
-		fmt.Fprintf(c.App.ErrWriter, "bftrainer: %s (spooled; the reconciler takes it within %v)\n", what, cfg.Reconciler.Interval.Duration)
+		say(c.App.ErrWriter, "%s (spooled; the reconciler takes it within %v)", what, cfg.Reconciler.Interval.Duration)
 		return
 	}
-	fmt.Fprintf(c.App.ErrWriter, "bftrainer: %s\n", what)
+	say(c.App.ErrWriter, "%s", what)
 }
 
 func configFile(cfg Config) string {
@@ -141,10 +141,6 @@ func currentUser() string {
 		return u.Username
 	}
 	return fmt.Sprint(os.Getuid())
-}
-
-func newLogger(w io.Writer) *log.Logger {
-	return log.New(w, "bftrainer: ", 0)
 }
 
 // reconcilerTrigger starts a detached reconciler when allowed: it runs

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,9 +33,9 @@ describes every table and view.`,
 			&cli.StringFlag{Name: "node", Usage: "events naming `NODE`"},
 			&cli.StringFlag{Name: "trainer", Usage: "events of `TRAINER`"},
 			&cli.StringFlag{Name: "job", Usage: "events of scheduler `JOB`"},
-			&cli.StringFlag{Name: "kind", Usage: "comma-separated `KINDS` (hook, join, leave, release, submit, admit, rescale, preempt, end, solve, action, kill, error, …)"},
+			listFlag("kind", "KINDS", eventKinds(), "events of these kinds"),
 			&cli.IntFlag{Name: "limit", Value: 1000, Usage: "at most `N` events, newest (0: all)"},
-			&cli.StringFlag{Name: "format", Value: "table", Usage: "table, json or csv"},
+			formatFlag(fmtTable, fmtJSON, fmtCSV),
 		},
 		Action: coreAction(func(c *cli.Context, core *sidecar.Core, _ Config) error {
 			f := store.Filter{Node: c.String("node"), Trainer: c.String("trainer"), Job: c.String("job"), Limit: c.Int("limit"), Desc: true}
@@ -42,9 +43,7 @@ describes every table and view.`,
 			if f.Since, f.Until, err = window(c); err != nil {
 				return err
 			}
-			if k := c.String("kind"); k != "" {
-				f.Kinds = strings.Split(k, ",")
-			}
+			f.Kinds = splitList(c.String("kind"))
 			evs, err := core.Events(c.Context, f)
 			if err != nil {
 				return err
@@ -89,7 +88,8 @@ func window(c *cli.Context) (since, until time.Time, err error) {
 	return
 }
 
-// parseWhen reads a time as RFC 3339, a date, or a duration ago ("2h").
+// parseWhen reads a time as RFC 3339, a date, or a duration ago ("2h",
+// or days: "7d").
 func parseWhen(s string, now time.Time) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
@@ -97,10 +97,13 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 	if d, err := time.ParseDuration(s); err == nil {
 		return now.Add(-d), nil
 	}
+	if days, err := strconv.ParseFloat(strings.TrimSuffix(s, "d"), 64); err == nil && strings.HasSuffix(s, "d") && days >= 0 {
+		return now.Add(-time.Duration(days * 24 * float64(time.Hour))), nil
+	}
 	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02 15:04:05", "2006-01-02"} {
 		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
 			return t, nil
 		}
 	}
-	return time.Time{}, usagef("time %q: want RFC 3339 (2026-11-29T10:00:00Z), a date (2026-11-29) or a duration ago (2h)", s)
+	return time.Time{}, usagef("time %q: want RFC 3339 (2026-11-29T10:00:00Z), a date (2026-11-29) or a duration ago (2h, 7d)", s)
 }

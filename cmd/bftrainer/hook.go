@@ -7,11 +7,11 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"golang.org/x/term"
 
 	"github.com/bftrainer/bftrainer/sidecar"
 )
@@ -32,7 +32,13 @@ never fails the scheduler's job: whatever goes wrong inside bftrainer
 the error to hooks.log (and to the history through the journal when it
 can; a record no directory took is logged whole) and exits 0 within
 hooks.deadline. Each scheduler's directory in contrib/ has its wrappers
-and configuration lines.`,
+and configuration lines. Run by hand at a terminal, a hook says where it
+logged. To try one:
+
+  SLURM_SCRIPT_CONTEXT=prolog_slurmctld SLURM_JOB_ID=42 \
+      SLURM_JOB_NODELIST=n[1-2] bftrainer hook slurm
+  bftrainer reconcile --no-scheduler
+  bftrainer history --job 42`,
 		SkipFlagParsing: true,
 		Action: func(c *cli.Context) error {
 			args := c.Args().Slice()
@@ -46,11 +52,19 @@ and configuration lines.`,
 }
 
 // schedulerUsage lists how each registered scheduler's hooks call
-// bftrainer, and where its snippets are.
+// bftrainer, and where its snippets are, with the path this binary is
+// installed at (make install's BINDIR) wherever a snippet names one.
 func schedulerUsage() string {
+	// An absolute path of the binary in a snippet: /usr/sbin/bftrainer,
+	// /usr/local/bin/bftrainer, … (not bftrainer-hook). Compiled here, not
+	// at package initialisation, which every hook call pays.
+	installedPath := regexp.MustCompile(`(/usr(?:/[\w.-]+)*/s?bin/bftrainer)(?:[^-.\w]|$)`)
 	var b strings.Builder
 	for _, s := range schedulers() {
-		fmt.Fprintf(&b, "\n  %s (%s): %s\n", s.Name, s.Contrib, s.Usage)
+		usage := installedPath.ReplaceAllStringFunc(s.Usage, func(m string) string {
+			return binDir + "/bftrainer" + strings.TrimPrefix(m, installedPath.FindStringSubmatch(m)[1])
+		})
+		fmt.Fprintf(&b, "\n  %s (%s): %s\n", s.Name, s.Contrib, usage)
 	}
 	return b.String()
 }
@@ -65,7 +79,8 @@ func runHook(args []string, stderr io.Writer) int {
 	cfg, cfgErr := loadConfig(configPath(""))
 	// The log is the one the file names when it was read that far (a key
 	// that does not validate), else the built-in one.
-	logger := hookLogger(cfg, stderr)
+	logger, hookLog := hookLogger(cfg, stderr)
+	defer sayWhereLogged(stderr, hookLog)
 	if cfgErr != nil {
 		// The defaults, with a sweep of /proc for run tokens: without a
 		// trustworthy configuration we cannot know where the launches'
@@ -87,14 +102,36 @@ func runHook(args []string, stderr io.Writer) int {
 // hookLogger writes to hooks.log, or stderr when it cannot be opened. The
 // file is opened on the first message: a hook with nothing to say touches
 // nothing.
-func hookLogger(cfg Config, stderr io.Writer) *log.Logger {
-	var w io.Writer = &lazyLog{path: cfg.Hooks.Log, fallback: stderr}
+func hookLogger(cfg Config, stderr io.Writer) (*log.Logger, *lazyLog) {
+	ll := &lazyLog{path: cfg.Hooks.Log, fallback: stderr}
+	var w io.Writer = ll
 	// Run by hand at a terminal, say it there too (schedulers discard a
 	// hook's stderr).
-	if f, ok := stderr.(*os.File); ok && cfg.Hooks.Log != "" && term.IsTerminal(int(f.Fd())) {
+	if cfg.Hooks.Log != "" && isTerminal(stderr) {
 		w = io.MultiWriter(w, stderr)
 	}
-	return log.New(w, fmt.Sprintf("bftrainer[%d]: ", os.Getpid()), log.LstdFlags|log.LUTC|log.Lmicroseconds)
+	return log.New(w, fmt.Sprintf("bftrainer[%d]: ", os.Getpid()), log.LstdFlags|log.LUTC|log.Lmicroseconds), ll
+}
+
+// sayWhereLogged tells someone who runs a hook by hand at a terminal
+// where its messages went: schedulers discard a hook's stderr, so the
+// hook log is where an admin looks later.
+func sayWhereLogged(stderr io.Writer, l *lazyLog) {
+	if !isTerminal(stderr) {
+		return
+	}
+	switch {
+	case l.w == nil && l.path == "":
+		say(stderr, "hook: done, nothing to log (hooks.log is not set: a hook logs to standard error)")
+	case l.w == nil:
+		say(stderr, "hook: done, nothing to log (a hook logs what goes wrong to %s)", l.path)
+	case l.path == "":
+		say(stderr, "hook: logged to standard error only (hooks.log is not set)")
+	case l.w == l.fallback:
+		say(stderr, "hook: logged to standard error only: %s could not be opened", l.path)
+	default:
+		say(stderr, "hook: logged to %s", l.path)
+	}
 }
 
 type lazyLog struct {

@@ -15,6 +15,8 @@ func hostsCommand() *cli.Command {
 
   horovodrun --host-discovery-script "bftrainer hosts my-trainer" ...
 
+  bftrainer hosts my-trainer
+
 It prints one "node:slots" line per node the Trainer holds now (nothing
 when it holds none) and exits 0; an unknown Trainer exits 1. It prints
 the host file the runner replaces atomically each round

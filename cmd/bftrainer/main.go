@@ -1,56 +1,48 @@
 // Command bftrainer lends a supercomputer's idle nodes to elastic training
 // jobs and takes them back the instant the scheduler wants them.
 //
-// Output rules, written once: stdout carries results (tables, JSON, CSV,
-// host lists); stderr carries diagnostics as "bftrainer: message" and
-// optional "bftrainer: hint: …" lines. Exit codes are chosen here only:
-// 0 success, 1 failure, 2 bad usage. A scheduler hook always exits 0.
+// Output rules (stderr.go writes them down once): stdout carries results;
+// stderr carries diagnostics as "bftrainer: message" and optional
+// "bftrainer: hint: …" lines. Exit codes are chosen here only: 0 success,
+// 1 failure, 2 bad usage. A scheduler hook always exits 0.
 package main
 
 import (
-	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 )
 
-// Set at build time: go build -ldflags "-X main.defaultConfig=/etc/…".
-// defaultHookLog is hooks.log by default, and where hooks log when the
-// configuration does not load (tests build it into their temporary
-// directory).
+// Set at build time (the Makefile's CONFIG, BINDIR, LOCALSTATEDIR and
+// RUNSTATEDIR): go build -ldflags "-X main.defaultConfig=/etc/…". The
+// configuration's default paths are below localStateDir and runStateDir.
 var (
-	defaultConfig  = "/etc/bftrainer/bftrainer.toml"
-	defaultHookLog = "/var/log/bftrainer/hooks.log"
-	version        = "dev"
+	defaultConfig = "/etc/bftrainer/bftrainer.toml"
+	binDir        = "/usr/local/bin"
+	localStateDir = "/var"
+	runStateDir   = "/run"
+	version       = "dev"
 )
+
+// defaultHookLog is hooks.log by default, and where hooks log when the
+// configuration does not load; "" is localStateDir's log/bftrainer/hooks.log.
+// Tests point it into their temporary directory (-X, or TestMain).
+var defaultHookLog = ""
+
+// builtinHookLog is defaultHookLog, resolved.
+func builtinHookLog() string {
+	if defaultHookLog != "" {
+		return defaultHookLog
+	}
+	return localStateDir + "/log/bftrainer/hooks.log"
+}
 
 func main() {
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
-}
-
-// usageError marks errors in how the command was called (exit 2).
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
-
-// hintError carries an extra line telling the user what to do.
-type hintError struct {
-	err  error
-	hint string
-}
-
-func (e hintError) Error() string { return e.err.Error() }
-func (e hintError) Unwrap() error { return e.err }
-
-func withHint(err error, format string, args ...any) error {
-	return hintError{err: err, hint: fmt.Sprintf(format, args...)}
 }
 
 // run is main without os.Exit, for tests.
@@ -62,36 +54,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runHook(args[1:], stderr)
 	}
 	app := newApp(stdout, stderr)
-	err := app.Run(flagsFirst(app, args))
-	if err == nil {
-		return 0
+	err := app.Run(flagsFirst(app, helpWord(app, args)))
+	if err != nil {
+		report(stderr, err)
 	}
-	report(stderr, err)
-	var ue usageError
-	if errors.As(err, &ue) || isCLIUsage(err) {
-		return 2
-	}
-	return 1
-}
-
-func report(w io.Writer, err error) {
-	fmt.Fprintf(w, "bftrainer: %s\n", err)
-	var he hintError
-	if errors.As(err, &he) && he.hint != "" {
-		fmt.Fprintf(w, "bftrainer: hint: %s\n", he.hint)
-	}
-}
-
-// isCLIUsage recognises urfave/cli's own usage errors (unknown flag,
-// missing required flag, unknown command).
-func isCLIUsage(err error) bool {
-	s := err.Error()
-	for _, p := range []string{"flag provided but not defined", "Required flag", "invalid value", "No help topic", "flag needs an argument"} {
-		if strings.Contains(s, p) {
-			return true
-		}
-	}
-	return false
+	return exitCode(err)
 }
 
 func isHookInvocation(args []string) bool {
@@ -149,9 +116,77 @@ or --config. "bftrainer config" prints the effective configuration.`,
 		// we choose exit codes in main, after deferred closes have run.
 		ExitErrHandler:  func(*cli.Context, error) {},
 		HideHelpCommand: true,
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return usageError{err}
-		},
+		OnUsageError:    onUsageError,
+		Action:          parentAction,
 	}
+	harden(app.Commands)
 	return app
+}
+
+// harden makes every command follow the stderr rule: a usage error is
+// one "bftrainer: …" line and a hint, never "Incorrect Usage" and the
+// whole help on stdout; an unknown subcommand is such an error; help has
+// no "help" subcommand of its own ("--help" is everywhere).
+func harden(cmds []*cli.Command) {
+	for _, c := range cmds {
+		c.HideHelpCommand = true
+		c.OnUsageError = onUsageError
+		if len(c.Subcommands) > 0 && c.Action == nil {
+			c.Action = parentAction
+		}
+		harden(c.Subcommands)
+	}
+}
+
+// onUsageError turns urfave/cli's parse errors (an unknown flag, a value
+// that does not parse) into usage errors that name the help to read.
+func onUsageError(c *cli.Context, err error, _ bool) error {
+	return withHint(usageError{err}, "%s --help", helpName(c))
+}
+
+// helpWord reads "bftrainer [CMD…] help [SUB…]" as "bftrainer [CMD…]
+// [SUB…] --help" (the help subcommands harden removes), where a command
+// name is expected; "help" followed by an unknown name is that unknown
+// command.
+func helpWord(app *cli.App, args []string) []string {
+	cmds := app.Commands
+	for i := 1; i < len(args) && len(cmds) > 0; i++ {
+		if args[i] == "help" {
+			out := append(slices.Clone(args[:i]), args[i+1:]...)
+			for _, name := range args[i+1:] {
+				k := slices.IndexFunc(cmds, func(c *cli.Command) bool { return c.HasName(name) })
+				if k < 0 {
+					return out
+				}
+				cmds = cmds[k].Subcommands
+			}
+			return append(out, "--help")
+		}
+		k := slices.IndexFunc(cmds, func(c *cli.Command) bool { return c.HasName(args[i]) })
+		if k < 0 || cmds[k].SkipFlagParsing {
+			break
+		}
+		cmds = cmds[k].Subcommands
+	}
+	return args
+}
+
+// parentAction runs for bftrainer itself, and for a command with
+// subcommands, when no subcommand was named: its help on stdout without
+// arguments, an unknown command otherwise.
+func parentAction(c *cli.Context) error {
+	args := c.Args().Slice()
+	root := c.Command == nil || c.Command.HelpName == c.App.HelpName
+	if len(args) == 0 {
+		if root {
+			return cli.ShowAppHelp(c)
+		}
+		return cli.ShowSubcommandHelp(c)
+	}
+	name := c.App.HelpName
+	if !root {
+		name = c.Command.HelpName
+	}
+	return withHint(usagef("unknown command %q", strings.TrimPrefix(name+" "+args[0], c.App.HelpName+" ")),
+		"%s --help lists the commands", name)
 }

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
@@ -35,24 +38,65 @@ func (c cleanup) Run() int {
 // testdata/script: each sets a scheduler's hook environment or runs a
 // command, and asserts stdout, stderr and the exit code.
 func TestScripts(t *testing.T) {
-	testscript.Run(t, testscript.Params{Dir: "testdata/script", Setup: scriptSetup})
+	testscript.Run(t, testscript.Params{Dir: "testdata/script", Setup: scriptSetup,
+		Cmds: map[string]func(*testscript.TestScript, bool, []string){"exits": exits}})
+}
+
+// exits N PROGRAM [ARGS…] runs the program like exec and fails unless it
+// exits with status N: 1 (failure) and 2 (bad usage) are part of the CLI's
+// contract, which "! exec" alone does not tell apart.
+func exits(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: exits N PROGRAM [ARGS…]")
+	}
+	want, err := strconv.Atoi(args[0])
+	if err != nil {
+		ts.Fatalf("exits: %q is not a status", args[0])
+	}
+	got := 0
+	var ee *exec.ExitError
+	switch err := ts.Exec(args[1], args[2:]...); {
+	case errors.As(err, &ee):
+		got = ee.ExitCode()
+	case err != nil:
+		ts.Fatalf("exits: %v", err)
+	}
+	if got != want {
+		ts.Fatalf("exit status %d, want %d", got, want)
+	}
 }
 
 // scriptSetup writes a config per test, in its own work directory. Its
-// scheduler has no listing (sinfo turned off): a release joins at once.
+// scheduler has no listing (sinfo turned off): a release joins at once. A
+// script that needs a PATH with bftrainer alone on it (no cbc, no highs)
+// sets PATH=$BFTBIN.
 func scriptSetup(env *testscript.Env) error {
+	for _, dir := range filepath.SplitList(env.Getenv("PATH")) {
+		if _, err := os.Stat(filepath.Join(dir, "bftrainer")); err == nil {
+			env.Setenv("BFTBIN", dir)
+			break
+		}
+	}
 	env.Setenv("BFTRAINER_CONFIG", env.WorkDir+"/bftrainer.toml")
 	env.Setenv("BFTRAINER_TEST_HOOKLOG", env.WorkDir+"/fallback-hooks.log")
-	return os.WriteFile(env.WorkDir+"/bftrainer.toml", []byte(`database = "`+env.WorkDir+`/db/bftrainer.db"
-spool = "`+env.WorkDir+`/spool"
+	conf := `database = "` + env.WorkDir + `/db/bftrainer.db"
+spool = "` + env.WorkDir + `/spool"
 [hooks]
-log = "`+env.WorkDir+`/hooks.log"
+log = "` + env.WorkDir + `/hooks.log"
 spawn_reconciler = "never"
 [scheduler]
 sinfo = ""
 [trainer]
-registry = "`+env.WorkDir+`/registry"
-log_dir = "`+env.WorkDir+`/trainer-logs"
-state_dir = "`+env.WorkDir+`/runner"
-`), 0o644)
+registry = "` + env.WorkDir + `/registry"
+log_dir = "` + env.WorkDir + `/trainer-logs"
+state_dir = "` + env.WorkDir + `/runner"
+`
+	// metrics.toml: the same, with the Prometheus metrics file on.
+	metrics := conf + `[metrics]
+textfile = "` + env.WorkDir + `/textfile/bftrainer.prom"
+`
+	if err := os.WriteFile(env.WorkDir+"/metrics.toml", []byte(metrics), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(env.WorkDir+"/bftrainer.toml", []byte(conf), 0o644)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -15,9 +14,15 @@ func planCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "plan",
 		Usage: "dry run: what the solver would do now, and why each Trainer gets what it gets",
+		Description: `Folds the events recorded since the last round into the pool, as the next
+round would, and shows the plan the solver makes of it. Nothing is saved
+and nothing is started or stopped.
+
+  bftrainer plan
+  bftrainer plan --solver cbc --format json`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "solver", Usage: strings.Join(solvers().Names(), ", ") + " (default pool.solver)"},
-			&cli.StringFlag{Name: "format", Value: "table", Usage: "table or json"},
+			solverFlag(),
+			formatFlag(fmtTable, fmtJSON, fmtCSV),
 		},
 		Action: coreAction(func(c *cli.Context, core *sidecar.Core, _ Config) error {
 			pv, err := core.Preview(c.Context, c.String("solver"))
@@ -26,16 +31,19 @@ func planCommand() *cli.Command {
 			}
 			why := alloc.Explain(pv.Problem, pv.Plan)
 			solveMs := float64(pv.SolveDur.Microseconds()) / 1000
-			if c.String("format") == "json" {
+			format := c.String("format")
+			if format == fmtJSON {
 				return writePlanJSON(c, pv, why, solveMs)
 			}
-			fmt.Fprintf(c.App.Writer, "solver %s: %s, objective %.6g over T_fwd=%gs, %d nodes, solved in %.3f ms\n\n",
-				pv.Plan.Solver, pv.Plan.Status, pv.Plan.Objective, pv.Problem.TFwd, pv.Problem.Size(), solveMs)
+			if format == fmtTable {
+				fmt.Fprintf(c.App.Writer, "solver %s: %s, objective %.6g over T_fwd=%gs, %d nodes, solved in %.3f ms\n\n",
+					pv.Plan.Solver, pv.Plan.Status, pv.Plan.Objective, pv.Problem.TFwd, pv.Problem.Size(), solveMs)
+			}
 			t := table{header: []string{"TRAINER", "NOW", "PLAN", "ADD", "RELEASE", "WHY"}}
 			for i, a := range pv.Plan.Trainers {
 				t.add(a.ID, a.From, a.To, dash(names.CompressHostlist(a.Add)), dash(names.CompressHostlist(a.Release)), why[i])
 			}
-			return t.write(c.App.Writer, "table")
+			return t.write(c.App.Writer, format)
 		}),
 	}
 }
@@ -62,6 +70,13 @@ func writePlanJSON(c *cli.Context, pv *sidecar.Preview, why []string, solveMs fl
 		out.Trainers = append(out.Trainers, row{a.ID, a.From, a.To, nonNil(a.Add), nonNil(a.Release), a.Value, why[i]})
 	}
 	return writeJSON(c.App.Writer, out)
+}
+
+// solverFlag is --solver: a registered allocator instead of pool.solver.
+func solverFlag() *cli.StringFlag {
+	f := choiceFlag("solver", "NAME", solvers().Names(), "", "the allocator")
+	f.DefaultText = "pool.solver"
+	return f
 }
 
 func nonNil(s []string) []string {

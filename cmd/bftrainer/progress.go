@@ -16,11 +16,16 @@ func progressCommand() *cli.Command {
 		Description: `The training script's rank 0 calls this every few seconds with the total
 samples processed so far (contrib/trainer/bftrainer_progress.py does it).
 A Trainer that reports its --samples target is finished and its nodes go
-back to the pool.`,
-		Flags: []cli.Flag{&cli.Float64Flag{Name: "samples", Required: true, Usage: "samples processed so far (total, not since the last report)"}},
+back to the pool.
+
+  bftrainer progress resnet-lr3 --samples 51200`,
+		Flags: []cli.Flag{&cli.Float64Flag{Name: "samples", Usage: "`SAMPLES` processed so far (total, not since the last report; required)"}},
 		Action: coreAction(func(c *cli.Context, core *sidecar.Core, cfg Config) error {
 			id, err := trainerArg(c)
 			if err != nil {
+				return err
+			}
+			if err := requireFlag(c, "samples"); err != nil {
 				return err
 			}
 			n := c.Float64("samples")

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/alloc/milp"
 	"github.com/bftrainer/bftrainer/sidecar"
 	"github.com/bftrainer/bftrainer/sim"
 )
@@ -60,13 +61,24 @@ workloads). A progress bar is drawn on stderr when it is a terminal.`,
 			&cli.StringFlag{Name: "trace", Usage: "idle-node trace `FILE` (Summit CSV or SWF; default: generated)"},
 			&cli.StringFlag{Name: "nodes", Usage: "node names `FILE` (node_idx,node_name) for a CSV trace"},
 			&cli.StringFlag{Name: "workload", Usage: "Trainer workload `FILE` (paper CSV; default: built in)"},
-			&cli.StringSliceFlag{Name: "allocator", Value: cli.NewStringSlice("adaptive"), Usage: "`NAME`s: " + strings.Join(solvers().Names(), ", ") + "; repeat or comma-separate for side-by-side rows"},
-			&cli.StringFlag{Name: "semantics", Value: "default", Usage: "`NAME`: default (bftrainer's) or reference (the paper's replayer)"},
+			&cli.StringSliceFlag{Name: "allocator", Value: cli.NewStringSlice("adaptive"),
+				Usage: "`NAME`s (" + oneOf(solvers().Names()) + "); repeat or comma-separate for side-by-side rows",
+				Action: func(c *cli.Context, vs []string) error {
+					for _, v := range vs {
+						for _, n := range splitList(v) {
+							if err := checkChoice(c, "allocator", solvers().Names(), n); err != nil {
+								return err
+							}
+						}
+					}
+					return nil
+				}},
+			choiceFlag("semantics", "NAME", []string{"default", "reference"}, "default", "bftrainer's model, or the paper's replayer"),
 			&cli.Float64Flag{Name: "tfwd", Value: sim.DefaultTFwd, Usage: "`SECONDS` a decision is worth over, for the fixed-horizon allocators (exact, the MILP ones, greedy); adaptive measures its own"},
 			&cli.StringFlag{Name: "max-trainers", Value: strconv.Itoa(sim.DefaultMaxTrainers), Usage: "Trainers running at once (`N`), or auto: admit the next queued Trainer when the allocator would give it nodes rather than grow the running ones"},
-			&cli.StringFlag{Name: "format", Value: "table", Usage: "`FORMAT`: table or json"},
+			formatFlag(fmtTable, fmtJSON),
 			&cli.StringFlag{Name: "out", Usage: "write steps.csv, trainers.csv, timeline.svg and summary.json in `DIR`"},
-			&cli.DurationFlag{Name: "cbc-limit", Value: 10 * time.Second, Usage: "`DURATION` a CBC decision may take before the current allocation is kept"},
+			&cli.DurationFlag{Name: "cbc-limit", Value: 10 * time.Second, Usage: "`DURATION` a MILP decision (cbc, highs, gurobi) may take before the current allocation is kept"},
 			&cli.IntFlag{Name: "from-event", DefaultText: "the last event at or before the first submit", Usage: "start at trace event `N`"},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "`SEED` of the generated trace and built-in workload"},
 			&cli.IntFlag{Name: "trainers", Value: demoTrainers, Usage: "`N` Trainers in the built-in workload"},
@@ -153,9 +165,6 @@ func earliestSubmit(jobs []sim.Job) time.Time {
 // runReplays replays once per allocator and writes the summaries and files.
 func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 	format := c.String("format")
-	if format != "table" && format != "json" {
-		return usagef("unknown format %q (want table or json)", format)
-	}
 	sem, err := alloc.ParseSemantics(c.String("semantics"))
 	if err != nil {
 		return usageError{err}
@@ -173,11 +182,7 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 	}
 	var names []string
 	for _, v := range c.StringSlice("allocator") {
-		for _, n := range strings.Split(v, ",") {
-			if n = strings.TrimSpace(n); n != "" {
-				names = append(names, n)
-			}
-		}
+		names = append(names, splitList(v)...)
 	}
 	ss := make([]alloc.Solver, len(names))
 	for i, n := range names {
@@ -202,6 +207,9 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 			opt.Progress = sim.ProgressBar(c.App.ErrWriter, "replay "+names[i])
 		}
 		res, err := replayTo(c, tr, jobs, opt, dir)
+		if errors.Is(err, milp.ErrBackendAbsent) {
+			return withHint(err, "install it as the message says, or replay with another --allocator (adaptive and exact need nothing)")
+		}
 		if err != nil {
 			return err
 		}
@@ -209,7 +217,7 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 			warnInputs(c.App.ErrWriter, res.Summary, tr)
 		}
 		if n := res.Summary.SolverErrors; n > 0 {
-			fmt.Fprintf(c.App.ErrWriter, "bftrainer: warning: %s failed at %d decision(s), which kept the allocation as the live reconciler would; the first: %s\n",
+			say(c.App.ErrWriter, "warning: %s failed at %d decision(s), which kept the allocation as the live reconciler would; the first: %s",
 				names[i], n, res.Summary.FirstSolverError)
 		}
 		sums = append(sums, res.Summary)
@@ -219,10 +227,35 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 			return err
 		}
 	}
-	if format == "json" {
-		return sim.WriteSummaryJSON(c.App.Writer, sums)
+	if format == fmtJSON {
+		err = sim.WriteSummaryJSON(c.App.Writer, sums)
+	} else {
+		err = sim.WriteSummaryTable(c.App.Writer, sums)
+		say(c.App.ErrWriter, "%s", summaryLegend)
 	}
-	return sim.WriteSummaryTable(c.App.Writer, sums)
+	if err == nil && out != "" {
+		sayWritten(c.App.ErrWriter, out, names)
+	}
+	return err
+}
+
+// summaryLegend reads the summary table's columns in one line.
+const summaryLegend = "columns: finished = Trainers done/all; makespan_h, mean_jct_h = hours to the last completion, " +
+	"mean hours from submit to completion; e_ovh = samples net of rescale and reclaim losses / gross; " +
+	"e_1node = work per node-second against one dedicated node; utilisation = node-hours used / offered; " +
+	"rescales, reclaims, events replayed; solve_ms_p50/p99 per decision; wall_s (docs/replay.md, \"Replay metrics\")"
+
+// sayWritten tells where the replay's files are.
+func sayWritten(w io.Writer, out string, allocators []string) {
+	if abs, err := filepath.Abs(out); err == nil {
+		out = abs
+	}
+	dirs := out + "/"
+	if len(allocators) > 1 {
+		dirs = out + "/{" + strings.Join(allocators, ",") + "}/"
+	}
+	say(w, "wrote %s: steps.csv (a row per event), trainers.csv (a row per Trainer), timeline.svg (node use over time); and %s",
+		dirs, filepath.Join(out, "summary.json"))
 }
 
 // parseMaxTrainers reads --max-trainers: a positive count, or auto.
@@ -243,20 +276,20 @@ func parseMaxTrainers(v string) (n int, auto bool, err error) {
 func warnInputs(w io.Writer, s sim.Summary, tr *sim.Trace) {
 	switch {
 	case s.LateTrainers == s.Trainers:
-		fmt.Fprintf(w, "bftrainer: warning: every Trainer is submitted after the trace ends (%s): nothing ran\n", tr.Source)
-		fmt.Fprintf(w, "bftrainer: hint: shift the workload's submit times into the trace, or pick another --trace\n")
+		say(w, "warning: every Trainer is submitted after the trace ends (%s): nothing ran", tr.Source)
+		say(w, "hint: shift the workload's submit times into the trace, or pick another --trace")
 	case s.LateTrainers > 0:
-		fmt.Fprintf(w, "bftrainer: warning: %d of %d Trainers are submitted after the trace ends and never ran\n", s.LateTrainers, s.Trainers)
+		say(w, "warning: %d of %d Trainers are submitted after the trace ends and never ran", s.LateTrainers, s.Trainers)
 	}
 	if s.EarlyTrainers == s.Trainers && s.Trainers > 1 {
-		fmt.Fprintf(w, "bftrainer: warning: every Trainer is submitted before the trace's first replayed event: all were eligible at once at t0\n")
-		fmt.Fprintf(w, "bftrainer: hint: --from-event, or shift the workload's submit times into the trace\n")
+		say(w, "warning: every Trainer is submitted before the trace's first replayed event: all were eligible at once at t0")
+		say(w, "hint: --from-event, or shift the workload's submit times into the trace")
 	}
 	if s.SkippedLines > 0 {
-		fmt.Fprintf(w, "bftrainer: warning: %d line(s) of the trace could not be used and were skipped\n", s.SkippedLines)
+		say(w, "warning: %d line(s) of the trace could not be used and were skipped", s.SkippedLines)
 	}
 	if s.TruncatedJobs > 0 {
-		fmt.Fprintf(w, "bftrainer: warning: %d job(s) of the log did not fit the machine and got fewer nodes than recorded\n", s.TruncatedJobs)
+		say(w, "warning: %d job(s) of the log did not fit the machine and got fewer nodes than recorded", s.TruncatedJobs)
 	}
 }
 
@@ -282,7 +315,10 @@ func replayTo(c *cli.Context, tr *sim.Trace, jobs []sim.Job, opt sim.Options, di
 	if err := writeFile(filepath.Join(dir, "trainers.csv"), func(w io.Writer) error { return sim.WriteTrainersCSV(w, res.Trainers) }); err != nil {
 		return nil, err
 	}
-	title := fmt.Sprintf("%s, %s semantics — %s", res.Summary.Allocator, res.Summary.Semantics, tr.Source)
+	// The title says how much of the trace is drawn: a replay stops when
+	// every Trainer has finished, often long before the trace ends.
+	title := fmt.Sprintf("%s, %s semantics: %s h replayed of %s", res.Summary.Allocator, res.Summary.Semantics,
+		sim.Hours(time.Duration(res.Summary.MakespanH*float64(time.Hour))), tr.Source)
 	if err := writeFile(filepath.Join(dir, "timeline.svg"), func(w io.Writer) error { return sim.WriteTimelineSVG(w, res, title) }); err != nil {
 		return nil, err
 	}

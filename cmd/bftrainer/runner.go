@@ -131,10 +131,6 @@ func fallbackConfig() Config {
 	return c
 }
 
-// nodeContainment says how this machine contains Trainer processes:
-// "cgroup", or "degraded (reason)" — for status and the hook log.
-func nodeContainment(cfg Config) string { return nodeAgent(cfg).Mode() }
-
 // localKiller is the node-local reclaim: the node's own prolog kills every
 // Trainer process on this machine as the node — its launches' cgroups, or
 // (degraded) the recorded process groups and a scan of /proc — with no
@@ -142,6 +138,9 @@ func nodeContainment(cfg Config) string { return nodeAgent(cfg).Mode() }
 func localKiller(cfg Config) sidecar.Killer { return registryKiller{nodeAgent(cfg)} }
 
 type registryKiller struct{ a *agent.Agent }
+
+// Containment says how this machine contains Trainer processes (status).
+func (k registryKiller) Containment() string { return k.a.Mode() }
 
 func (k registryKiller) KillLocal(ctx context.Context, node string) (sidecar.KillResult, error) {
 	rep, err := k.a.KillAll(ctx, node, true)

@@ -38,17 +38,17 @@ measures on every rescale. The Trainer is yours: its processes run as you, and o
 cancel it.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "name", Usage: "Trainer `NAME` (letters, digits, - _ .); default: generated"},
-			&cli.StringFlag{Name: "launcher", Value: trainer.Torchrun, Usage: "a registered launcher: " + strings.Join(trainer.Kinds(), ", ")},
-			&cli.IntFlag{Name: "min", Value: 1, Usage: "fewest nodes it can run on"},
-			&cli.IntFlag{Name: "max", Usage: "most nodes it can use (default: the curve's last point)"},
-			&cli.StringFlag{Name: "curve", Required: true, Usage: "scaling curve `N:RATE,…` (samples/s at N nodes)"},
+			choiceFlag("launcher", "NAME", trainer.Kinds(), trainer.Torchrun, "how its processes are started"),
+			&cli.IntFlag{Name: "min", Value: 1, Usage: "fewest `NODES` it can run on"},
+			&cli.IntFlag{Name: "max", Usage: "most `NODES` it can use", DefaultText: "the curve's last point"},
+			&cli.StringFlag{Name: "curve", Usage: "scaling curve `N:RATE,…` (samples/s at N nodes; required)"},
 			&cli.StringFlag{Name: "metric", Usage: "optional admin metric at the same node counts `N:VALUE,…` (objective \"metric\")"},
-			&cli.Float64Flag{Name: "rescale-up", Usage: "seconds lost per scale-up"},
-			&cli.Float64Flag{Name: "rescale-down", Usage: "seconds lost per scale-down or reclaim"},
-			&cli.Float64Flag{Name: "samples", Usage: "samples to process (0: until it exits)"},
-			&cli.Float64Flag{Name: "weight", Value: 1, Usage: "priority weight on its objective"},
-			&cli.IntFlag{Name: "procs-per-node", Value: 1, Usage: "processes per node (torchrun nproc_per_node, Horovod slots)"},
-			&cli.StringFlag{Name: "workdir", Usage: "working directory on the nodes (default: the current one)"},
+			&cli.Float64Flag{Name: "rescale-up", Usage: "`SECONDS` of progress lost per scale-up"},
+			&cli.Float64Flag{Name: "rescale-down", Usage: "`SECONDS` of progress lost per scale-down or reclaim"},
+			&cli.Float64Flag{Name: "samples", Usage: "`SAMPLES` to process (0: until it exits)"},
+			&cli.Float64Flag{Name: "weight", Value: 1, Usage: "priority `WEIGHT` on its objective"},
+			&cli.IntFlag{Name: "procs-per-node", Value: 1, Usage: "`N` processes per node (torchrun nproc_per_node, Horovod slots)"},
+			&cli.StringFlag{Name: "workdir", Usage: "working `DIR` on the nodes", DefaultText: "the current one"},
 			&cli.StringSliceFlag{Name: "env", Usage: "extra environment `KEY=VALUE` (repeatable)"},
 		},
 		Action: coreAction(func(c *cli.Context, core *sidecar.Core, cfg Config) error {
@@ -69,6 +69,9 @@ cancel it.`,
 // submitRequest reads the flags into a submission; the core checks it.
 func submitRequest(c *cli.Context) (sidecar.SubmitRequest, error) {
 	var req sidecar.SubmitRequest
+	if err := requireFlag(c, "curve"); err != nil {
+		return req, err
+	}
 	if c.NArg() == 0 {
 		return req, usagef("trainer submit: give the program after --, e.g. -- /usr/bin/python3 train.py")
 	}

@@ -2,13 +2,20 @@ package main
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/bftrainer/bftrainer/names"
 	"github.com/bftrainer/bftrainer/sidecar"
 )
+
+// schedulerFlag is --scheduler: a registered scheduler instead of
+// hooks.scheduler.
+func schedulerFlag() *cli.StringFlag {
+	f := choiceFlag("scheduler", "NAME", schedulers().Names(), "", "the scheduler to ask")
+	f.DefaultText = "hooks.scheduler, else " + schedulers().Names()[0]
+	return f
+}
 
 func syncCommand() *cli.Command {
 	return &cli.Command{
@@ -23,9 +30,12 @@ listing confirms them (lifting a fence a missed epilog left) — and
 re-plans. The journal is recorded before the scheduler is asked, and
 whatever is recorded about a node after that wins over sync. Run it at
 boot, from cron, or after a controller restart: hooks are not a reliable
-event stream (a crashed node runs no epilog).`,
+event stream (a crashed node runs no epilog).
+
+  bftrainer sync
+  bftrainer sync --scheduler lsf --no-reconcile`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "scheduler", Usage: "one of " + strings.Join(schedulers().Names(), ", ") + " (default hooks.scheduler, else the first)"},
+			schedulerFlag(),
 			&cli.BoolFlag{Name: "no-reconcile", Usage: "record only; do not re-plan now"},
 		},
 		Action: coreAction(func(c *cli.Context, core *sidecar.Core, _ Config) error {

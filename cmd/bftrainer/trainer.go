@@ -21,12 +21,22 @@ func trainerCommand() *cli.Command {
 		Usage: "submit, list, show and cancel Trainers (elastic training jobs)",
 		Subcommands: []*cli.Command{
 			submitCommand(),
-			{Name: "list", Usage: "list Trainers", Flags: []cli.Flag{
+			{Name: "list", Usage: "list Trainers", Description: `The active Trainers (queued and running), or every one ever submitted:
+
+  bftrainer trainer list
+  bftrainer trainer list --all --format csv`, Flags: []cli.Flag{
 				&cli.BoolFlag{Name: "all", Usage: "include finished and cancelled Trainers"},
-				&cli.StringFlag{Name: "format", Value: "table", Usage: "table, json or csv"},
+				formatFlag(fmtTable, fmtJSON, fmtCSV),
 			}, Action: coreAction(listAction)},
-			{Name: "show", Usage: "show one Trainer", ArgsUsage: "NAME", Action: coreAction(showAction)},
-			{Name: "cancel", Usage: "cancel a Trainer (your own; root and admins: any)", ArgsUsage: "NAME", Action: coreAction(cancelAction)},
+			{Name: "show", Usage: "show one Trainer", ArgsUsage: "NAME", Action: coreAction(showAction),
+				Description: `Its command, nodes, curve, progress, losses and times, active or ended:
+
+  bftrainer trainer show resnet-lr3`},
+			{Name: "cancel", Usage: "cancel a Trainer (your own; root and admins: any)", ArgsUsage: "NAME", Action: coreAction(cancelAction),
+				Description: `Stops the Trainer's processes at the next round and gives its nodes back
+to the pool. Only its owner, root, or an admin (admins, admin_group) may.
+
+  bftrainer trainer cancel resnet-lr3`},
 		},
 	}
 }
@@ -136,7 +146,7 @@ func cancelAction(c *cli.Context, core *sidecar.Core, cfg Config) error {
 // checks it).
 func trainerArg(c *cli.Context) (string, error) {
 	if c.NArg() != 1 {
-		return "", usagef("%s: name one Trainer", c.Command.FullName())
+		return "", withHint(usagef("%s: name one Trainer", cmdPath(c)), "bftrainer trainer list shows them")
 	}
 	return c.Args().First(), nil
 }

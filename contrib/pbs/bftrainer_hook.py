@@ -21,7 +21,7 @@ if name:
     if os.path.exists(nodefile):
         env["PBS_NODEFILE"] = nodefile
     try:
-        subprocess.run(["/usr/sbin/bftrainer", "hook", "pbs", name, e.job.id, str(e.job.euser), str(e.job.egroup)],
+        subprocess.run(["/usr/local/bin/bftrainer", "hook", "pbs", name, e.job.id, str(e.job.euser), str(e.job.egroup)],
                        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        timeout=5)
     except Exception:  # never fail the job because of bftrainer
