@@ -48,7 +48,8 @@ func (c *slurmCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("slurm", flag.ContinueOnError)
 	fs.SetOutput(c.stderr)
 	repo := fs.String("repo", ".", "the bftrainer module's directory (lab.sh and ./cmd/bftrainer are found there)")
-	runs := fs.Int("runs", 30, "main jobs per start-delay measurement, hooks on and hooks off")
+	runs := fs.Int("runs", 30, "main jobs per start-delay measurement, hooks on and hooks off (0: skip)")
+	costRuns := fs.Int("cost-runs", 40, "main jobs per cluster and scheduler setting in the hook cost measurement (0: skip)")
 	torchRuns := fs.Int("torch-runs", 8, "main jobs reclaiming a node from a torchrun Trainer (0: skip)")
 	rounds := fs.Int("rounds", 1, "side-by-side rounds, bftrainer then the scavenger partition (about 2.5 minutes each; 0: skip)")
 	window := fs.Duration("window", 60*time.Second, "side by side: Trainer progress is counted for this long from the main job's sbatch")
@@ -74,7 +75,11 @@ func (c *slurmCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.stderr, "bftrainer-bench: slurm: "+format+"\n", args...)
 	}
 	logf("building bftrainer and starting a 6-node cluster")
-	cl, err := slurm.Up(ctx, slurm.ClusterOptions{Repo: root, Nodes: 6, Scavenger: true, Logf: logf})
+	co := slurm.ClusterOptions{Repo: root, Nodes: 6, Scavenger: true, Logf: logf}
+	if *costRuns > 0 {
+		co.Extra = slurm.CostExtra
+	}
+	cl, err := slurm.Up(ctx, co)
 	if err != nil {
 		return fmt.Errorf("slurm: %w", err)
 	}
@@ -86,6 +91,12 @@ func (c *slurmCommand) Run(ctx context.Context, args []string) error {
 			logf("stopping the cluster: %v", derr)
 		}
 	}()
+	if *costRuns > 0 {
+		if err := measureCost(ctx, c.stdout, cl, logf, *costRuns); err != nil {
+			logf("what the cluster says:\n%s", cl.Debug(context.Background()))
+			return fmt.Errorf("slurm: hook cost: %w", err)
+		}
+	}
 	if err := c.measure(ctx, cl, logf, *runs, *torchRuns, *rounds, *window, *hold); err != nil {
 		logf("what the cluster says:\n%s", cl.Debug(context.Background()))
 		return fmt.Errorf("slurm: %w", err)
@@ -94,6 +105,9 @@ func (c *slurmCommand) Run(ctx context.Context, args []string) error {
 }
 
 func (c *slurmCommand) measure(ctx context.Context, cl *slurm.Cluster, logf func(string, ...any), runs, torchRuns, rounds int, window, hold time.Duration) error {
+	if runs <= 0 {
+		return nil
+	}
 	ex, err := measureExec(ctx, cl, logf, runs)
 	if err != nil {
 		return err
