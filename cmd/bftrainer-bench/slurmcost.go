@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -72,6 +73,57 @@ func measureCost(ctx context.Context, stdout io.Writer, cl *slurm.Cluster, logf 
 		return err
 	}
 	printCost(stdout, samples)
+	return printStages(ctx, stdout, cl, samples)
+}
+
+// hookContexts are Slurm's four hook points, in the order a job meets them.
+var hookContexts = []string{"prolog_slurmctld", "prolog_slurmd", "epilog_slurmd", "epilog_slurmctld"}
+
+// printStages writes where the bftrainer cluster's hook calls spent their
+// own time (the stages_ms of their records: from the process's first
+// line of Go to the record, exec and the runtime's start aside):
+//
+//	slurm hook_stages_ms context=<c> total_p50=… total_p99=… config_p50=… config_p99=… decode_p50=… act_p50=… act_p99=… n=…
+func printStages(ctx context.Context, w io.Writer, cl *slurm.Cluster, ss []slurm.CostSample) error {
+	type figs struct{ total, config, decode, act []float64 }
+	by := map[string]*figs{}
+	for _, s := range ss {
+		if s.Mode != "bftrainer" {
+			continue
+		}
+		evs, err := cl.HookEvents(ctx, s.Job)
+		if err != nil {
+			return err
+		}
+		for hc, es := range evs {
+			for _, e := range es {
+				var d struct {
+					Stages map[string]float64 `json:"stages_ms"`
+				}
+				if json.Unmarshal(e.Detail, &d) != nil || d.Stages == nil {
+					continue
+				}
+				f := by[hc]
+				if f == nil {
+					f = &figs{}
+					by[hc] = f
+				}
+				f.total = append(f.total, e.Ms)
+				f.config = append(f.config, d.Stages["config"])
+				f.decode = append(f.decode, d.Stages["decode"])
+				f.act = append(f.act, d.Stages["act"])
+			}
+		}
+	}
+	q := slurm.Quantile
+	for _, hc := range hookContexts {
+		f := by[hc]
+		if f == nil {
+			continue
+		}
+		fmt.Fprintf(w, "slurm hook_stages_ms context=%s total_p50=%.2f total_p99=%.2f config_p50=%.2f config_p99=%.2f decode_p50=%.2f act_p50=%.2f act_p99=%.2f n=%d\n",
+			hc, q(f.total, 0.5), q(f.total, 0.99), q(f.config, 0.5), q(f.config, 0.99), q(f.decode, 0.5), q(f.act, 0.5), q(f.act, 0.99), len(f.total))
+	}
 	return nil
 }
 
