@@ -16,6 +16,12 @@ import (
 // this machine (internal/lab/slurm: one munged, one slurmctld, six
 // slurmds), with Trainers owned by a throwaway user:
 //
+//	slurm hook_cost setting=<fast|default> mode=<none|noop|bftrainer> start_p50=<x> … alloc_p50=<y> … epilog_p50=<z> … n=<n>
+//	slurm hook_cost setting=<fast|default> over=<none|noop> alloc_added_p50=<x> … epilog_added_p50=<y> …
+//	slurm hooks_added_ms over=noop p50=<x> p99=<y>
+//	slurm hooks_added_ms over=none p50=<x> p99=<y>
+//	slurm epilog_added_ms over=<noop|none> p50=<x> p99=<y>
+//	slurm hook_stages_ms context=<hook point> total_p50=<x> … act_p99=<y> n=<n>
 //	slurm main_job_start_delay_ms with=<x> without=<y> …
 //	slurm main_job_alloc_to_start_ms with=<x> without=<y> …
 //	slurm main_job_start_delay_ms trainers=torchrun with=<x> …
@@ -25,7 +31,14 @@ import (
 //	slurm bftrainer reclaim_ms=<x> main_job_start_delay_ms=<y> trainer_node_seconds=<z> …
 //	slurm goals hooks_added_p99_ms=<x> reclaim_speedup=<y> …
 //
-// Hooks on and off are the same cluster in the same run: the hook lines
+// The hook cost (-cost-runs, first; measureCost in slurmcost.go) is three
+// clusters side by side in the same run, the same slurm.conf but for the
+// hooks — none, /bin/true in all four places, bftrainer's with its
+// reconciler as a service — whose main jobs run one at a time,
+// round-robin, with the lab's fast scheduler settings and then with
+// Slurm's defaults (scontrol reconfigure on all three between).
+//
+// For the other lines, hooks on and off are the same cluster in the same run: the hook lines
 // of slurm.conf are switched and `scontrol reconfigure` issued, and a
 // probe job checks that every slurmd has the change. "With" main jobs
 // each reclaim two nodes from one-node exec Trainers (a shell and two
