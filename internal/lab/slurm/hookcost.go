@@ -77,28 +77,11 @@ var CostExtra = []string{"SlurmdDebug=debug2"}
 // the line: Slurm's defaults) and has slurmctld re-read it, then checks
 // that it did.
 func (l *Lab) SetSchedulerParameters(ctx context.Context, value string) error {
-	b, err := os.ReadFile(l.Conf)
-	if err != nil {
-		return err
-	}
-	var lines []string
-	for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
-		if k, _, _ := strings.Cut(line, "="); k == "SchedulerParameters" {
-			continue
-		}
-		lines = append(lines, line)
-	}
+	var add []string
 	if value != "" {
-		lines = append(lines, "SchedulerParameters="+value)
+		add = []string{"SchedulerParameters=" + value}
 	}
-	tmp := l.Conf + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, l.Conf); err != nil {
-		return err
-	}
-	if _, err := l.Output(ctx, "scontrol", "reconfigure"); err != nil {
+	if err := l.rewriteConf(ctx, []string{"SchedulerParameters"}, add); err != nil {
 		return err
 	}
 	want := value
@@ -106,7 +89,7 @@ func (l *Lab) SetSchedulerParameters(ctx context.Context, value string) error {
 		want = "(null)"
 	}
 	var last string
-	err = Poll(ctx, 30*time.Second, func() (bool, error) {
+	err := Poll(ctx, 30*time.Second, func() (bool, error) {
 		out, err := l.Output(ctx, "scontrol", "show", "config")
 		if err != nil {
 			return false, err
@@ -167,33 +150,18 @@ func costJob(ctx context.Context, l *Lab, nodes int) (CostSample, error) {
 	}); err != nil {
 		return s, fmt.Errorf("nodes not idle: %w", err)
 	}
-	j, err := l.Submit(ctx, JobSpec{Nodes: nodes, Name: "cost"})
+	smp, info, _, err := l.DelayJob(ctx, JobSpec{Nodes: nodes, Name: "cost"})
 	if err != nil {
 		return s, err
 	}
-	info, err := j.WaitEnded(ctx, 2*time.Minute)
-	if err != nil {
-		return s, err
-	}
-	r, err := j.Report()
-	if err != nil {
-		return s, err
-	}
-	if bad := Normal(info, r); bad != "" {
-		return s, fmt.Errorf("main job %s: %s", j.ID, bad)
-	}
-	alloc, err := l.Allocated(j.ID)
-	if err != nil {
-		return s, err
-	}
-	s.DelaySample = DelaySample{Job: j.ID, Submit: j.Submitted, Alloc: alloc, First: r.First}
+	s.DelaySample = smp
 	ns, err := info.Nodes()
 	if err != nil {
 		return s, err
 	}
 	// A job has ended once every epilog is done: slurmd has logged them.
 	for _, n := range ns {
-		d, err := l.EpilogTime(j.ID, n)
+		d, err := l.EpilogTime(smp.Job, n)
 		if err != nil {
 			return s, err
 		}
