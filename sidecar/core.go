@@ -110,6 +110,9 @@ type Options struct {
 	Log      *log.Logger                  // diagnostics of rounds and commands; nil: discarded
 	HookLog  *log.Logger                  // what hooks swallowed; nil: Log
 	Started  time.Time                    // when the process started, for a hook's latency; zero: Hook's entry
+	// Configured is when a hook's configuration was read (zero:
+	// unknown); the hook's record splits its time there.
+	Configured time.Time
 }
 
 // Core is the application core built from Options. It holds no open

@@ -124,6 +124,7 @@ func (c *Core) hook(ctx context.Context, env hooks.Env, args []string, started t
 		return "", err
 	}
 	call, perr := s.Parse(in)
+	st := stages{started: started, configured: c.o.Configured, decoded: c.o.Now()}
 	label = strings.TrimSpace(s.Name + " " + call.Context)
 	// Calls that run on a compute node record only where the database is.
 	local := call.Action == hooks.KillLocal || call.Action == hooks.CleanupLocal || call.OnlyHook
@@ -136,6 +137,7 @@ func (c *Core) hook(ctx context.Context, env hooks.Env, args []string, started t
 	}
 	// Act first: a node's kill needs nothing but the local registry.
 	evs, killed, kerr := c.act(ctx, call)
+	st.acted = c.o.Now()
 	if kerr != nil {
 		errs = append(errs, kerr)
 	}
@@ -161,7 +163,7 @@ func (c *Core) hook(ctx context.Context, env hooks.Env, args []string, started t
 		}
 		return label, errors.Join(errs...)
 	}
-	evs = append([]store.Event{c.hookEvent(call, started, killed, errs)}, evs...)
+	evs = append([]store.Event{c.hookEvent(call, st, killed, errs)}, evs...)
 	if err := c.record(evs, started, !local); err != nil {
 		return label, errors.Join(append(errs, err)...)
 	}
@@ -283,9 +285,34 @@ func (c *Core) kill(ctx context.Context, k Killer, call hooks.Call, node string,
 	return &ev, res.Killed, err
 }
 
-// hookEvent is the history's row for the call itself.
-func (c *Core) hookEvent(call hooks.Call, started time.Time, killed int, errs []error) store.Event {
-	detail := map[string]any{"action": call.Action.String()}
+// stages are the moments of a hook call, for its record: where the
+// hook's own time went (what runs before Started — exec, the Go runtime,
+// package initialisation — and after the record — the journal's write,
+// the exit — is not in it: `bftrainer-bench hook` times exec to exit).
+type stages struct {
+	started, configured, decoded, acted time.Time
+}
+
+// ms returns the stages' durations in milliseconds: config (the
+// configuration read), decode (the call parsed) and
+// act (the node's kill, or the events built), each from the one before.
+func (s stages) ms() map[string]float64 {
+	out := map[string]float64{}
+	prev := s.started
+	if !s.configured.IsZero() {
+		out["config"] = ms(s.configured.Sub(prev))
+		prev = s.configured
+	}
+	out["decode"] = ms(s.decoded.Sub(prev))
+	out["act"] = ms(s.acted.Sub(s.decoded))
+	return out
+}
+
+// hookEvent is the history's row for the call itself; its detail has the
+// call's stages (stages_ms).
+func (c *Core) hookEvent(call hooks.Call, st stages, killed int, errs []error) store.Event {
+	started := st.started
+	detail := map[string]any{"action": call.Action.String(), "stages_ms": st.ms()}
 	if call.Local != "" {
 		detail["local"] = call.Local
 	}

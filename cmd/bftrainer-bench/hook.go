@@ -128,7 +128,7 @@ func (c *hookCommand) setup(ctx context.Context, dir, bin string, spawn bool, mo
 	if bin == "" {
 		bin = filepath.Join(dir, "bftrainer")
 		fmt.Fprintln(c.stderr, "bftrainer-bench: building ./cmd/bftrainer")
-		if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/bftrainer").CombinedOutput(); err != nil {
+		if out, err := exec.CommandContext(ctx, "go", "build", "-tags", "urfave_cli_no_docs", "-o", bin, "./cmd/bftrainer").CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("go build: %v\n%s", err, out)
 		}
 	}

@@ -16,6 +16,12 @@ import (
 // this machine (internal/lab/slurm: one munged, one slurmctld, six
 // slurmds), with Trainers owned by a throwaway user:
 //
+//	slurm hook_cost setting=<fast|default> mode=<none|noop|bftrainer> start_p50=<x> … alloc_p50=<y> … epilog_p50=<z> … n=<n>
+//	slurm hook_cost setting=<fast|default> over=<none|noop> alloc_added_p50=<x> … epilog_added_p50=<y> …
+//	slurm hooks_added_ms over=noop p50=<x> p99=<y>
+//	slurm hooks_added_ms over=none p50=<x> p99=<y>
+//	slurm epilog_added_ms over=<noop|none> p50=<x> p99=<y>
+//	slurm hook_stages_ms context=<hook point> total_p50=<x> … act_p99=<y> n=<n>
 //	slurm main_job_start_delay_ms with=<x> without=<y> …
 //	slurm main_job_alloc_to_start_ms with=<x> without=<y> …
 //	slurm main_job_start_delay_ms trainers=torchrun with=<x> …
@@ -25,7 +31,14 @@ import (
 //	slurm bftrainer reclaim_ms=<x> main_job_start_delay_ms=<y> trainer_node_seconds=<z> …
 //	slurm goals hooks_added_p99_ms=<x> reclaim_speedup=<y> …
 //
-// Hooks on and off are the same cluster in the same run: the hook lines
+// The hook cost (-cost-runs, first; measureCost in slurmcost.go) is three
+// clusters side by side in the same run, the same slurm.conf but for the
+// hooks — none, /bin/true in all four places, bftrainer's with its
+// reconciler as a service — whose main jobs run one at a time,
+// round-robin, with the lab's fast scheduler settings and then with
+// Slurm's defaults (scontrol reconfigure on all three between).
+//
+// For the other lines, hooks on and off are the same cluster in the same run: the hook lines
 // of slurm.conf are switched and `scontrol reconfigure` issued, and a
 // probe job checks that every slurmd has the change. "With" main jobs
 // each reclaim two nodes from one-node exec Trainers (a shell and two
@@ -48,7 +61,8 @@ func (c *slurmCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("slurm", flag.ContinueOnError)
 	fs.SetOutput(c.stderr)
 	repo := fs.String("repo", ".", "the bftrainer module's directory (lab.sh and ./cmd/bftrainer are found there)")
-	runs := fs.Int("runs", 30, "main jobs per start-delay measurement, hooks on and hooks off")
+	runs := fs.Int("runs", 30, "main jobs per start-delay measurement, hooks on and hooks off (0: skip)")
+	costRuns := fs.Int("cost-runs", 40, "main jobs per cluster and scheduler setting in the hook cost measurement (0: skip)")
 	torchRuns := fs.Int("torch-runs", 8, "main jobs reclaiming a node from a torchrun Trainer (0: skip)")
 	rounds := fs.Int("rounds", 1, "side-by-side rounds, bftrainer then the scavenger partition (about 2.5 minutes each; 0: skip)")
 	window := fs.Duration("window", 60*time.Second, "side by side: Trainer progress is counted for this long from the main job's sbatch")
@@ -74,7 +88,11 @@ func (c *slurmCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.stderr, "bftrainer-bench: slurm: "+format+"\n", args...)
 	}
 	logf("building bftrainer and starting a 6-node cluster")
-	cl, err := slurm.Up(ctx, slurm.ClusterOptions{Repo: root, Nodes: 6, Scavenger: true, Logf: logf})
+	co := slurm.ClusterOptions{Repo: root, Nodes: 6, Scavenger: true, Logf: logf}
+	if *costRuns > 0 {
+		co.Extra = slurm.CostExtra
+	}
+	cl, err := slurm.Up(ctx, co)
 	if err != nil {
 		return fmt.Errorf("slurm: %w", err)
 	}
@@ -86,6 +104,12 @@ func (c *slurmCommand) Run(ctx context.Context, args []string) error {
 			logf("stopping the cluster: %v", derr)
 		}
 	}()
+	if *costRuns > 0 {
+		if err := measureCost(ctx, c.stdout, cl, logf, *costRuns); err != nil {
+			logf("what the cluster says:\n%s", cl.Debug(context.Background()))
+			return fmt.Errorf("slurm: hook cost: %w", err)
+		}
+	}
 	if err := c.measure(ctx, cl, logf, *runs, *torchRuns, *rounds, *window, *hold); err != nil {
 		logf("what the cluster says:\n%s", cl.Debug(context.Background()))
 		return fmt.Errorf("slurm: %w", err)
@@ -94,6 +118,9 @@ func (c *slurmCommand) Run(ctx context.Context, args []string) error {
 }
 
 func (c *slurmCommand) measure(ctx context.Context, cl *slurm.Cluster, logf func(string, ...any), runs, torchRuns, rounds int, window, hold time.Duration) error {
+	if runs <= 0 {
+		return nil
+	}
 	ex, err := measureExec(ctx, cl, logf, runs)
 	if err != nil {
 		return err

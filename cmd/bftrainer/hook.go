@@ -90,6 +90,7 @@ func runHook(args []string, stderr io.Writer) int {
 	}
 	o := options(cfg, logger)
 	o.Started, o.ConfigErr, o.HookLog = started, cfgErr, o.Log
+	o.Configured = time.Now()
 	core, err := sidecar.New(o)
 	if err != nil {
 		o.Log.Printf("hook: %v", err)

@@ -144,12 +144,23 @@ func (k registryKiller) Containment() string { return k.a.Mode() }
 
 func (k registryKiller) KillLocal(ctx context.Context, node string) (sidecar.KillResult, error) {
 	rep, err := k.a.KillAll(ctx, node, true)
-	return killResult(rep), err
+	return localResult(rep, err), err
 }
 
 func (k registryKiller) CleanLocal(ctx context.Context, node string) (sidecar.KillResult, error) {
 	rep, err := k.a.Clean(ctx, node)
-	return killResult(rep), err
+	return localResult(rep, err), err
+}
+
+// localResult is killResult without the report's JSON when the kill found
+// nothing and failed in nothing: no event keeps it then, and a node
+// prolog on a node that holds nothing of ours (most of them) does not pay
+// for encoding it.
+func localResult(rep wire.KillReport, err error) sidecar.KillResult {
+	if rep.Count() == 0 && err == nil {
+		return sidecar.KillResult{Containment: rep.Containment}
+	}
+	return killResult(rep)
 }
 
 // remoteKiller is the reclaim on the other nodes of a job whose scheduler

@@ -96,7 +96,10 @@ type killing struct {
 	groups map[int]int // killed process groups → index in rep.Groups
 	// why containment is degraded for this kill ("" for none)
 	degraded []string
-	devices  map[string]bool
+	// the device files (DeviceGlob), expanded on the first process to
+	// look at: a node that holds nothing of ours never lists /dev
+	devices     map[string]bool
+	devicesRead bool
 }
 
 // kill is Stop (trainer set) or the reclaim (trainer ""), the node's lock
@@ -124,7 +127,6 @@ func (a *Agent) killWith(ctx context.Context, node, trainer string, extra []wire
 		k.deadline = d
 	}
 	k.cg, _ = a.cgroups()
-	k.devices = a.deviceFiles()
 	k.readEntries(extra)
 	k.killCgroups()
 	k.killGroups()
@@ -390,6 +392,12 @@ func (a *Agent) deviceFiles() map[string]bool {
 // holders adds to the report the processes among pids that hold one of
 // the device files open.
 func (k *killing) holders(pids []int) {
+	if len(pids) == 0 {
+		return
+	}
+	if !k.devicesRead {
+		k.devices, k.devicesRead = k.a.deviceFiles(), true
+	}
 	if k.devices == nil {
 		return
 	}

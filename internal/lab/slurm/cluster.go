@@ -19,12 +19,13 @@ import (
 
 // ClusterOptions says what to bring up.
 type ClusterOptions struct {
-	Repo      string // the bftrainer module's directory
-	Nodes     int    // 0 means 6
-	Prefix    string // node names; "" means "slab" (never "n": other tests on this machine use n1, n2, …)
-	Scavenger bool   // add Slurm's own scavenger partition
-	RootOwner bool   // Trainers run as root (allow_root_owner) instead of as a throwaway user
-	SlurmUser string // SlurmUser; "" means root. Another user needs the database and the hooks' log writable by its group (GrantGroup)
+	Repo      string   // the bftrainer module's directory
+	Nodes     int      // 0 means 6
+	Prefix    string   // node names; "" means "slab" (never "n": other tests on this machine use n1, n2, …)
+	Scavenger bool     // add Slurm's own scavenger partition
+	RootOwner bool     // Trainers run as root (allow_root_owner) instead of as a throwaway user
+	SlurmUser string   // SlurmUser; "" means root. Another user needs the database and the hooks' log writable by its group (GrantGroup)
+	Extra     []string // slurm.conf lines appended last (CostExtra for the hook cost)
 	Logf      func(format string, args ...any)
 }
 
@@ -36,7 +37,10 @@ type Cluster struct {
 	In       *Install
 	User     *User    // nil when Trainers run as root
 	Settings Settings // the configuration now
-	Logf     func(format string, args ...any)
+	// Options is what the lab was started with (CostLab starts its
+	// peers alike).
+	Options Options
+	Logf    func(format string, args ...any)
 
 	downOnce sync.Once
 	downErr  error
@@ -85,8 +89,8 @@ func Up(ctx context.Context, o ClusterOptions) (c *Cluster, err error) {
 	if err = c.In.Configure(c.Settings); err != nil {
 		return c, err
 	}
-	c.Lab, err = startLab(ctx, LabScript(o.Repo), labDir,
-		Options{Nodes: o.Nodes, Prefix: o.Prefix, Hook: c.In.Bin, Scavenger: o.Scavenger, SlurmUser: o.SlurmUser})
+	c.Options = Options{Nodes: o.Nodes, Prefix: o.Prefix, Hook: c.In.Bin, Scavenger: o.Scavenger, SlurmUser: o.SlurmUser, Extra: o.Extra}
+	c.Lab, err = startLab(ctx, LabScript(o.Repo), labDir, c.Options)
 	return c, err
 }
 

@@ -205,7 +205,9 @@ func (in *Install) Remove() error {
 // the system default). hookLog is its built-in hooks.log, where hooks log
 // when the configuration does not load.
 func build(ctx context.Context, repo, out, config, hookLog string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-ldflags", "-X main.defaultConfig="+config+" -X main.defaultHookLog="+hookLog, "-o", out, "./cmd/bftrainer")
+	// The Makefile's tags: what a site installs, and what its hooks cost.
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "urfave_cli_no_docs",
+		"-ldflags", "-X main.defaultConfig="+config+" -X main.defaultHookLog="+hookLog, "-o", out, "./cmd/bftrainer")
 	cmd.Dir = repo
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build: %w\n%s", err, b)

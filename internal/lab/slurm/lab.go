@@ -272,22 +272,31 @@ func (l *Lab) Drained(ctx context.Context) ([]string, error) {
 // change asynchronously: callers that must know it has arrived check it
 // with a job (Install.SetHooks does).
 func (l *Lab) SetHooks(ctx context.Context, path string) error {
+	var add []string
+	if path != "" {
+		add = []string{"Prolog=" + path, "Epilog=" + path, "PrologSlurmctld=" + path, "EpilogSlurmctld=" + path}
+	}
+	if err := l.rewriteConf(ctx, []string{"Prolog", "Epilog", "PrologSlurmctld", "EpilogSlurmctld"}, add); err != nil {
+		return err
+	}
+	l.Hook = path
+	return nil
+}
+
+// rewriteConf rewrites slurm.conf without the lines of the keys in drop,
+// with add appended, and issues `scontrol reconfigure`.
+func (l *Lab) rewriteConf(ctx context.Context, drop, add []string) error {
 	b, err := os.ReadFile(l.Conf)
 	if err != nil {
 		return err
 	}
 	var lines []string
 	for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
-		k, _, _ := strings.Cut(line, "=")
-		switch k {
-		case "Prolog", "Epilog", "PrologSlurmctld", "EpilogSlurmctld":
-			continue
+		if k, _, _ := strings.Cut(line, "="); !slices.Contains(drop, k) {
+			lines = append(lines, line)
 		}
-		lines = append(lines, line)
 	}
-	if path != "" {
-		lines = append(lines, "Prolog="+path, "Epilog="+path, "PrologSlurmctld="+path, "EpilogSlurmctld="+path)
-	}
+	lines = append(lines, add...)
 	tmp := l.Conf + ".tmp"
 	if err := os.WriteFile(tmp, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 		return err
@@ -295,11 +304,8 @@ func (l *Lab) SetHooks(ctx context.Context, path string) error {
 	if err := os.Rename(tmp, l.Conf); err != nil {
 		return err
 	}
-	if _, err := l.Output(ctx, "scontrol", "reconfigure"); err != nil {
-		return err
-	}
-	l.Hook = path
-	return nil
+	_, err = l.Output(ctx, "scontrol", "reconfigure")
+	return err
 }
 
 // StopNode stops a node's slurmd (SIGTERM, or SIGKILL: a crash).

@@ -78,28 +78,39 @@ func StartDelays(ctx context.Context, c *Cluster, runs, nodes int, ready func() 
 		}); err != nil {
 			return out, fmt.Errorf("before main job %d: %w", i+1, err)
 		}
-		j, err := c.Lab.Submit(ctx, JobSpec{Nodes: nodes, Name: "delay"})
+		smp, _, _, err := c.Lab.DelayJob(ctx, JobSpec{Nodes: nodes, Name: "delay"})
 		if err != nil {
 			return out, err
 		}
-		info, err := j.WaitEnded(ctx, 2*time.Minute)
-		if err != nil {
-			return out, err
-		}
-		r, err := j.Report()
-		if err != nil {
-			return out, err
-		}
-		if bad := Normal(info, r); bad != "" {
-			return out, fmt.Errorf("main job %s: %s", j.ID, bad)
-		}
-		alloc, err := c.Lab.Allocated(j.ID)
-		if err != nil {
-			return out, err
-		}
-		out = append(out, DelaySample{Job: j.ID, Submit: j.Submitted, Alloc: alloc, First: r.First})
+		out = append(out, smp)
 	}
 	return out, nil
+}
+
+// DelayJob runs one main job to its end and returns when it was
+// submitted, allocated and started, with its fields and report; it must
+// have ended normally.
+func (l *Lab) DelayJob(ctx context.Context, spec JobSpec) (DelaySample, JobInfo, JobReport, error) {
+	j, err := l.Submit(ctx, spec)
+	if err != nil {
+		return DelaySample{}, nil, JobReport{}, err
+	}
+	info, err := j.WaitEnded(ctx, 2*time.Minute)
+	if err != nil {
+		return DelaySample{}, info, JobReport{}, err
+	}
+	r, err := j.Report()
+	if err != nil {
+		return DelaySample{}, info, r, err
+	}
+	if bad := Normal(info, r); bad != "" {
+		return DelaySample{}, info, r, fmt.Errorf("main job %s: %s", j.ID, bad)
+	}
+	alloc, err := l.Allocated(j.ID)
+	if err != nil {
+		return DelaySample{}, info, r, err
+	}
+	return DelaySample{Job: j.ID, Submit: j.Submitted, Alloc: alloc, First: r.First}, info, r, nil
 }
 
 // SleepersReady reports whether every node holds a live process of one of
@@ -552,26 +563,11 @@ func TorchStartDelays(ctx context.Context, c *Cluster, runs int) (td TorchDelays
 		if _, err := WaitRounds(ctx, tr.Log, since, 3, 3*time.Minute, full); err != nil {
 			return td, fmt.Errorf("before main job %d: %w", i+1, err)
 		}
-		j, err := c.Lab.Submit(ctx, JobSpec{Nodes: 1, Name: "delay-torch"})
+		smp, _, r, err := c.Lab.DelayJob(ctx, JobSpec{Nodes: 1, Name: "delay-torch"})
 		if err != nil {
 			return td, err
 		}
-		info, err := j.WaitEnded(ctx, 2*time.Minute)
-		if err != nil {
-			return td, err
-		}
-		r, err := j.Report()
-		if err != nil {
-			return td, err
-		}
-		if bad := Normal(info, r); bad != "" {
-			return td, fmt.Errorf("main job %s: %s", j.ID, bad)
-		}
-		alloc, err := c.Lab.Allocated(j.ID)
-		if err != nil {
-			return td, err
-		}
-		td.Samples = append(td.Samples, DelaySample{Job: j.ID, Submit: j.Submitted, Alloc: alloc, First: r.First})
+		td.Samples = append(td.Samples, smp)
 		since = r.End
 	}
 	return td, nil
