@@ -46,11 +46,12 @@ $(OUT)/bftrainer:
 # where installed (.ci/run installs them; tests that need a missing one
 # say so and skip). testsum runs the Go and the Python tests, prints
 # go test's usual output, then the counts per package and every skipped
-# test with its reason, and exits with the first failure's status.
+# test with its reason, and exits with the first failure's status;
+# TESTJSON=FILE keeps every test's result (go test -json) in FILE.
 test:
 	$(GO) vet ./...
 	$(GO) build -o $(OUT)/testsum ./internal/testsum
-	$(OUT)/testsum -go '$(GO) test -race -timeout 60m ./...' \
+	$(OUT)/testsum -go '$(GO) test -race -timeout 60m ./...' $(if $(TESTJSON),-save $(TESTJSON)) \
 		-unittest '$(PYTHON) -m unittest discover -v -s python/tests'
 
 # The same with every core kept busy meanwhile (bounded busy loops that

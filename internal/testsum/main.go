@@ -28,6 +28,7 @@ import (
 func main() {
 	goCmd := flag.String("go", "", "the go test command, run through sh")
 	pyCmd := flag.String("unittest", "", "a python -m unittest -v command, run through sh")
+	save := flag.String("save", "", "also write go test's -json events to this `FILE` (every test's result and output)")
 	flag.Parse()
 	if *goCmd == "" && *pyCmd == "" || flag.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "usage: testsum -go 'go test …' [-unittest 'python3 -m unittest discover -v …']")
@@ -47,7 +48,17 @@ func main() {
 	// what ran.
 	signal.Ignore(syscall.SIGINT)
 	if *goCmd != "" {
-		first(run(addJSON(*goCmd), func(r io.Reader) error { return s.ReadGo(r, os.Stdout) }, nil))
+		read := func(r io.Reader) error { return s.ReadGo(r, os.Stdout) }
+		if *save != "" {
+			f, err := os.Create(*save)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "testsum: %v\n", err)
+				os.Exit(2)
+			}
+			defer f.Close()
+			read = func(r io.Reader) error { return s.ReadGo(io.TeeReader(r, f), os.Stdout) }
+		}
+		first(run(addJSON(*goCmd), read, nil))
 	}
 	if *pyCmd != "" {
 		first(run(*pyCmd, nil, func(r io.Reader) error { return s.ReadUnittest(r, os.Stderr) }))

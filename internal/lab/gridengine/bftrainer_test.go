@@ -103,7 +103,7 @@ func newInstall(t *testing.T, c *Cell, rec *Recorder) *install {
 	}
 	t0 := time.Now()
 	build := exec.CommandContext(ctx, "go", "build", "-ldflags",
-		"-X main.defaultConfig="+in.config+" -X main.defaultHookLog="+filepath.Join(dir, "log", "fallback-hooks.log"),
+		lab.BuildFlags(filepath.Join(dir, "builtin"), in.config, filepath.Join(dir, "log", "fallback-hooks.log")),
 		"-o", in.bin, "./cmd/bftrainer")
 	build.Dir = trainertest.RepoRoot(t)
 	if out, err := build.CombinedOutput(); err != nil {
