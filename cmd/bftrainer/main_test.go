@@ -66,7 +66,10 @@ func (c cleanup) Run() int {
 // testdata/script: each sets a scheduler's hook environment or runs a
 // command, and asserts stdout, stderr and the exit code.
 func TestScripts(t *testing.T) {
-	testscript.Run(t, testscript.Params{Dir: "testdata/script", Setup: scriptSetup,
+	// WorkdirRoot: the scripts' work directories in the test's own
+	// temporary directory (testscript's default, a go-test-script* in
+	// /tmp, is left behind when -run selects some scripts only).
+	testscript.Run(t, testscript.Params{Dir: "testdata/script", Setup: scriptSetup, WorkdirRoot: t.TempDir(),
 		Cmds: map[string]func(*testscript.TestScript, bool, []string){"exits": exits}})
 }
 
