@@ -31,7 +31,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.defaultConfig=$(CONFIG) -X main.bi
 # package initialisation every hook call would otherwise pay.
 TAGS    := urfave_cli_no_docs
 
-.PHONY: build test test-short test-python bench demo install install-highs clean
+.PHONY: build test test-loaded test-short test-python bench demo install install-highs clean
 
 build: $(OUT)/bftrainer
 	$(GO) build -o $(OUT)/bftrainer-bench ./cmd/bftrainer-bench
@@ -44,11 +44,22 @@ $(OUT)/bftrainer:
 
 # Every test: real SQLite, real cbc, real sshd, real Slurm, real torchrun
 # where installed (.ci/run installs them; tests that need a missing one
-# say so and skip).
+# say so and skip). testsum runs the Go and the Python tests, prints
+# go test's usual output, then the counts per package and every skipped
+# test with its reason, and exits with the first failure's status;
+# TESTJSON=FILE keeps every test's result (go test -json) in FILE.
 test:
 	$(GO) vet ./...
-	$(GO) test -race -timeout 60m ./...
-	$(PYTHON) -m unittest discover -s python/tests
+	$(GO) build -o $(OUT)/testsum ./internal/testsum
+	$(OUT)/testsum -go '$(GO) test -race -timeout 60m ./...' $(if $(TESTJSON),-save $(TESTJSON)) \
+		-unittest '$(PYTHON) -m unittest discover -v -s python/tests'
+
+# The same with every core kept busy meanwhile (bounded busy loops that
+# end with the run): a CI machine shares its cores with other work, and
+# no wait of the suite may depend on having them.
+test-loaded:
+	$(GO) build -o $(OUT)/burn ./internal/burn
+	$(OUT)/burn -max 90m -- $(MAKE) --no-print-directory test
 
 # The elastic runtime's Python tests (python/tests): real worker processes on
 # loopback with Debian's torch; without torch they skip and say why.

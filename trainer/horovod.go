@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -29,7 +30,7 @@ var horovodKind = Kind{
 	Name:      Horovod,
 	CheckSpec: CheckSpec,
 	New: func(decode func(any) error) (Launcher, error) {
-		s := HorovodSettings{Command: []string{"horovodrun"}, BlacklistCooldown: []int{10, 300}, DiscoveryWait: "3s"}
+		s := HorovodSettings{Command: []string{"horovodrun"}, BlacklistCooldown: []int{10, 300}, DiscoveryWait: "5s"}
 		if err := decode(&s); err != nil {
 			return nil, err
 		}
@@ -116,24 +117,46 @@ func HostLines(nodes []string, slots int) []byte {
 func HostFile(stateDir, trainer string) string { return filepath.Join(stateDir, "hosts", trainer) }
 
 // seenFile is where `bftrainer hosts`, run by horovodrun as the Trainer's
-// owner, copies what it printed: the runner's handshake with Horovod's
-// discovery. Root creates it and gives it to the owner; the owner can
-// write only it.
+// owner, tells the runner what horovodrun's discovery has read and acted
+// on: the runner's handshake with Horovod's discovery. Root creates it
+// (and empties it whenever the host file changes) and gives it to the
+// owner; the owner can write only it.
 func seenFile(stateDir, trainer string) string { return HostFile(stateDir, trainer) + ".seen" }
 
+// seenAgain ends the seen file once the discovery script has printed the
+// same host file twice in a row. Horovod's discovery is one loop — run the
+// script, update its hosts and notify the workers, wait a second, run the
+// script again — so the second call proves that the result of the first
+// was applied: the host file's content alone only proves that the script
+// printed it, not that horovodrun has read the script's output yet.
+const seenAgain = "# read again\n"
+
 // ReadHosts returns a Horovod Trainer's host file, and tells the runner
-// that horovodrun's discovery read it.
+// that horovodrun's discovery read it: the content on the first call
+// after a change, the content and seenAgain on the next.
 func ReadHosts(stateDir, trainer string) ([]byte, error) {
 	b, err := os.ReadFile(HostFile(stateDir, trainer))
 	if err != nil {
 		return nil, err
 	}
-	if f, err := os.OpenFile(seenFile(stateDir, trainer), os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0); err == nil {
-		f.Write(b)
-		f.Close()
+	f, err := os.OpenFile(seenFile(stateDir, trainer), os.O_RDWR|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return b, nil
+	}
+	defer f.Close()
+	prev, _ := io.ReadAll(io.LimitReader(f, int64(len(b)+len(seenAgain)+1)))
+	mark := b
+	if bytes.Equal(prev, b) || bytes.Equal(prev, seenMark(b)) {
+		mark = seenMark(b)
+	}
+	if !bytes.Equal(prev, mark) && f.Truncate(0) == nil {
+		f.WriteAt(mark, 0)
 	}
 	return b, nil
 }
+
+// seenMark is the seen file once the discovery printed content twice.
+func seenMark(content []byte) []byte { return append(slices.Clone(content), seenAgain...) }
 
 // writeHosts replaces the Trainer's host file atomically (horovodrun
 // reads it every second and must never see half of it); changed reports
@@ -146,6 +169,9 @@ func writeHosts(t *Run, content []byte) (changed bool, err error) {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return false, err
 	}
+	// Emptied before the change: a read of the old file recorded after
+	// this differs from the new content, and a read twice of an earlier
+	// file with the same content (A, B, A) counts for nothing.
 	if err := makeSeen(seenFile(t.StateDir(), t.ID), t.Rec.Owner); err != nil {
 		return false, err
 	}
@@ -153,11 +179,12 @@ func writeHosts(t *Run, content []byte) (changed bool, err error) {
 	return true, registry.WriteFile(p, content, 0o644, false)
 }
 
-// makeSeen creates the handshake file, the owner's, if it is not there.
+// makeSeen creates the handshake file, the owner's, if it is not there,
+// and empties it if it is.
 func makeSeen(path, owner string) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
 	if errors.Is(err, os.ErrExist) {
-		return nil
+		return os.Truncate(path, 0)
 	}
 	if err != nil {
 		return err
@@ -175,13 +202,15 @@ func makeSeen(path, owner string) error {
 	return f.Chown(uid, gid)
 }
 
-// waitSeen waits, at most the discovery wait, until the discovery script
-// has printed content; it reports whether it did.
+// waitSeen waits, at most the discovery wait, until horovodrun's
+// discovery has acted on content (the script printed it twice: see
+// seenAgain); it reports whether it did.
 func (h *horovod) waitSeen(ctx context.Context, t *Run, content []byte) bool {
 	deadline := time.Now().Add(h.wait)
 	p := seenFile(t.StateDir(), t.ID)
+	want := seenMark(content)
 	for {
-		if b, err := os.ReadFile(p); err == nil && bytes.Equal(b, content) {
+		if b, err := os.ReadFile(p); err == nil && bytes.Equal(b, want) {
 			return true
 		}
 		if !time.Now().Before(deadline) {

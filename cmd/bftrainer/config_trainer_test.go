@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -11,9 +12,21 @@ import (
 )
 
 // TestEtcIsDefaults: etc/bftrainer.toml documents every key with its
-// default, so loading it gives exactly the built-in defaults.
+// default, so loading it gives exactly the built-in defaults — once its
+// paths are rewritten for this binary's directories as make install
+// rewrites them (the tests' binary has its own: TestMain).
 func TestEtcIsDefaults(t *testing.T) {
-	got, err := loadConfig(filepath.Join(trainertest.RepoRoot(t), "etc", "bftrainer.toml"), true)
+	b, err := os.ReadFile(filepath.Join(trainertest.RepoRoot(t), "etc", "bftrainer.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	etc := regexp.MustCompile(`/var/(lib|log|spool)/bftrainer`).ReplaceAllString(string(b), localStateDir+"/$1/bftrainer")
+	etc = strings.ReplaceAll(etc, "/run/bftrainer", runStateDir+"/bftrainer")
+	path := filepath.Join(t.TempDir(), "bftrainer.toml")
+	if err := os.WriteFile(path, []byte(etc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := loadConfig(path, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,8 @@ func TestHiGHSScripts(t *testing.T) {
 		t.Skipf("skipping: %v", err)
 	}
 	testscript.Run(t, testscript.Params{
-		Dir: "testdata/highs",
+		Dir:         "testdata/highs",
+		WorkdirRoot: t.TempDir(), // as TestScripts
 		Setup: func(env *testscript.Env) error {
 			if err := scriptSetup(env); err != nil {
 				return err

@@ -45,7 +45,9 @@ logged. To try one:
 			if len(args) > 0 && (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
 				return cli.ShowCommandHelp(c.Lineage()[1], "hook")
 			}
-			runHook(args, c.App.ErrWriter)
+			// bftrainer --config FILE hook …: the global flag (else
+			// $BFTRAINER_CONFIG, else the built-in path).
+			runHook(args, c.String("config"), c.App.ErrWriter)
 			return nil
 		},
 	}
@@ -71,12 +73,13 @@ func schedulerUsage() string {
 
 // runHook hands a hook call to the core, which holds the whole fail-open
 // policy, and returns 0, always. args are the hook's arguments after
-// bftrainer's own. A configuration that does not load still reaches the
-// core, with the defaults and the error: the node's own prolog must kill
-// even then.
-func runHook(args []string, stderr io.Writer) int {
+// bftrainer's own; configFlag is --config ("" when not given: then
+// $BFTRAINER_CONFIG, else the built-in path). A configuration that does
+// not load still reaches the core, with the defaults and the error: the
+// node's own prolog must kill even then.
+func runHook(args []string, configFlag string, stderr io.Writer) int {
 	started := time.Now()
-	cfg, cfgErr := loadConfig(configPath(""))
+	cfg, cfgErr := loadConfig(configPath(configFlag))
 	// The log is the one the file names when it was read that far (a key
 	// that does not validate), else the built-in one.
 	logger, hookLog := hookLogger(cfg, stderr)

@@ -50,7 +50,11 @@ func TestHorovodTrainer(t *testing.T) {
 		t.Skip("runs a Horovod stand-in over ssh")
 	}
 	root := trainertest.RepoRoot(t)
-	e := newTrainerEnv(t, "ssh", 3, fmt.Sprintf("allow_root_owner = true\n[trainer.launcher.horovod]\ncommand = [\"/usr/bin/python3\", %q, \"--ssh-config\", \"@SSH_CONFIG@\"]\n",
+	e := newTrainerEnv(t, "ssh", 3, fmt.Sprintf("allow_root_owner = true\n[trainer.launcher.horovod]\ncommand = [\"/usr/bin/python3\", %q, \"--ssh-config\", \"@SSH_CONFIG@\"]\n"+
+		// A bound on the handshake, not a pause: on a loaded machine two
+		// rounds of the stand-in's discovery (a second apart, each a
+		// python and a bftrainer process) may take longer than the default.
+		"discovery_wait = \"60s\"\n",
 		filepath.Join(root, "contrib/horovod/horovodrun-standin")))
 	hv := uniq("hv")
 	killLeftovers(t, hv)
@@ -97,9 +101,11 @@ func TestHorovodTrainer(t *testing.T) {
 
 	// Remove n3 by the plan alone (the scheduler takes it; its prolog has
 	// not run): the host file drops it, the runner waits until the
-	// stand-in's discovery has read the file without n3 (the handshake:
-	// Horovod takes the host for removed, not failed), and kills the
-	// worker, which Horovod never does.
+	// stand-in's discovery has acted on the file without n3 — it printed
+	// it twice: the second run of the discovery loop comes after the
+	// first one's result was applied (the handshake: Horovod takes the
+	// host for removed, not failed) — and kills the worker, which Horovod
+	// never does.
 	e.run(t, "node", "leave", "--job", "202", "n3")
 	if alive(w3) {
 		t.Fatalf("the worker on n3 (pid %d) survived the removal", w3)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bftrainer/bftrainer/internal/lab"
 	"github.com/bftrainer/bftrainer/names"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
@@ -36,8 +37,9 @@ func MustBuild(tb testing.TB) string {
 		}
 		binPath = filepath.Join(dir, "bftrainer")
 		// Its built-in hooks.log is beside it, not in /var/log: the hooks
-		// of tests with a broken configuration log there.
-		out, err := exec.Command("go", "build", "-ldflags", "-X main.defaultHookLog="+fallbackLog(binPath), "-o", binPath, ".").CombinedOutput()
+		// of tests with a broken configuration log there. Every other
+		// built-in path is below its directory too (builtinDir).
+		out, err := exec.Command("go", "build", "-ldflags", lab.BuildFlags(builtinDir(binPath), "", fallbackLog(binPath)), "-o", binPath, ".").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
@@ -51,6 +53,10 @@ func MustBuild(tb testing.TB) string {
 // fallbackLog is where the test binary's hooks log when the configuration
 // does not load.
 func fallbackLog(bin string) string { return filepath.Join(filepath.Dir(bin), "fallback-hooks.log") }
+
+// builtinDir holds the test binary's built-in paths (lab.BuildFlags): its
+// /etc, /var and /run.
+func builtinDir(bin string) string { return filepath.Join(filepath.Dir(bin), "builtin") }
 
 // testEnv is a work directory with a configuration for the binary.
 type testEnv struct {
@@ -353,9 +359,8 @@ func TestBrokenConfigStillKills(t *testing.T) {
 		t.Fatal(err)
 	}
 	const node = "zzbroken1"
-	builtin := "/run/bftrainer/nodes/" + node // the default registry's entry for the node
-	_, err := os.Lstat(builtin)
-	existed := err == nil // left by an older bftrainer's test: then only the kill is checked
+	// The built-in registry's entry for the node (the binary's /run).
+	builtin := filepath.Join(builtinDir(bin), "run", "bftrainer", "nodes", node)
 	victim := exec.Command("sleep", "300")
 	victim.Env = []string{"BFTRAINER_RUN=tt/" + node + "/0123456789abcdef"}
 	victim.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -377,7 +382,7 @@ func TestBrokenConfigStillKills(t *testing.T) {
 	if b, _ := os.ReadFile(fallbackLog(bin)); !strings.Contains(string(b), "hook: config "+e.config) {
 		t.Fatalf("the hook did not log the broken configuration to the built-in hooks.log:\n%s", b)
 	}
-	if _, err := os.Lstat(builtin); err == nil && !existed {
+	if _, err := os.Lstat(builtin); err == nil {
 		os.RemoveAll(builtin)
 		t.Fatalf("the hook wrote %s: the built-in registry is not this install's", builtin)
 	}

@@ -51,7 +51,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// with a scheduler's hook environment, or through a link named
 	// bftrainer-hook, is a hook call.
 	if isHookInvocation(args) {
-		return runHook(args[1:], stderr)
+		return runHook(args[1:], "", stderr)
 	}
 	app := newApp(stdout, stderr)
 	err := app.Run(flagsFirst(app, helpWord(app, args)))

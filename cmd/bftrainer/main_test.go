@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,18 +19,45 @@ func TestMain(m *testing.M) {
 	if v := os.Getenv("BFTRAINER_TEST_HOOKLOG"); v != "" {
 		defaultHookLog = v
 	}
+	// Every other built-in path too (the configuration's defaults, used
+	// where a test's configuration leaves a path out or does not load): a
+	// script's are in its work directory, the test process's own in a
+	// temporary directory; none in /etc, /var or /run.
+	builtin := os.Getenv("BFTRAINER_TEST_BUILTIN")
+	if builtin == "" {
+		d, err := os.MkdirTemp("", "bftrainer-builtin")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		builtinTmp, builtin = d, d // removed by cleanup.Run
+	}
+	setBuiltin(builtin)
 	testscript.Main(cleanup{m}, map[string]func(){
-		"bftrainer": func() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) },
+		"bftrainer": func() {
+			code := run(os.Args, os.Stdout, os.Stderr)
+			if builtinTmp != "" {
+				os.RemoveAll(builtinTmp)
+			}
+			os.Exit(code)
+		},
 	})
 }
 
-// cleanup removes the binary MustBuild made once the tests have run.
+// builtinTmp is the test process's built-in paths' directory.
+var builtinTmp string
+
+// cleanup removes the binary MustBuild made, and builtinTmp, once the
+// tests have run.
 type cleanup struct{ m *testing.M }
 
 func (c cleanup) Run() int {
 	code := c.m.Run()
 	if binPath != "" {
 		os.RemoveAll(filepath.Dir(binPath))
+	}
+	if builtinTmp != "" {
+		os.RemoveAll(builtinTmp)
 	}
 	return code
 }
@@ -38,7 +66,10 @@ func (c cleanup) Run() int {
 // testdata/script: each sets a scheduler's hook environment or runs a
 // command, and asserts stdout, stderr and the exit code.
 func TestScripts(t *testing.T) {
-	testscript.Run(t, testscript.Params{Dir: "testdata/script", Setup: scriptSetup,
+	// WorkdirRoot: the scripts' work directories in the test's own
+	// temporary directory (testscript's default, a go-test-script* in
+	// /tmp, is left behind when -run selects some scripts only).
+	testscript.Run(t, testscript.Params{Dir: "testdata/script", Setup: scriptSetup, WorkdirRoot: t.TempDir(),
 		Cmds: map[string]func(*testscript.TestScript, bool, []string){"exits": exits}})
 }
 
@@ -79,6 +110,7 @@ func scriptSetup(env *testscript.Env) error {
 	}
 	env.Setenv("BFTRAINER_CONFIG", env.WorkDir+"/bftrainer.toml")
 	env.Setenv("BFTRAINER_TEST_HOOKLOG", env.WorkDir+"/fallback-hooks.log")
+	env.Setenv("BFTRAINER_TEST_BUILTIN", env.WorkDir+"/builtin")
 	conf := `database = "` + env.WorkDir + `/db/bftrainer.db"
 spool = "` + env.WorkDir + `/spool"
 [hooks]
@@ -99,4 +131,12 @@ textfile = "` + env.WorkDir + `/textfile/bftrainer.prom"
 		return err
 	}
 	return os.WriteFile(env.WorkDir+"/bftrainer.toml", []byte(conf), 0o644)
+}
+
+// setBuiltin moves the binary's built-in paths below dir, as
+// lab.BuildFlags does for a built binary.
+func setBuiltin(dir string) {
+	defaultConfig = filepath.Join(dir, "etc", "bftrainer", "bftrainer.toml")
+	localStateDir = filepath.Join(dir, "var")
+	runStateDir = filepath.Join(dir, "run")
 }

@@ -103,7 +103,7 @@ func newInstall(t *testing.T, c *Cell, rec *Recorder) *install {
 	}
 	t0 := time.Now()
 	build := exec.CommandContext(ctx, "go", "build", "-ldflags",
-		"-X main.defaultConfig="+in.config+" -X main.defaultHookLog="+filepath.Join(dir, "log", "fallback-hooks.log"),
+		lab.BuildFlags(filepath.Join(dir, "builtin"), in.config, filepath.Join(dir, "log", "fallback-hooks.log")),
 		"-o", in.bin, "./cmd/bftrainer")
 	build.Dir = trainertest.RepoRoot(t)
 	if out, err := build.CombinedOutput(); err != nil {
@@ -308,13 +308,24 @@ func (in *install) mismatch(ctx context.Context) (string, error) {
 	return strings.Join(diff, "; "), nil
 }
 
-// waitAgree waits, at most timeout, until mismatch is empty.
-func (in *install) waitAgree(ctx context.Context, timeout time.Duration) error {
+// waitAgree waits, at most timeout, until mismatch is empty and the pool
+// lends each of the held hosts to a Trainer. (An idle host that no round
+// has given a Trainer yet agrees too: a scenario that needs a Trainer
+// there names the host, or it would race the reconciler's next round.)
+func (in *install) waitAgree(ctx context.Context, timeout time.Duration, held ...string) error {
 	var last string
 	err := lab.Poll(ctx, timeout, func() (bool, error) {
 		d, err := in.mismatch(ctx)
+		if err != nil {
+			return false, err
+		}
+		for _, h := range held {
+			if tr, err := in.held(ctx, h); err != nil || tr == "" {
+				d = strings.TrimPrefix(d+"; "+h+": no Trainer yet", "; ")
+			}
+		}
 		last = d
-		return err == nil && d == "", err
+		return d == "", nil
 	})
 	if err != nil {
 		return fmt.Errorf("the cell, the pool and the Trainers disagree (%s): %w", last, err)
@@ -401,7 +412,7 @@ func TestBftrainer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := in.waitAgree(ctx, time.Minute); err != nil {
+	if err := in.waitAgree(ctx, time.Minute, c.Hosts...); err != nil {
 		t.Fatal(err)
 	}
 
@@ -456,7 +467,7 @@ func TestBftrainer(t *testing.T) {
 		if bad := Normal(recs, must[lab.Report](t)(main.Report()), []string{host}); bad != "" {
 			t.Errorf("main job %s: %s", main.ID, bad)
 		}
-		if err := in.waitAgree(ctx, time.Minute); err != nil {
+		if err := in.waitAgree(ctx, time.Minute, host); err != nil {
 			t.Fatal(err)
 		}
 		if must[string](t)(in.held(ctx, host)) == "" {
@@ -482,7 +493,7 @@ func TestBftrainer(t *testing.T) {
 	// finds nothing of ours anywhere. The reconciler's round, which would
 	// be the only reclaim otherwise, comes later: its times are logged.
 	t.Run("3-parallel", func(t *testing.T) {
-		if err := in.waitAgree(ctx, time.Minute); err != nil {
+		if err := in.waitAgree(ctx, time.Minute, c.Hosts...); err != nil {
 			t.Fatal(err)
 		}
 		j := must[*Job](t)(c.Submit(ctx, JobSpec{Name: "wide", Hosts: c.Hosts, Held: true}))
@@ -540,7 +551,7 @@ func TestBftrainer(t *testing.T) {
 			t.Errorf("2-host job %s: %s", j.ID, bad)
 		}
 		// The epilog lifted both hosts' fences: the Trainers grow back.
-		if err := in.waitAgree(ctx, time.Minute); err != nil {
+		if err := in.waitAgree(ctx, time.Minute, c.Hosts...); err != nil {
 			t.Fatal(err)
 		}
 		for _, h := range c.Hosts {
@@ -555,7 +566,7 @@ func TestBftrainer(t *testing.T) {
 	// sees qhost's busy host and takes it: the reconciler stops the
 	// Trainer there. The epilog, back on, returns it.
 	t.Run("4-sync", func(t *testing.T) {
-		if err := in.waitAgree(ctx, time.Minute); err != nil {
+		if err := in.waitAgree(ctx, time.Minute, c.Hosts...); err != nil {
 			t.Fatal(err)
 		}
 		h := c.Hosts[0]
@@ -583,7 +594,7 @@ func TestBftrainer(t *testing.T) {
 			t.Fatal(err)
 		}
 		must[[]Record](t)(j.WaitEnded(ctx, time.Minute))
-		if err := in.waitAgree(ctx, time.Minute); err != nil {
+		if err := in.waitAgree(ctx, time.Minute, h); err != nil {
 			t.Fatal(err)
 		}
 		if must[string](t)(in.held(ctx, h)) == "" {

@@ -80,9 +80,12 @@ func (c *Cell) makeNetwork(context.Context) error {
 }
 
 // machineLock takes the machine-wide lock of every cell's network and
-// port choices.
+// port choices. It is taken on sge_qmaster's binary, opened read-only:
+// every cell of this machine runs that same file, and flock(2) needs no
+// write access, so the lock writes nothing anywhere (no fixed file in
+// /tmp).
 func machineLock() (func(), error) {
-	f, err := os.OpenFile(filepath.Join(os.TempDir(), "bftrainer-gridengine.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := os.Open(qmasterBin)
 	if err != nil {
 		return nil, err
 	}

@@ -204,10 +204,12 @@ func (in *Install) Remove() error {
 // and no environment of ours, so the path has to be in the binary (or at
 // the system default). hookLog is its built-in hooks.log, where hooks log
 // when the configuration does not load.
+// Every other path compiled in (the configuration's defaults) is below
+// out's directory: nothing of a test goes to /var or /run.
 func build(ctx context.Context, repo, out, config, hookLog string) error {
 	// The Makefile's tags: what a site installs, and what its hooks cost.
 	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "urfave_cli_no_docs",
-		"-ldflags", "-X main.defaultConfig="+config+" -X main.defaultHookLog="+hookLog, "-o", out, "./cmd/bftrainer")
+		"-ldflags", lab.BuildFlags(filepath.Join(filepath.Dir(out), "builtin"), config, hookLog), "-o", out, "./cmd/bftrainer")
 	cmd.Dir = repo
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build: %w\n%s", err, b)

@@ -70,6 +70,18 @@ func debugOnFailure(t *testing.T, c *slurm.Cluster) {
 	})
 }
 
+// stopKilled reports whether a runner's stop action killed something: its
+// note (the node agent's kill report) names a launch cgroup killed with
+// its pids (cgroup.kill, where containment is by cgroup) or a process or
+// group sent SIGKILL (without cgroups); "nothing running" is neither.
+func stopKilled(detail json.RawMessage) bool {
+	var d struct{ Note string }
+	if json.Unmarshal(detail, &d) != nil {
+		return false
+	}
+	return strings.Contains(d.Note, " cgroup.kill ") || strings.Contains(d.Note, "SIGKILL to ")
+}
+
 // must returns a call's value or fails the test with its error:
 // must[T](t)(f()).
 func must[T any](t *testing.T) func(T, error) T {
@@ -192,7 +204,7 @@ func TestSlurm(t *testing.T) {
 			}
 			byRunner := false
 			for _, e := range stops {
-				byRunner = byRunner || (e.Context == "stop" && slices.Equal(e.Nodes, []string{n}) && strings.Contains(string(e.Detail), "SIGKILL"))
+				byRunner = byRunner || (e.Context == "stop" && slices.Equal(e.Nodes, []string{n}) && stopKilled(e.Detail))
 			}
 			if !byRunner {
 				t.Errorf("neither the prolog nor the runner killed the Trainer on %s (kills %v): was it running there?", n, killed)
