@@ -159,6 +159,24 @@ func (p *Pool) NextMove() (time.Time, bool) {
 	return first, found
 }
 
+// MoveDue reports whether a Trainer holds a node planned for a main job
+// within its lead now: the next decision moves it (a replay that learns
+// of a plan between events decides then).
+func (p *Pool) MoveDue() bool {
+	if len(p.plan) == 0 {
+		return false
+	}
+	for _, t := range p.running {
+		lead := p.Lead(t)
+		for _, hn := range t.Nodes {
+			if p.moving(hn.Name, lead) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // planView returns the problem's node lists with the plan in them: free
 // nodes planned within the longest lead left out (they are being vacated
 // for a main job), every other planned node carrying its planned start

@@ -437,6 +437,19 @@ func (r *replayer) between(ctx context.Context, next time.Time, event int) (floa
 		if mv, ok2 := r.nextMove(); ok2 && (!ok || mv.Before(at)) {
 			at, ok = mv, true
 		}
+		if pc, ok2 := r.nextPlanChange(); ok2 && (!ok || pc.Before(at)) && pc.Before(next) {
+			// The scheduler planned anew where no node changed: the pool
+			// learns it, and decides only if a move is due at once (the
+			// live reconciler reads the plan at its rounds; deciding at
+			// every pass would add rescales no event asked for).
+			r.p.Advance(pc)
+			r.setPlan(pc)
+			r.harvest()
+			if !r.p.MoveDue() {
+				continue
+			}
+			at, ok = pc, true
+		}
 		if !ok || !at.Before(next) {
 			return cost, nil
 		}
@@ -474,24 +487,28 @@ func (r *replayer) setPlan(at time.Time) {
 	r.p.SetPlan([]pool.Planned{{Job: "head", Nodes: names, Start: tp.Start}})
 }
 
-// nextMove is, with a plan on, the next moment the plan changes (the
-// scheduler plans anew at every pass, also where no node changes state) or
-// a Trainer's lead before a planned start begins.
+// nextMove is, with a plan on, the moment the next Trainer's lead before a
+// planned start begins.
 func (r *replayer) nextMove() (time.Time, bool) {
 	if !r.opt.Plan {
 		return time.Time{}, false
 	}
-	at, ok := r.p.NextMove()
+	return r.p.NextMove()
+}
+
+// nextPlanChange is, with a plan on, the next moment the plan changes: the
+// scheduler plans anew at every pass, also where no node changes state.
+func (r *replayer) nextPlanChange() (time.Time, bool) {
+	if !r.opt.Plan {
+		return time.Time{}, false
+	}
 	now := r.p.Now()
 	for i := r.planIdx; i < len(r.tr.Plans); i++ {
 		if c := r.tr.Plans[i].At; c.After(now) {
-			if !ok || c.Before(at) {
-				at, ok = c, true
-			}
-			break
+			return c, true
 		}
 	}
-	return at, ok
+	return time.Time{}, false
 }
 
 // harvest drains the pool's change log, keeping the final state of Trainers that ended.
