@@ -308,6 +308,14 @@ func (c *Core) planner() *planSource {
 	if prog == "" {
 		return nil
 	}
+	// Not installed here (a site without the scheduler's client, a
+	// schedule file Grid Engine does not write): no plan, as a listing
+	// that is not installed asks nobody.
+	if _, err := os.Stat(prog); err != nil {
+		if _, err := exec.LookPath(prog); err != nil {
+			return nil
+		}
+	}
 	read := s.Plan.Read
 	return &planSource{Name: s.Name, Every: c.o.PlanEvery, Timeout: c.o.PlanTimeout, Log: c.o.Log,
 		Read: func(ctx context.Context) ([]hooks.PlannedStart, error) { return read(ctx, prog) }}

@@ -195,3 +195,30 @@ func TestHookNeverReadsPlan(t *testing.T) {
 		t.Fatal("the hook recorded nothing")
 	}
 }
+
+// TestCorePlanner: the configured scheduler's planner, with its program
+// from the configuration; none when it is turned off (""), not
+// installed, or the scheduler states no plan (LSF).
+func TestCorePlanner(t *testing.T) {
+	prog := fakeSqueue(t, t.TempDir(), "")
+	for _, tt := range []struct {
+		name, scheduler, prog string
+		want                  bool
+	}{
+		{"slurm", hooks.Slurm, prog, true},
+		{"turned off", hooks.Slurm, "", false},
+		{"not installed", hooks.Slurm, filepath.Join(t.TempDir(), "squeue"), false},
+		{"lsf has none", "lsf", prog, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := New(Options{Database: filepath.Join(t.TempDir(), "b.db"), Scheduler: tt.scheduler,
+				Listings: map[string]string{"squeue": tt.prog}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.planner() != nil; got != tt.want {
+				t.Fatalf("planner: %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
