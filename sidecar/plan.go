@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"log"
+	"strings"
 	"time"
 
 	"github.com/bftrainer/bftrainer/hooks"
@@ -54,7 +55,8 @@ func (s *planSource) get(ctx context.Context, now time.Time) []pool.Planned {
 		if rctx.Err() != nil && ctx.Err() == nil {
 			s.Log.Printf("plan: %s did not answer within %v; deciding without a plan", s.Name, timeout)
 		} else {
-			s.Log.Printf("plan: %v; deciding without a plan", err)
+			// One line: squeue's stderr may hold several.
+			s.Log.Printf("plan: %s; deciding without a plan", strings.Join(strings.Fields(err.Error()), " "))
 		}
 		return nil
 	}
