@@ -53,7 +53,7 @@ func TestSlurmPlannedMove(t *testing.T) {
 	s := c.Settings
 	text := c.In.configText(s)
 	text = strings.Replace(text, "[reconciler]\n", "[reconciler]\nplan_every = \"1s\"\nplan_lead = \"30s\"\n", 1)
-	text = strings.Replace(text, "[scheduler]\n", fmt.Sprintf("[scheduler]\nsqueue = %q\n", squeue), 1)
+	text = strings.Replace(text, "squeue = \"\"\n", fmt.Sprintf("squeue = %q\n", squeue), 1)
 	s.Raw = text
 	if err := c.Configure(s); err != nil {
 		t.Fatal(err)
