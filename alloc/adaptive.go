@@ -85,6 +85,13 @@ func (Adaptive) Solve(_ context.Context, p *Problem) (*Plan, error) {
 //     Problem order can take; positions past the free pool are priced as
 //     the youngest node of the decision.
 //
+// The scheduler's plan. A node the scheduler plans a main job on
+// (Node.Until) has its horizon end there: h(a, min(T, u)) and π = 1 when
+// the planned start u is within T. A wrong plan (an early or late job)
+// costs what a wrong guess costs; it never makes a node unusable. Such
+// nodes come last in the node order (CompareNodes), so growth prices and
+// takes unplanned nodes first.
+//
 // This makes every term a function of the Trainer's own count, so Σ_j is
 // separable and the DP over counts (optimalCounts) is exact for it. It is
 // also a bound on what Place gives: growers take, in Problem order, the
@@ -158,7 +165,7 @@ func newAdaptiveModel(p *Problem) *adaptiveModel {
 	m.sv = newSurvival(p.Idle, ages)
 	m.free = make([]nodeOutlook, len(free))
 	for i := range free {
-		m.free[i] = m.outlook(ages[i])
+		m.free[i] = m.outlookUntil(ages[i], free[i].Until)
 	}
 	young := 0.0
 	if len(ages) > 0 {
@@ -183,8 +190,18 @@ func later(a, b time.Time) time.Time {
 
 // outlook is a node's outlook, with its h and π over τ.
 func (m *adaptiveModel) outlook(age float64) nodeOutlook {
+	return m.outlookUntil(age, time.Time{})
+}
+
+// outlookUntil is outlook for a node the scheduler plans a main job on at
+// until (zero: no plan): its idle time ends there at the latest.
+func (m *adaptiveModel) outlookUntil(age float64, until time.Time) nodeOutlook {
 	o := m.sv.outlook(age)
-	o.hTau, o.piTau = m.sv.over(o, m.gap)
+	o.until = math.Inf(1)
+	if !until.IsZero() {
+		o.until = ageSeconds(until, m.now) // seconds from now, 0 if past
+	}
+	o.hTau, o.piTau = m.capped(o, m.gap)
 	return o
 }
 
@@ -193,7 +210,20 @@ func (m *adaptiveModel) over(o nodeOutlook, horizon float64) (h, pi float64) {
 	if horizon == m.gap {
 		return o.hTau, o.piTau
 	}
-	return m.sv.over(o, horizon)
+	return m.capped(o, horizon)
+}
+
+// capped is the survival's over for a horizon that a planned start cuts
+// short: a node planned within the horizon is idle until then at most (as
+// the history says it may be reclaimed before) and is then surely
+// reclaimed. The plan shortens the horizon; it never makes a node
+// unusable.
+func (m *adaptiveModel) capped(o nodeOutlook, horizon float64) (h, pi float64) {
+	if o.until >= horizon {
+		return m.sv.over(o, horizon)
+	}
+	h, _ = m.sv.over(o, o.until)
+	return h, 1
 }
 
 // trainerSets is the ordered node outlooks a Trainer's counts are priced on:
@@ -211,7 +241,7 @@ func (m *adaptiveModel) sets(j, hi int) trainerSets {
 	held := sortedNodes(t.Held)
 	ts := trainerSets{held: make([]nodeOutlook, len(held)), youngFirst: m.p.Semantics == Reference}
 	for i := range held {
-		ts.held[i] = m.outlook(ageSeconds(m.now, held[i].Since))
+		ts.held[i] = m.outlookUntil(ageSeconds(m.now, held[i].Since), held[i].Until)
 	}
 	for i := 0; len(held)+i < hi; i++ {
 		o := m.youngest

@@ -231,6 +231,9 @@ func (sv *survival) tailTotal() float64 {
 type nodeOutlook struct {
 	age, s, cum float64
 	added       bool // a node the Trainer would grow onto (see AdaptiveHorizon)
+	// until is the seconds from the decision to the node's planned main
+	// job (Node.Until), +Inf without a plan.
+	until float64
 	// h and pi over the pool's horizon τ, the horizon of most terms.
 	hTau, piTau float64
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -79,11 +80,23 @@ type Solver interface {
 
 // CompareNodes orders nodes by how long they have been idle: earliest
 // Since first, then Order, then Name. This is the reference's column
-// order, and the order of the pool's free nodes.
+// order, and the order of the pool's free nodes. Nodes the scheduler
+// plans a main job on (Until set) come after all others, the latest
+// planned start first: growth takes them last and a shrink gives them up
+// first.
 func CompareNodes(a, b Node) int { return nodeCmp(&a, &b) }
 
 // nodeCmp is CompareNodes without copying the nodes.
 func nodeCmp(a, b *Node) int {
+	if az, bz := a.Until.IsZero(), b.Until.IsZero(); az != bz {
+		if az {
+			return -1
+		}
+		return 1
+	}
+	if c := b.Until.Compare(a.Until); c != 0 {
+		return c
+	}
 	if c := a.Since.Compare(b.Since); c != 0 {
 		return c
 	}
@@ -107,15 +120,22 @@ func sortedNodes(ns []Node) []Node {
 	// Sort integer keys, not time.Time values: several times faster on
 	// a Summit-sized pool.
 	type key struct {
-		t     int64
+		u, t  int64 // u: unplanned first, then the latest planned start
 		order int
 		i     int32
 	}
 	keys := make([]key, len(ns))
 	for i := range ns {
-		keys[i] = key{ns[i].Since.UnixNano(), ns[i].Order, int32(i)}
+		u := int64(math.MinInt64)
+		if !ns[i].Until.IsZero() {
+			u = -ns[i].Until.UnixNano()
+		}
+		keys[i] = key{u, ns[i].Since.UnixNano(), ns[i].Order, int32(i)}
 	}
 	slices.SortFunc(keys, func(a, b key) int {
+		if c := cmp.Compare(a.u, b.u); c != 0 {
+			return c
+		}
 		if c := cmp.Compare(a.t, b.t); c != 0 {
 			return c
 		}

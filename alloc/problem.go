@@ -106,6 +106,11 @@ type Node struct {
 	// Order breaks ties between nodes idle since the same instant (a
 	// trace's column order); lower first, then Name.
 	Order int
+	// Until is when the scheduler plans to start a main job on the node
+	// (zero: no plan). A hint, often wrong: AdaptiveHorizon ends the
+	// node's horizon there, and placement takes unplanned nodes first;
+	// no solver refuses a node for it.
+	Until time.Time
 }
 
 // Trainer is an elastic training job as the allocator sees it.

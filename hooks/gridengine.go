@@ -36,6 +36,9 @@ var gridEngine = Scheduler{
 	},
 	Listing: &Listing{Key: "qhost", Program: "qhost",
 		Args: func([]string) []string { return []string{"-q", "-xml"} }, Parse: parseQhostXML},
+	// Reservations (qsub -R y) from the schedule file, written while the
+	// scheduler's params include MONITOR=1; Debian's $SGE_ROOT/$SGE_CELL.
+	Plan: &Planner{Key: "schedule", Program: "/var/lib/gridengine/default/common/schedule", Read: readGridEnginePlan},
 }
 
 // gridEngineAction maps the context the queue's hook line passes to what it

@@ -36,8 +36,7 @@ func (in Input) arg(i int) string {
 // `sync` and the reconciler's idle checks find it there.
 //
 // Optional capabilities are pointer or function fields, nil when a
-// scheduler does not offer them (Listing is one); a later one — a reader
-// of a scheduler's planned job starts, say — is one more such field.
+// scheduler does not offer them (Listing and Plan are such).
 type Scheduler struct {
 	// Name is how the configuration (hooks.scheduler), `bftrainer hook
 	// NAME`, `sync --scheduler` and Call.Scheduler spell it.
@@ -63,6 +62,9 @@ type Scheduler struct {
 	// Listing reads the scheduler's own node states, for `sync` and for
 	// the reconciler's idle checks; nil when it has none.
 	Listing *Listing
+	// Plan reads the scheduler's planned starts of pending jobs, for the
+	// reconciler's graceful moves; nil when it states none (LSF, PBS).
+	Plan *Planner
 }
 
 // Registry is the schedulers one bftrainer knows, in detection order. It

@@ -38,6 +38,9 @@ var slurm = Scheduler{
 		},
 		Parse: parseSinfo,
 	},
+	// The backfill scheduler's plan: pending jobs' expected start and
+	// SchedNodes.
+	Plan: &Planner{Key: "squeue", Program: "/usr/bin/squeue", Read: readSlurmPlan},
 }
 
 // slurmAction maps every SLURM_SCRIPT_CONTEXT Slurm documents (22.05) to

@@ -68,11 +68,14 @@ func (p *Pool) Propose(ctx context.Context, s alloc.Solver, check bool) Decision
 }
 
 // Decide proposes (see Propose for the policy) and commits the plan: the
-// one decision step of the live reconciler and of the replay. With
-// AutoAdmit it first admits by value (admitByValue). Its error is
+// one decision step of the live reconciler and of the replay. It first
+// moves Trainers off nodes the scheduler plans a main job on within their
+// lead (SetPlan, movePlanned); with AutoAdmit it then admits by value
+// (admitByValue). Its error is
 // a commit's, which means the plan was not made for this pool: a bug, never
 // a solver's failure.
 func (p *Pool) Decide(ctx context.Context, s alloc.Solver, check bool) (Decision, error) {
+	p.movePlanned()
 	if p.cfg.AutoAdmit {
 		p.admitByValue(ctx, s)
 	}

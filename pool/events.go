@@ -291,12 +291,16 @@ func (p *Pool) Progress(at time.Time, id string, samples float64) error {
 
 // Problem returns the allocation problem for the pool now: the running
 // Trainers in admission order with their remaining samples, the free
-// nodes, the pool's clock and the idle periods it has seen end. It shares
-// the pool's slices and history; solvers do not modify them.
+// nodes, the pool's clock and the idle periods it has seen end. With a
+// plan (SetPlan), a node planned for a main job carries its planned start
+// (alloc.Node.Until: a short horizon, never a refusal), and a free node
+// planned within the lead is left out while Trainers move off it. It
+// shares the pool's slices and history; solvers do not modify them.
 func (p *Pool) Problem() *alloc.Problem {
+	free, held := p.planView(p.free, func(i int) []alloc.Node { return p.running[i].Nodes })
 	pr := &alloc.Problem{
 		Trainers:  make([]alloc.Trainer, len(p.running)),
-		Free:      p.free,
+		Free:      free,
 		TFwd:      p.cfg.TFwd,
 		Objective: p.cfg.Objective,
 		Semantics: p.cfg.Semantics,
@@ -306,7 +310,7 @@ func (p *Pool) Problem() *alloc.Problem {
 	for i, t := range p.running {
 		pr.Trainers[i] = alloc.Trainer{
 			ID: t.ID, Min: t.Min, Max: t.Max, Curve: t.Curve, Weight: t.Weight,
-			RUp: t.RescaleUp(), RDown: t.RescaleDown(), Held: t.Nodes, Remaining: remaining(t),
+			RUp: t.RescaleUp(), RDown: t.RescaleDown(), Held: held(i), Remaining: remaining(t),
 		}
 	}
 	return pr

@@ -36,6 +36,7 @@ const (
 	Ended     Kind = "end"      // a Trainer finished, failed or was cancelled
 	Reported  Kind = "progress" // a Trainer reported its progress
 	Undecided Kind = "kept"     // a decision kept the allocation (solver not optimal)
+	Moved     Kind = "move"     // a Trainer shrunk gracefully off nodes planned for a main job (SetPlan)
 )
 
 // Change is one thing that happened in the pool, for the history.
@@ -66,6 +67,7 @@ type Pool struct {
 	byID    map[string]*Trainer
 	totals  Totals
 	log     []Change
+	plan    map[string]plannedNode // the scheduler's plan (SetPlan); not State
 }
 
 // New returns a Pool with the given configuration and state (the zero

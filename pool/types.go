@@ -113,6 +113,12 @@ type Config struct {
 	TFwd      float64 // seconds the allocation is worth over
 	Objective alloc.Objective
 	Semantics alloc.Semantics
+	// PlanLead is how long before a main job's planned start (SetPlan)
+	// Trainers are moved off its nodes; 0 means each Trainer's R_down plus
+	// PlanSlack (see Pool.Lead). PlanSlack covers how late the caller may
+	// notice (a live reconciler's interval and plan cache); 0 in a replay,
+	// which decides exactly then (NextMove).
+	PlanLead, PlanSlack time.Duration
 }
 
 // State is the pool's whole state as plain data, for the store.
@@ -131,7 +137,13 @@ type Totals struct {
 	RescaleLoss     float64
 	PreemptLoss     float64
 	Rescales        int
-	Preemptions     int // Trainer-events that lost nodes to a reclaim
+	Preemptions     int // Trainer-events that lost nodes to a reclaim (surprises: the prolog's kill)
+	// Moves counts the Trainer-events that moved off nodes planned for a
+	// main job before it landed (graceful shrinks, SetPlan), MoveLoss the
+	// samples they cost; they are not in these Totals' RescaleLoss or
+	// Rescales (a Trainer's own RescaleLoss and Rescales include them).
+	Moves    int
+	MoveLoss float64
 	// Overshoot is the samples processed past a Trainer's target before
 	// the pool saw it finish (trimmed off Samples): work an event-driven
 	// replay books after the Trainer was done.

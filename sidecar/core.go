@@ -65,7 +65,13 @@ type Options struct {
 
 	Schedulers hooks.Registry    // nil: hooks.Builtin
 	Scheduler  string            // hooks.scheduler: "" detects it in hooks, the registry's default for listings
-	Listings   map[string]string // each listing's program by Listing.Key; "" turns it off
+	Listings   map[string]string // each listing's and planner's program by its Key; "" turns it off
+	// PlanEvery is how often a reconciler reads the scheduler's plan (a
+	// round between reads uses the last answer; 0: every round), and
+	// PlanTimeout how long a read may take (0: 3s). PlanLead is
+	// pool.Config.PlanLead; when the pool's PlanSlack is 0 it is set to
+	// PlanEvery + Interval, how late a round may notice a planned start.
+	PlanEvery, PlanTimeout, PlanLead time.Duration
 
 	// Admins reports whether a user may act on any Trainer (root always
 	// may).
@@ -276,7 +282,46 @@ func (c *Core) newReconciler(db *store.DB, noScheduler bool) (*Reconciler, error
 		}
 	}
 	r.Scheduler, r.JoinReleases = c.idleCheck(noScheduler)
+	if !noScheduler {
+		r.Plan = c.planner()
+	}
+	if r.Pool.PlanLead == 0 {
+		r.Pool.PlanLead = c.o.PlanLead
+	}
+	if r.Pool.PlanSlack == 0 {
+		r.Pool.PlanSlack = c.o.PlanEvery + c.o.Interval
+	}
 	return r, nil
+}
+
+// planner returns the configured scheduler's plan reader, or nil when it
+// has none or the configuration turned it off ("").
+func (c *Core) planner() *planSource {
+	s, ok := c.o.Schedulers.Default()
+	if c.o.Scheduler != "" {
+		s, ok = c.o.Schedulers.Lookup(c.o.Scheduler)
+	}
+	if !ok || s.Plan == nil {
+		return nil
+	}
+	prog, set := c.o.Listings[s.Plan.Key]
+	if !set {
+		prog = s.Plan.Program
+	}
+	if prog == "" {
+		return nil
+	}
+	// Not installed here (a site without the scheduler's client, a
+	// schedule file Grid Engine does not write): no plan, as a listing
+	// that is not installed asks nobody.
+	if _, err := os.Stat(prog); err != nil {
+		if _, err := exec.LookPath(prog); err != nil {
+			return nil
+		}
+	}
+	read := s.Plan.Read
+	return &planSource{Name: s.Name, Every: c.o.PlanEvery, Timeout: c.o.PlanTimeout, Log: c.o.Log,
+		Read: func(ctx context.Context) ([]hooks.PlannedStart, error) { return read(ctx, prog) }}
 }
 
 // idleCheck is how a round learns that released nodes are exactly idle:

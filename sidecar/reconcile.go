@@ -65,12 +65,16 @@ type Reconciler struct {
 	// older than this (0: on any node), ask Scheduler about it; a node it
 	// says is not idle leaves the pool instead. Negative: never ask.
 	StartCheck time.Duration
-	Spool      *spool // nil: no unprivileged submissions
-	Admins     func(user string) bool
-	LockPath   string
-	IdleWait   time.Duration // how long released nodes may take to be exactly idle
-	Poll       time.Duration // pause between rounds while waiting for them
-	MaxRounds  int           // rounds per Run; 0 means 100
+	// Plan is the scheduler's plan of pending jobs' starts, read before
+	// each decision (cached, bounded; see planSource); nil: no plan, every
+	// reclaim is the prolog's.
+	Plan      *planSource
+	Spool     *spool // nil: no unprivileged submissions
+	Admins    func(user string) bool
+	LockPath  string
+	IdleWait  time.Duration // how long released nodes may take to be exactly idle
+	Poll      time.Duration // pause between rounds while waiting for them
+	MaxRounds int           // rounds per Run; 0 means 100
 	// Metrics is the file each round writes the pool's metrics to, for
 	// node_exporter's textfile collector (metrics.go); "": none.
 	Metrics string
@@ -205,6 +209,12 @@ func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 	history = append(history, joins...)
 	now := r.Now()
 	p.Step(pool.Event{At: now})
+	if r.Plan != nil {
+		if r.Plan.Log == nil {
+			r.Plan.Log = r.Log
+		}
+		p.SetPlan(r.Plan.get(ctx, now))
+	}
 	if ev := r.decide(ctx, p, now); ev != nil {
 		history = append(history, *ev)
 	}
@@ -611,6 +621,9 @@ func changeEvents(cs []pool.Change, now time.Time) (out []store.Event, ended []p
 			if c.Final != nil {
 				ended = append(ended, *c.Final)
 			}
+		case pool.Moved:
+			e.Kind, e.Value, e.HasVal = store.KindMove, c.Cost, true
+			e.Detail, _ = json.Marshal(map[string]any{"from": c.From, "to": c.To, "planned": c.Note})
 		case pool.Stale:
 			e.Kind, e.Context = store.KindStale, c.Note
 		case pool.Undecided:

@@ -56,7 +56,12 @@ const bslThreshold = 10
 // Every pass is O(running + queue) with early exits, running jobs are kept sorted by
 // expected end, so a year of Theta re-simulates in well under a second.
 func (l *SWFLog) EASYTrace(nodes int) (*Trace, EASYStats, error) {
-	s, st, err := l.easySchedule(nodes)
+	return l.easyTrace(nodes, 0)
+}
+
+// easyTrace is EASYTrace, with the plan recorded when planScale > 0.
+func (l *SWFLog) easyTrace(nodes int, planScale float64) (*Trace, EASYStats, error) {
+	s, st, err := l.easySchedule(nodes, planScale)
 	if err != nil {
 		return nil, st, fmt.Errorf("easy trace: %w", err)
 	}
@@ -66,7 +71,7 @@ func (l *SWFLog) EASYTrace(nodes int) (*Trace, EASYStats, error) {
 			spans = append(spans, jobSpan{start: j.start, end: j.start + j.run, nodes: j.size, submit: j.submit, order: j.order})
 		}
 	}
-	t, bs := buildSpanTrace(l, s.jobs[0].submit, nodes, spans)
+	t, bs := buildSpanTrace(l, s.jobs[0].submit, nodes, spans, s.plans)
 	st.BusyNodeHours = bs.busyNodeSeconds / 3600
 	st.Utilisation = bs.utilisation(nodes)
 	if bs.truncated > 0 {
@@ -79,12 +84,12 @@ func (l *SWFLog) EASYTrace(nodes int) (*Trace, EASYStats, error) {
 
 // easySchedule runs the re-simulation and returns the scheduler, whose jobs (sorted by
 // submit, each with its start and its position in the log) are the schedule.
-func (l *SWFLog) easySchedule(nodes int) (*easySim, EASYStats, error) {
+func (l *SWFLog) easySchedule(nodes int, planScale float64) (*easySim, EASYStats, error) {
 	var st EASYStats
 	if nodes <= 0 || nodes > maxTraceNodes {
 		return nil, st, fmt.Errorf("node count %d out of range", nodes)
 	}
-	s := &easySim{free: nodes}
+	s := &easySim{free: nodes, planScale: planScale}
 	for i, j := range l.Jobs {
 		size := j.ReqNodes
 		if size <= 0 {
@@ -144,6 +149,8 @@ type easySim struct {
 	running    []int32 // sorted by (estEnd, index)
 	ends       endHeap
 	backfilled int
+	planScale  float64    // > 0: record the head's reservation after each pass
+	plans      []easyPlan // by time
 }
 
 func (s *easySim) run() {
@@ -167,6 +174,9 @@ func (s *easySim) run() {
 			next++
 		}
 		s.schedule(now)
+		if s.planScale > 0 {
+			s.recordPlan(now)
+		}
 	}
 }
 

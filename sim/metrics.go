@@ -72,8 +72,14 @@ type Summary struct {
 
 	Rescales int `json:"rescales"`
 	Reclaims int `json:"reclaims"`
-	Events   int `json:"events"`
-	Between  int `json:"between"`
+	// ReclaimsPlanned counts the graceful moves off nodes the scheduler's plan named
+	// (Options.Plan; pool.Totals.Moves), ReclaimsSurprise the reclaims no plan
+	// foresaw (the prolog's kill: Reclaims), MoveLoss the samples the moves cost.
+	ReclaimsPlanned  int     `json:"reclaims_planned"`
+	ReclaimsSurprise int     `json:"reclaims_surprise"`
+	MoveLoss         float64 `json:"move_loss"`
+	Events           int     `json:"events"`
+	Between          int     `json:"between"`
 	// What the inputs left out or could not line up: Trainers submitted before the
 	// first event replayed (admitted at t0) and after the last (never run); trace
 	// lines skipped and SWF jobs truncated (Trace.Skipped, Trace.Truncated).
@@ -162,6 +168,7 @@ func (r *replayer) result() *Result {
 	s.E1Node = ratio(oneNode, tot.UsedNodeSeconds)
 	s.Utilisation = ratio(tot.UsedNodeSeconds, tot.IdleNodeSeconds)
 	s.Rescales, s.Reclaims = tot.Rescales, tot.Preemptions
+	s.ReclaimsPlanned, s.ReclaimsSurprise, s.MoveLoss = tot.Moves, tot.Preemptions, tot.MoveLoss
 	s.Overshoot, s.Between = tot.Overshoot, r.midway
 	if r.opt.AutoAdmit {
 		s.Admission, s.MaxTrainers = "auto", 0

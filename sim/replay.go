@@ -44,6 +44,12 @@ type Options struct {
 	// Timeline is how many samples of node use to keep for the plot (Result.Timeline);
 	// 0 keeps none.
 	Timeline int
+	// Plan gives the pool the scheduler's plan the trace holds (Trace.Plans: an EASY
+	// re-simulation's reservation for the head of its queue) before every decision, as
+	// the live reconciler gives it squeue's: Trainers move off planned nodes within
+	// their lead, and the allocator sees planned nodes as short horizons. The replay
+	// also decides at each moment a lead begins (pool.NextMove).
+	Plan bool
 	// Check verifies every plan with alloc.Check before committing it (tests; slower);
 	// a plan that fails, or any solver error, then ends the replay with that error.
 	Check bool
@@ -197,6 +203,7 @@ type replayer struct {
 
 	joinBuf  []pool.JoinNode
 	leaveBuf []string
+	planIdx  int // the plan in effect (Trace.Plans), for setPlan
 }
 
 func newReplayer(tr *Trace, jobs []Job, opt Options) (*replayer, error) {
@@ -357,6 +364,7 @@ func (r *replayer) run(ctx context.Context) error {
 			break
 		}
 		p.Step(r.event(ev))
+		r.setPlan(ev.Time)
 		r.harvest()
 		r.events++
 		after := p.Totals()
@@ -426,10 +434,27 @@ func (r *replayer) between(ctx context.Context, next time.Time, event int) (floa
 		if adm, ok2 := r.p.NextAdmission(); ok2 && (!ok || adm.Before(at)) {
 			at, ok = adm, true
 		}
+		if mv, ok2 := r.nextMove(); ok2 && (!ok || mv.Before(at)) {
+			at, ok = mv, true
+		}
+		if pc, ok2 := r.nextPlanChange(); ok2 && (!ok || pc.Before(at)) && pc.Before(next) {
+			// The scheduler planned anew where no node changed: the pool
+			// learns it, and decides only if a move is due at once (the
+			// live reconciler reads the plan at its rounds; deciding at
+			// every pass would add rescales no event asked for).
+			r.p.Advance(pc)
+			r.setPlan(pc)
+			r.harvest()
+			if !r.p.MoveDue() {
+				continue
+			}
+			at, ok = pc, true
+		}
 		if !ok || !at.Before(next) {
 			return cost, nil
 		}
 		r.p.Advance(at)
+		r.setPlan(at)
 		r.harvest()
 		r.midway++
 		if len(r.p.Running()) == 0 && len(r.p.Queued()) == 0 {
@@ -442,6 +467,48 @@ func (r *replayer) between(ctx context.Context, next time.Time, event int) (floa
 		cost += c
 		r.record()
 	}
+}
+
+// setPlan gives the pool the trace's plan in effect at at (Options.Plan).
+func (r *replayer) setPlan(at time.Time) {
+	if !r.opt.Plan || len(r.tr.Plans) == 0 {
+		return
+	}
+	var tp *TracePlan
+	tp, r.planIdx = planAt(r.tr.Plans, r.planIdx, at)
+	if tp == nil || len(tp.Nodes) == 0 {
+		r.p.SetPlan(nil)
+		return
+	}
+	names := make([]string, len(tp.Nodes))
+	for i, n := range tp.Nodes {
+		names[i] = r.tr.Nodes[n]
+	}
+	r.p.SetPlan([]pool.Planned{{Job: "head", Nodes: names, Start: tp.Start}})
+}
+
+// nextMove is, with a plan on, the moment the next Trainer's lead before a
+// planned start begins.
+func (r *replayer) nextMove() (time.Time, bool) {
+	if !r.opt.Plan {
+		return time.Time{}, false
+	}
+	return r.p.NextMove()
+}
+
+// nextPlanChange is, with a plan on, the next moment the plan changes: the
+// scheduler plans anew at every pass, also where no node changes state.
+func (r *replayer) nextPlanChange() (time.Time, bool) {
+	if !r.opt.Plan {
+		return time.Time{}, false
+	}
+	now := r.p.Now()
+	for i := r.planIdx; i < len(r.tr.Plans); i++ {
+		if c := r.tr.Plans[i].At; c.After(now) {
+			return c, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // harvest drains the pool's change log, keeping the final state of Trainers that ended.

@@ -307,7 +307,7 @@ func (l *SWFLog) Recorded(nodes int) (*Trace, RecordedStats, error) {
 			spans = append(spans, jobSpan{start: s, end: s + j.Run, nodes: j.Nodes, submit: j.Submit, order: i})
 		}
 	}
-	t, bs := buildSpanTrace(l, t0, nodes, spans)
+	t, bs := buildSpanTrace(l, t0, nodes, spans, nil)
 	st.Jobs = len(spans)
 	st.Truncated = bs.truncated
 	st.LostNodeHours = bs.lostNodeSeconds / 3600
@@ -343,7 +343,7 @@ func (s spanBuildStats) utilisation(nodes int) float64 {
 // buildSpanTrace turns jobs' node holds into a Trace, assigning physical nodes by the
 // "idle shortest first" rule documented on SWFLog.Recorded. Spans must have end > start
 // and start ≥ t0.
-func buildSpanTrace(l *SWFLog, t0 int64, nodes int, spans []jobSpan) (*Trace, spanBuildStats) {
+func buildSpanTrace(l *SWFLog, t0 int64, nodes int, spans []jobSpan, plans []easyPlan) (*Trace, spanBuildStats) {
 	var st spanBuildStats
 	starts := make([]int32, len(spans))
 	ends := make([]int32, len(spans))
@@ -382,13 +382,17 @@ func buildSpanTrace(l *SWFLog, t0 int64, nodes int, spans []jobSpan) (*Trace, sp
 	last := t0
 	si, ei := 0, 0
 	var freed []int32
-	for si < len(starts) || ei < len(ends) || first {
+	pi := 0 // the next plan to name nodes for (plans: the re-simulation's reservations)
+	for si < len(starts) || ei < len(ends) || pi < len(plans) || first {
 		now := int64(math.MaxInt64)
 		if si < len(starts) {
 			now = spans[starts[si]].start
 		}
 		if ei < len(ends) {
 			now = min(now, spans[ends[ei]].end)
+		}
+		if pi < len(plans) {
+			now = min(now, plans[pi].now)
 		}
 		if first && now > t0 {
 			now = t0
@@ -423,6 +427,7 @@ func buildSpanTrace(l *SWFLog, t0 int64, nodes int, spans []jobSpan) (*Trace, sp
 				idle[n] = false
 			}
 		}
+		pi = resolvePlans(t, l, plans, pi, now, free)
 		var e Event
 		if first {
 			// Relative to all-busy: every node idle now joins.

@@ -26,6 +26,10 @@ type Trace struct {
 	// Truncated the jobs of an SWF log that got fewer nodes than they recorded (the log
 	// held more nodes busy than the machine has). A replay reports both.
 	Skipped, Truncated int
+	// Plans is the scheduler's plan over time, when the trace knows it (an
+	// EASY re-simulation, EASYTracePlanned); a replay with Options.Plan
+	// gives it to the pool as the live reconciler does.
+	Plans []TracePlan
 }
 
 // Event is one instant of a Trace at which nodes changed state.
@@ -552,7 +556,7 @@ func writeNodes(w io.Writer, t *Trace) error {
 // are copied, and events where nothing changes are dropped. from is clamped to the trace.
 // The result shares no slices with t.
 func (t *Trace) Window(from int) *Trace {
-	out := &Trace{Nodes: slices.Clone(t.Nodes), Source: t.Source, Skipped: t.Skipped, Truncated: t.Truncated}
+	out := &Trace{Nodes: slices.Clone(t.Nodes), Source: t.Source, Skipped: t.Skipped, Truncated: t.Truncated, Plans: t.Plans}
 	if len(t.Events) == 0 {
 		return out
 	}

@@ -30,6 +30,7 @@ const (
 	KindAdmit   = "admit"   // a Trainer got a slot
 	KindRescale = "rescale" // a Trainer's nodes changed by a decision (value: cost)
 	KindPreempt = "preempt" // a reclaim took nodes from a Trainer (value: cost)
+	KindMove    = "move"    // a Trainer shrunk gracefully off nodes planned for a main job, before it landed (value: cost; job; detail: from, to, planned start)
 	KindEnd     = "end"     // a Trainer ended (detail: status)
 	KindStale   = "stale"   // an event ignored: the node is held by another job
 	KindSolve   = "solve"   // a decision (detail: solver, trainers, status; value: objective; ms)
@@ -47,7 +48,7 @@ var inputKinds = []string{KindJoin, KindLeave, KindRelease, KindSubmit, KindCanc
 // a filter by kind may name. A new kind is added to the constants above
 // and here.
 func Kinds() []string {
-	return append(slices.Clone(inputKinds), KindHook, KindKill, KindAdmit, KindRescale, KindPreempt, KindEnd,
+	return append(slices.Clone(inputKinds), KindHook, KindKill, KindAdmit, KindRescale, KindPreempt, KindMove, KindEnd,
 		KindStale, KindSolve, KindKept, KindAction, KindSync, KindIdle, KindError)
 }
 

@@ -89,7 +89,7 @@ func (c *hookCommand) burst(ctx context.Context, parent, bin string, callers, lo
 	}
 	o := hookburst.Options{Bin: bin, Config: filepath.Join(dir, "bftrainer.toml"), DB: filepath.Join(dir, "db", "bftrainer.db"),
 		Log: filepath.Join(dir, "hooks.log"), Callers: callers, Load: load}
-	if err := os.WriteFile(o.Config, []byte(fmt.Sprintf("database = %q\n[hooks]\nlog = %q\nspawn_reconciler = \"never\"\n[scheduler]\nsinfo = \"\"\n", o.DB, o.Log)), 0o644); err != nil {
+	if err := os.WriteFile(o.Config, []byte(fmt.Sprintf("database = %q\n[hooks]\nlog = %q\nspawn_reconciler = \"never\"\n[scheduler]\nsinfo = \"\"\nsqueue = \"\"\n", o.DB, o.Log)), 0o644); err != nil {
 		return err
 	}
 	// The journal, as the reconciler service makes it.
@@ -137,7 +137,7 @@ func (c *hookCommand) setup(ctx context.Context, dir, bin string, spawn bool, mo
 	if spawn {
 		mode = "always"
 	}
-	if err := os.WriteFile(b.conf, []byte(fmt.Sprintf("database = %q\n[hooks]\nlog = %q\nspawn_reconciler = %q\n[scheduler]\nsinfo = \"\"\n",
+	if err := os.WriteFile(b.conf, []byte(fmt.Sprintf("database = %q\n[hooks]\nlog = %q\nspawn_reconciler = %q\n[scheduler]\nsinfo = \"\"\nsqueue = \"\"\n",
 		filepath.Join(dir, "db", "bftrainer.db"), b.log, mode)), 0o644); err != nil {
 		return nil, err
 	}

@@ -251,6 +251,7 @@ log = %q
 spawn_reconciler = "never"
 [scheduler]
 sinfo = ""
+squeue = ""
 [trainer]
 transport = "local"
 registry = %q

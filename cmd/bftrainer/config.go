@@ -50,12 +50,21 @@ type Config struct {
 		Poll       Duration `toml:"poll"`
 		MaxRounds  int      `toml:"max_rounds"`
 		Interval   Duration `toml:"interval"`
+		// The scheduler's plan (squeue --start, Grid Engine's
+		// reservations): read at most every plan_every, each read within
+		// plan_timeout; Trainers move off planned nodes plan_lead before
+		// the start (0: each Trainer's R_down + plan_every + interval).
+		PlanEvery   Duration `toml:"plan_every"`
+		PlanTimeout Duration `toml:"plan_timeout"`
+		PlanLead    Duration `toml:"plan_lead"`
 	} `toml:"reconciler"`
 	Metrics struct {
 		Textfile string `toml:"textfile"`
 	} `toml:"metrics"`
 	// Scheduler names each scheduler's node-listing program, under its
-	// Listing.Key ("sinfo"); a scheduler's own default when not set.
+	// Listing.Key ("sinfo"), and its plan's program or file, under its
+	// Plan.Key ("squeue"); a scheduler's own default when not set, ""
+	// turns it off.
 	Scheduler map[string]string `toml:"scheduler"`
 	Trainer   TrainerConfig     `toml:"trainer"`
 
@@ -156,10 +165,15 @@ func defaults() Config {
 	c.Reconciler.Poll = Duration{time.Second}
 	c.Reconciler.MaxRounds = 100
 	c.Reconciler.Interval = Duration{5 * time.Second}
+	c.Reconciler.PlanEvery = Duration{5 * time.Second}
+	c.Reconciler.PlanTimeout = Duration{3 * time.Second}
 	c.Scheduler = map[string]string{}
 	for _, s := range schedulers() {
 		if s.Listing != nil {
 			c.Scheduler[s.Listing.Key] = s.Listing.Program
+		}
+		if s.Plan != nil {
+			c.Scheduler[s.Plan.Key] = s.Plan.Program
 		}
 	}
 	c.DatabaseMode = FileMode{0o644}
@@ -290,6 +304,9 @@ func (c *Config) validate() error {
 		if s.Listing != nil {
 			keys[s.Listing.Key] = true
 		}
+		if s.Plan != nil {
+			keys[s.Plan.Key] = true
+		}
 	}
 	for k := range c.Scheduler {
 		if !keys[k] {
@@ -303,6 +320,9 @@ func (c *Config) validate() error {
 	}
 	if f := c.Metrics.Textfile; f != "" && (!filepath.IsAbs(f) || !strings.HasSuffix(f, ".prom")) {
 		errs = append(errs, fmt.Errorf("metrics.textfile: %q, want an absolute path ending in .prom (node_exporter's textfile collector reads only those)", f))
+	}
+	if c.Reconciler.PlanEvery.Duration < 0 || c.Reconciler.PlanTimeout.Duration <= 0 || c.Reconciler.PlanLead.Duration < 0 {
+		errs = append(errs, errors.New("reconciler.plan_every and plan_lead: want ≥ 0; plan_timeout: want > 0"))
 	}
 	if c.Reconciler.MaxRounds < 1 {
 		errs = append(errs, errors.New("reconciler.max_rounds: want ≥ 1"))

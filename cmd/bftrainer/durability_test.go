@@ -27,7 +27,7 @@ func burstEnv(tb testing.TB) testEnv {
 	tb.Helper()
 	dir := tb.TempDir()
 	e := testEnv{dir: dir, config: filepath.Join(dir, "bftrainer.toml"), db: filepath.Join(dir, "db", "bftrainer.db")}
-	conf := fmt.Sprintf("database = %q\nspool = %q\n[hooks]\nlog = %q\nspawn_reconciler = \"never\"\n[scheduler]\nsinfo = \"\"\n",
+	conf := fmt.Sprintf("database = %q\nspool = %q\n[hooks]\nlog = %q\nspawn_reconciler = \"never\"\n[scheduler]\nsinfo = \"\"\nsqueue = \"\"\n",
 		e.db, filepath.Join(dir, "spool"), filepath.Join(dir, "hooks.log"))
 	if err := os.WriteFile(e.config, []byte(conf), 0o644); err != nil {
 		tb.Fatal(err)

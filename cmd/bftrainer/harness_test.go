@@ -78,6 +78,7 @@ log = %q
 spawn_reconciler = "never"
 [scheduler]
 sinfo = ""
+squeue = ""
 [trainer]
 transport = %q
 %sremote_bftrainer = %q

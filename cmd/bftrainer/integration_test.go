@@ -68,7 +68,7 @@ func newTestEnv(tb testing.TB, extra string) testEnv {
 	dir := tb.TempDir()
 	e := testEnv{dir: dir, config: filepath.Join(dir, "bftrainer.toml"), db: filepath.Join(dir, "db", "bftrainer.db")}
 	// No scheduler to ask: released nodes join at once.
-	conf := fmt.Sprintf("database = %q\nspool = %q\n%s\n[hooks]\nlog = %q\n[scheduler]\nsinfo = \"\"\n", e.db, filepath.Join(dir, "spool"), extra, filepath.Join(dir, "hooks.log"))
+	conf := fmt.Sprintf("database = %q\nspool = %q\n%s\n[hooks]\nlog = %q\n[scheduler]\nsinfo = \"\"\nsqueue = \"\"\n", e.db, filepath.Join(dir, "spool"), extra, filepath.Join(dir, "hooks.log"))
 	if err := os.WriteFile(e.config, []byte(conf), 0o644); err != nil {
 		tb.Fatal(err)
 	}

@@ -118,6 +118,7 @@ log = "` + env.WorkDir + `/hooks.log"
 spawn_reconciler = "never"
 [scheduler]
 sinfo = ""
+squeue = ""
 [trainer]
 registry = "` + env.WorkDir + `/registry"
 log_dir = "` + env.WorkDir + `/trainer-logs"

@@ -74,6 +74,9 @@ workloads). A progress bar is drawn on stderr when it is a terminal.`,
 					return nil
 				}},
 			choiceFlag("semantics", "NAME", []string{"default", "reference"}, "default", "bftrainer's model, or the paper's replayer"),
+			choiceFlag("schedule", "NAME", []string{"recorded", "easy"}, "recorded", "for an SWF log: its recorded schedule, or an FCFS + EASY-backfill re-simulation from submit times and requested walltimes"),
+			choiceFlag("plan", "on|off", []string{"off", "on"}, "off", "with --schedule easy: give the allocator the reservation EASY makes for the queue head, as squeue --start gives it live"),
+			&cli.Float64Flag{Name: "plan-walltime-scale", Value: 1, Usage: "with --plan on: plan from requested walltimes times `X` (2: a wrong plan; the schedule itself is unchanged)"},
 			&cli.Float64Flag{Name: "tfwd", Value: sim.DefaultTFwd, Usage: "`SECONDS` a decision is worth over, for the fixed-horizon allocators (exact, the MILP ones, greedy); adaptive measures its own"},
 			&cli.StringFlag{Name: "max-trainers", Value: strconv.Itoa(sim.DefaultMaxTrainers), Usage: "Trainers running at once (`N`), or auto: admit the next queued Trainer when the allocator would give it nodes rather than grow the running ones"},
 			formatFlag(fmtTable, fmtJSON),
@@ -116,7 +119,18 @@ func replayInputs(c *cli.Context) (*sim.Trace, []sim.Job, error) {
 			return nil, nil, fmt.Errorf("workload %s: no Trainers", path)
 		}
 	}
-	if path := c.String("trace"); path != "" {
+	easy := c.String("schedule") == "easy"
+	if c.String("plan") == "on" && !easy {
+		return nil, nil, usagef("--plan on needs --schedule easy (a recorded schedule has no plan)")
+	}
+	if path := c.String("trace"); path != "" && easy {
+		if c.IsSet("nodes") {
+			return nil, nil, usagef("--schedule easy takes the SWF header's machine size; drop --nodes")
+		}
+		if tr, _, err = sim.OpenEASYTrace(path, c.Float64("plan-walltime-scale")); err != nil {
+			return nil, nil, err
+		}
+	} else if path != "" {
 		if tr, err = sim.OpenTrace(path, c.String("nodes")); err != nil {
 			if errors.Is(err, sim.ErrTraceFormat) {
 				return nil, nil, withHint(err, "a trace is the Summit CSV (event_idx,time,n_idle,joined,left) or an SWF job log")
@@ -126,6 +140,9 @@ func replayInputs(c *cli.Context) (*sim.Trace, []sim.Job, error) {
 	} else {
 		if c.IsSet("nodes") {
 			return nil, nil, usagef("--nodes needs --trace")
+		}
+		if easy {
+			return nil, nil, usagef("--schedule easy needs --trace (an SWF job log)")
 		}
 		m := sim.DefaultTraceModel()
 		if len(jobs) > 0 {
@@ -202,7 +219,7 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 		if out != "" && len(ss) > 1 {
 			dir = filepath.Join(out, names[i])
 		}
-		opt := sim.Options{Solver: s, Semantics: sem, TFwd: tfwd, MaxTrainers: maxJ, AutoAdmit: auto}
+		opt := sim.Options{Solver: s, Semantics: sem, TFwd: tfwd, MaxTrainers: maxJ, AutoAdmit: auto, Plan: c.String("plan") == "on"}
 		if isTerminal(c.App.ErrWriter) {
 			opt.Progress = sim.ProgressBar(c.App.ErrWriter, "replay "+names[i])
 		}

@@ -281,6 +281,8 @@ interval = "2s"
 
 [scheduler]
 sinfo = %q
+# The plan (squeue --start) is off unless a test turns it on (planmove_test.go).
+squeue = ""
 
 [trainer]
 transport = %q

@@ -1,0 +1,77 @@
+package alloc_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/bftrainer/bftrainer/alloc"
+)
+
+// TestAdaptivePlannedHorizon: a free node the scheduler plans a main job
+// on is priced only up to its planned start (certainIdle: a new node would
+// otherwise stay idle the whole τ = 500 s). Planned in 100 s it is worth
+// 100/s·100 s less the sure reclaim R_down·O(1) = 2·100; planned in 1 s it
+// is worth less than nothing and a Trainer holding nothing does not take
+// it; planned in a day it is worth what an unplanned node is. The plan is
+// a horizon, never a refusal.
+func TestAdaptivePlannedHorizon(t *testing.T) {
+	gain := func(until time.Time) float64 {
+		free := nodes("new", 1, 0)
+		free[0].Until = until
+		p := &alloc.Problem{Trainers: []alloc.Trainer{{ID: "a", Min: 1, Max: 4, Curve: linear, RUp: 3, RDown: 2}},
+			Free: free, Now: now, Idle: certainIdle()}
+		return alloc.AdaptiveHorizon{}.Gains(p)(0, 1)
+	}
+	if got, want := gain(time.Time{}), 100.0*500; !approxRel(got, want, 1e-6) {
+		t.Errorf("unplanned: %v, want %v", got, want)
+	}
+	if got, want := gain(now.Add(100*time.Second)), 100.0*100-2*100; !approxRel(got, want, 1e-6) {
+		t.Errorf("planned in 100 s: %v, want %v", got, want)
+	}
+	if got, want := gain(now.Add(24*time.Hour)), 100.0*500; !approxRel(got, want, 1e-6) {
+		t.Errorf("planned in a day: %v, want %v", got, want)
+	}
+	if got := gain(now.Add(time.Second)); got >= 0 {
+		t.Errorf("planned in 1 s: %v, want < 0", got)
+	}
+	for _, c := range []struct {
+		name  string
+		until time.Time
+		want  int
+	}{{"in 1 s", now.Add(time.Second), 0}, {"in a day", now.Add(24 * time.Hour), 1}} {
+		free := nodes("new", 1, 0)
+		free[0].Until = c.until
+		p := &alloc.Problem{Trainers: []alloc.Trainer{{ID: "a", Min: 1, Max: 4, Curve: linear, RUp: 3, RDown: 2}},
+			Free: free, Now: now, Idle: certainIdle()}
+		pl, err := alloc.Adaptive{}.Solve(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := pl.Trainers[0].To; got != c.want {
+			t.Errorf("planned %s: takes %d nodes, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+// TestPlacementTakesUnplannedFirst: growth takes unplanned nodes before
+// planned ones, however long the planned ones have been idle, and the
+// latest planned start before an earlier one; a shrink gives up the
+// planned node first.
+func TestPlacementTakesUnplannedFirst(t *testing.T) {
+	free := []alloc.Node{
+		{Name: "old-soon", Since: now.Add(-time.Hour), Until: now.Add(time.Minute)},
+		{Name: "old-late", Since: now.Add(-time.Hour), Until: now.Add(time.Hour)},
+		{Name: "young", Since: now},
+	}
+	p := &alloc.Problem{Trainers: []alloc.Trainer{{ID: "a", Min: 1, Max: 4, Curve: linear}}, Free: free, Now: now}
+	if got, want := alloc.Place(p, []int{2})[0].Add, []string{"young", "old-late"}; !slices.Equal(got, want) {
+		t.Errorf("growth by 2 takes %v, want %v", got, want)
+	}
+	held := []alloc.Node{{Name: "planned", Since: now.Add(-time.Hour), Until: now.Add(time.Hour)}, {Name: "plain", Since: now}}
+	p = &alloc.Problem{Trainers: []alloc.Trainer{{ID: "a", Min: 1, Max: 4, Curve: linear, Held: held}}, Now: now}
+	if got, want := alloc.Place(p, []int{1})[0].Release, []string{"planned"}; !slices.Equal(got, want) {
+		t.Errorf("shrink by 1 releases %v, want %v", got, want)
+	}
+}
