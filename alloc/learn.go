@@ -78,6 +78,9 @@ type CurveLearner struct {
 // DefaultCurveLearner returns the default settings, every field filled in.
 func DefaultCurveLearner() CurveLearner { return CurveLearner{}.settings() }
 
+// Settings returns l with every zero field replaced by its default.
+func (l CurveLearner) Settings() CurveLearner { return l.settings() }
+
 func (l CurveLearner) settings() CurveLearner {
 	def := func(x *float64, d float64) {
 		switch {

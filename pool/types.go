@@ -79,6 +79,8 @@ type Trainer struct {
 	// Measured are the rescale costs measured on its processes; with
 	// RUp and RDown as priors they make RescaleUp and RescaleDown.
 	Measured Costs
+	// Learn is what the pool learns of its scaling curve (learn.go).
+	Learn Learning
 }
 
 // NodeState is where a node is, as far as the pool knows.
@@ -113,6 +115,12 @@ type Config struct {
 	TFwd      float64 // seconds the allocation is worth over
 	Objective alloc.Objective
 	Semantics alloc.Semantics
+	// Curves is which curve the allocator sees (learn.go); "" is
+	// CurvesGiven.
+	Curves CurveMode
+	// Learner holds the curve learner's settings; the zero value is its
+	// default.
+	Learner alloc.CurveLearner
 }
 
 // State is the pool's whole state as plain data, for the store.
@@ -132,6 +140,9 @@ type Totals struct {
 	PreemptLoss     float64
 	Rescales        int
 	Preemptions     int // Trainer-events that lost nodes to a reclaim
+	// Probes counts the rescales that were the curve learner's probes
+	// (learn.go), of Rescales.
+	Probes int
 	// Overshoot is the samples processed past a Trainer's target before
 	// the pool saw it finish (trimmed off Samples): work an event-driven
 	// replay books after the Trainer was done.
