@@ -47,6 +47,13 @@ type Options struct {
 	// Check verifies every plan with alloc.Check before committing it (tests; slower);
 	// a plan that fails, or any solver error, then ends the replay with that error.
 	Check bool
+	// Curves is what the allocator knows of the curves (curves.go); "" is
+	// pool.CurvesGiven.
+	Curves pool.CurveMode
+	// CurveNoise is the relative standard deviation of each measured rate with
+	// pool.CurvesLearned; 0 means DefaultCurveNoise, < 0 none. CurveSeed seeds it.
+	CurveNoise float64
+	CurveSeed  uint64
 }
 
 // DefaultTFwd and DefaultMaxTrainers are the reference replayer's defaults (-Tfwd, -maxJ).
@@ -161,6 +168,9 @@ func Replay(ctx context.Context, tr *Trace, jobs []Job, opt Options) (*Result, e
 	if opt.AutoAdmit && opt.Semantics == alloc.Reference {
 		return nil, errors.New("replay: admission by value needs the default semantics (the reference admits up to maxJ)")
 	}
+	if _, err := pool.ParseCurveMode(string(opt.Curves)); err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
 	opt = opt.withDefaults(jobs)
 	r, err := newReplayer(tr, jobs, opt)
 	if err != nil {
@@ -183,6 +193,7 @@ type replayer struct {
 	done  []*pool.Trainer
 	steps *stepWriter
 	tl    *timelineRecorder
+	meas  *measurer // learned curves: the replay's measurements
 
 	events int // trace rows replayed, t0 included
 	midway int // moments between events the pool advanced to (completions, submits)
@@ -308,12 +319,15 @@ func (r *replayer) run(ctx context.Context) error {
 		return err
 	}
 	cfg := pool.Config{MaxTrainers: r.opt.MaxTrainers, AutoAdmit: r.opt.AutoAdmit, TFwd: r.opt.TFwd,
-		Objective: r.opt.Objective, Semantics: r.opt.Semantics}
+		Objective: r.opt.Objective, Semantics: r.opt.Semantics, Curves: r.opt.Curves}
 	p, err := pool.New(cfg, st)
 	if err != nil {
 		return err
 	}
 	r.p = p
+	if r.opt.Curves == pool.CurvesLearned {
+		r.meas = newMeasurer(p, r.opt)
+	}
 	if r.steps != nil {
 		if err := r.steps.header(); err != nil {
 			return err
@@ -356,6 +370,7 @@ func (r *replayer) run(ctx context.Context) error {
 			}
 			break
 		}
+		r.meas.observe(ev.Time)
 		p.Step(r.event(ev))
 		r.harvest()
 		r.events++
@@ -429,6 +444,7 @@ func (r *replayer) between(ctx context.Context, next time.Time, event int) (floa
 		if !ok || !at.Before(next) {
 			return cost, nil
 		}
+		r.meas.observe(at)
 		r.p.Advance(at)
 		r.harvest()
 		r.midway++

@@ -28,6 +28,8 @@ commands:
   replay   time a whole Summit replay (hps-1000J), exact and CBC
   yield    what every allocator yields on Summit, Theta and Pollux-built
            workloads (issue 12's table), and the paired-start sweep
+  curves   makespan with the curves given, learned online and assumed
+           linear (issue 13), on Summit with three workloads
   hook     time the real binary as a scheduler hook, exec to exit; then a
            burst of 1,000 at once on busy cores: none lost, none twice
   rescale  seconds a real torchrun Trainer loses per scale-up, scale-down
@@ -41,7 +43,7 @@ Run "bftrainer-bench <command> -h" for a command's flags.
 `
 
 // allCommands are the commands "all" runs, in order: add yours.
-var allCommands = []string{"alloc", "replay", "yield", "hook", "rescale", "slurm", "reclaim"}
+var allCommands = []string{"alloc", "replay", "yield", "curves", "hook", "rescale", "slurm", "reclaim"}
 
 // errUsage marks a command-line mistake: exit status 2.
 var errUsage = errors.New("usage")
@@ -73,6 +75,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return (&replayCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "yield":
 		return (&yieldCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
+	case "curves":
+		return (&curvesCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "hook":
 		return (&hookCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "rescale":
