@@ -110,9 +110,20 @@ func hasCurve(c alloc.Curve) bool {
 }
 
 // provisional is the curve of a Trainer nothing is known of: one sample/s
-// per node, up to its maximum.
+// per node, up to its maximum (what CheckSpec validates).
 func provisional(max int) alloc.Curve {
 	return alloc.Curve{Nodes: []int{1, max}, Throughput: []float64{1, float64(max)}}
+}
+
+// firstCount is the curve a learning Trainer is planned with until its
+// first measurement: one sample/s per node at its minimum count (at least
+// one) and nothing more, so that it starts small and its first measurement
+// anchors the rest — the smallest count is the one every other is judged
+// against (the speedup objective, the learner's model) and the cheapest to
+// measure; the estimate then grows it as far as it predicts it is worth.
+func firstCount(t *Trainer) alloc.Curve {
+	n := max(t.Min, 1)
+	return alloc.Curve{Nodes: []int{n}, Throughput: []float64{float64(n)}}
 }
 
 // startLearning sets up a new Trainer's learner.
@@ -181,11 +192,7 @@ func (p *Pool) planCurve(t *Trainer) alloc.Curve {
 		_, c := p.estimate(t)
 		return c
 	case p.cfg.Curves == CurvesLearned || !hasCurve(t.Curve):
-		top := t.Max
-		if t.Learn.Curve != nil {
-			top = t.Learn.Curve.Max
-		}
-		return provisional(max(top, 1))
+		return firstCount(t)
 	}
 	return t.Curve
 }
@@ -256,7 +263,7 @@ func (p *Pool) ObserveRunning(at time.Time, measure func(t *Trainer) float64) {
 			continue
 		}
 		since := max(0, p.now.Sub(t.Learn.Steady).Seconds())
-		_ = p.Observe(t.ID, alloc.CurveObs{Nodes: n, Rate: max(0, measure(t)), Duration: dt, Since: since})
+		_ = p.Observe(t.ID, alloc.CurveObs{Nodes: n, Rate: max(0, measure(t)), Duration: dt, Since: since}) // valid by construction
 	}
 }
 
@@ -300,6 +307,11 @@ type Probe struct {
 	alloc.CurveProbe
 }
 
+// exploreHorizon is how long what a probe learns is taken to be used:
+// for the rest of the Trainer's run (Explore caps it by its remaining
+// samples at the estimated rate), at most a day.
+const exploreHorizon = 86400
+
 // explore asks the learner, for each learning running Trainer, whether the
 // decision may probe, and puts the optimistic curve into pr.
 func (p *Pool) explore(pr *alloc.Problem) []Probe {
@@ -315,7 +327,7 @@ func (p *Pool) explore(pr *alloc.Problem) []Probe {
 		pb := p.learner.Explore(t.Learn.Curve, &e, alloc.ProbeSituation{
 			Now: p.now.Sub(time.Time{}).Seconds(), Held: len(t.Nodes), Avail: len(t.Nodes) + len(pr.Free),
 			RUp: t.RescaleUp(), RDown: t.RescaleDown(), Remaining: remaining(t),
-			Horizon: p.cfg.TFwd, Objective: p.cfg.Objective,
+			Horizon: exploreHorizon, Objective: p.cfg.Objective,
 		})
 		if pb.Nodes == 0 {
 			continue

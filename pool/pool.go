@@ -123,6 +123,13 @@ func New(cfg Config, st State) (*Pool, error) {
 			continue // ended Trainers are history, not state
 		}
 		p.byID[t.ID] = &t
+		if t.Learn.Curve == nil {
+			// A state saved before learning, or built by a replay: the
+			// Trainer learns from now on.
+			if err := p.startLearning(&t); err != nil {
+				return nil, fmt.Errorf("load pool: trainer %q: %w", t.ID, err)
+			}
+		}
 		if t.Status == Running && t.Learn.Steady.IsZero() {
 			t.Learn.Steady = t.Admitted
 			if t.Admitted.IsZero() {

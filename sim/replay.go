@@ -172,6 +172,9 @@ func Replay(ctx context.Context, tr *Trace, jobs []Job, opt Options) (*Result, e
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	opt = opt.withDefaults(jobs)
+	if opt.Objective == alloc.Metric && opt.Curves != "" && opt.Curves != pool.CurvesGiven {
+		return nil, fmt.Errorf("replay: curves %s: the metric objective reads the user's own values, which cannot be learned or assumed (use the speedup objective)", opt.Curves)
+	}
 	r, err := newReplayer(tr, jobs, opt)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)

@@ -24,7 +24,9 @@ import (
 //	curves trace=summit workload=<w> mode=<given|learned|linear> makespan_h=… mean_jct_h=… e_ovh=… explore_rescales=… rescales=… vs_given_pct=… finished=…/… wall_s=…
 //
 // vs_given_pct is the makespan's change against the given row of the same
-// workload. Nothing is fitted to the curves: the learner's defaults, as
+// workload. The Pollux-built workload is replayed with the speedup
+// objective (its metric column is the speedup, and a metric the user gives
+// cannot be learned). Nothing is fitted to the curves: the learner's defaults, as
 // live.
 type curvesCommand struct {
 	stdout, stderr io.Writer
@@ -49,7 +51,11 @@ func (c *curvesCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("curves: %w", err)
 	}
-	var rows []yieldRow
+	type curvesRow struct {
+		yieldRow
+		objective alloc.Objective
+	}
+	var rows []curvesRow
 	for _, w := range []string{"hps-1000J", "ImageNet-imgps-1001J"} {
 		if *only != "" && *only != w {
 			continue
@@ -58,19 +64,21 @@ func (c *curvesCommand) Run(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("curves: %w", err)
 		}
-		rows = append(rows, yieldRow{"summit", w, summit.Window(sim.StartEvent(summit, jobs)), jobs})
+		rows = append(rows, curvesRow{yieldRow{"summit", w, summit.Window(sim.StartEvent(summit, jobs)), jobs}, ""})
 	}
 	if *only == "" || *only == "pollux-1000J" {
 		pollux, err := sim.PolluxWorkload(filepath.Join(*data, "pollux"), 1000, summit.Events[1000].Time, 2*time.Hour)
 		if err != nil {
 			return fmt.Errorf("curves: %w", err)
 		}
-		rows = append(rows, yieldRow{"summit", "pollux-1000J", summit.Window(sim.StartEvent(summit, pollux)), pollux})
+		// Its metric column is the speedup (throughput over one node's):
+		// the speedup objective, which a learned curve can serve.
+		rows = append(rows, curvesRow{yieldRow{"summit", "pollux-1000J", summit.Window(sim.StartEvent(summit, pollux)), pollux}, alloc.Speedup})
 	}
 	for _, r := range rows {
 		given := 0.0
 		for _, mode := range []pool.CurveMode{pool.CurvesGiven, pool.CurvesLearned, pool.CurvesLinear} {
-			res, err := sim.Replay(ctx, r.tr, r.jobs, sim.Options{Solver: alloc.Adaptive{}, Curves: mode, CurveNoise: *noise, CurveSeed: *seed})
+			res, err := sim.Replay(ctx, r.tr, r.jobs, sim.Options{Solver: alloc.Adaptive{}, Objective: r.objective, Curves: mode, CurveNoise: *noise, CurveSeed: *seed})
 			if err != nil {
 				return fmt.Errorf("curves: %s %s %s: %w", r.trace, r.workload, mode, err)
 			}
