@@ -362,3 +362,24 @@ func TestCurvePriorIsCalibratedAndRefined(t *testing.T) {
 		}
 	}
 }
+
+// TestSettingsIdempotent: settings filled in once stay as they are when a
+// method fills them in again — a negative setting (none) stays 0 rather
+// than turning into the default on the second pass.
+func TestSettingsIdempotent(t *testing.T) {
+	l := alloc.CurveLearner{Settle: -1, MinSample: 1}.Settings()
+	if l.Settle != 0 || l.Settings().Settle != 0 {
+		t.Fatalf("settle %v after Settings twice, want 0", l.Settings().Settle)
+	}
+	s, err := alloc.NewCurveState(1, 4, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// With no settle window, an interval right after a rescale is settled.
+	if err := l.Observe(s, alloc.CurveObs{Nodes: 1, Rate: 10, Duration: 5, Since: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Counts[0].Unsettled || s.Counts[0].Seconds[0] != 5 {
+		t.Fatalf("count %+v: want one settled sample of 5 s", s.Counts[0])
+	}
+}
