@@ -183,11 +183,11 @@ func (p *Pool) join(nodes []JoinNode, job string) {
 // submission before recording it.
 func (c Config) CheckSpec(s Spec) error {
 	curve := s.Curve
-	if !hasCurve(curve) {
-		if len(curve.Nodes) > 1 || c.Objective == alloc.Metric {
-			// Points given, none positive; or an objective only the
-			// user's values define.
-			return fmt.Errorf("submit %q: a curve with no positive throughput cannot be learned from (give none to learn it%s)", s.ID, map[bool]string{true: "; the metric objective needs one", false: ""}[c.Objective == alloc.Metric])
+	if len(curve.Nodes) == 0 || len(curve.Nodes) == 1 && curve.Nodes[0] == 0 {
+		// No curve: the pool learns it (learn.go), except under an
+		// objective only the user's values define.
+		if c.Objective == alloc.Metric {
+			return fmt.Errorf("submit %q: the metric objective needs a curve with the Trainer's metric (--curve, --metric)", s.ID)
 		}
 		curve = provisional(max(s.Max, 1))
 	}

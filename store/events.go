@@ -49,7 +49,7 @@ var inputKinds = []string{KindJoin, KindLeave, KindRelease, KindSubmit, KindCanc
 // and here.
 func Kinds() []string {
 	return append(slices.Clone(inputKinds), KindHook, KindKill, KindAdmit, KindRescale, KindPreempt, KindEnd,
-		KindStale, KindSolve, KindKept, KindAction, KindSync, KindIdle, KindError, KindCurve)
+		KindStale, KindSolve, KindKept, KindCurve, KindAction, KindSync, KindIdle, KindError)
 }
 
 // Event is one row of the history.
