@@ -231,21 +231,15 @@ func (p *Pool) setCount(t *Trainer) { t.Learn.Steady = p.now }
 
 // Observe records what a running Trainer achieved over an interval at a
 // constant count (the learner's CurveObs) and records a history change. A
-// Trainer that does not learn ignores it, and so does the learner an
-// interval that ends within its settle window after a rescale.
+// Trainer that does not learn ignores it. The learner discounts the part
+// of it within its settle window after a rescale (alloc.CurveLearner:
+// such a count is a lower bound until it is measured settled).
 func (p *Pool) Observe(id string, o alloc.CurveObs) error {
 	t, ok := p.byID[id]
 	if !ok {
 		return fmt.Errorf("observe %q: %w", id, ErrUnknownTrainer)
 	}
 	if t.Learn.Curve == nil {
-		return nil
-	}
-	if o.Since+o.Duration <= p.learner.Settle {
-		// Wholly inside the settle window after a rescale: the restart,
-		// not the rate. The learner would keep it as a loose bound while
-		// the count has nothing better, and a decision would act on it (a
-		// Trainer just grown would be shrunk by its own restart).
 		return nil
 	}
 	if err := p.learner.Observe(t.Learn.Curve, o); err != nil {
