@@ -183,12 +183,25 @@ func measured(t *Trainer) bool {
 	return false
 }
 
+// settledCount reports whether the learner has a sample of t taken past
+// a settle window.
+func settledCount(t *Trainer) bool {
+	for _, c := range t.Learn.Curve.Counts {
+		if len(c.Rates) > 0 && !c.Unsettled {
+			return true
+		}
+	}
+	return false
+}
+
 // planCurve is the curve the allocator sees for t.
 func (p *Pool) planCurve(t *Trainer) alloc.Curve {
 	switch {
 	case p.cfg.Curves == CurvesLinear:
 		return linearFrom(t.Curve)
-	case measured(t):
+	case measured(t) && (settledCount(t) || p.cfg.Curves == CurvesLearned || !hasCurve(t.Curve)):
+		// A given curve stands until a count is measured past its settle
+		// window: restarts alone are no reason to overrule the user.
 		_, c := p.estimate(t)
 		return c
 	case p.cfg.Curves == CurvesLearned || !hasCurve(t.Curve):

@@ -125,3 +125,32 @@ func TestLearnFromReports(t *testing.T) {
 		t.Fatalf("estimate after a reload %v, before %v", b, a)
 	}
 }
+
+// TestGivenCurveStandsUntilSettled: a Trainer submitted with a curve is
+// planned with it while its only measurements lie inside settle windows
+// (restarts), and with the learned estimate once one is settled.
+func TestGivenCurveStandsUntilSettled(t *testing.T) {
+	p := mustNew(t, pool.Config{TFwd: 100, Learner: alloc.CurveLearner{Settle: 30, MinSample: 1}})
+	p.Join(at(0), []string{"n1"}, "")
+	if err := p.Submit(at(0), pool.Spec{ID: "G", Min: 1, Max: 1, Curve: linear(1, 100)}); err != nil {
+		t.Fatal(err)
+	}
+	p.Admit()
+	decide(t, p)
+	for s := 0; s <= 20; s += 10 { // restarting: 5 samples/s
+		if err := p.Progress(at(s), "G", float64(5*s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := p.Problem().Trainers[0].Curve; alloc.Interp(c.Nodes, c.Throughput, 1) != 100 {
+		t.Fatalf("curve %+v while only restarts were measured: want the given 100/s", c)
+	}
+	for s := 30; s <= 90; s += 10 { // settled: 50 samples/s
+		if err := p.Progress(at(s), "G", float64(100+50*(s-20))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := alloc.Interp(p.Problem().Trainers[0].Curve.Nodes, p.Problem().Trainers[0].Curve.Throughput, 1); r >= 100 || r < 40 {
+		t.Fatalf("learned rate %v after settled reports of 50/s: want it between the measurement and the prior", r)
+	}
+}
