@@ -73,12 +73,23 @@ type CurveLearner struct {
 	// ProbeMinSD is the relative standard deviation below which a count is
 	// known and never probed (default 0.02).
 	ProbeMinSD float64
+
+	// filled is set by settings: the defaults are in, and a 0 is a 0 (a
+	// negative setting made it), not a default to fill in again.
+	filled bool
 }
 
 // DefaultCurveLearner returns the default settings, every field filled in.
 func DefaultCurveLearner() CurveLearner { return CurveLearner{}.settings() }
 
+// Settings returns l with every zero field replaced by its default.
+func (l CurveLearner) Settings() CurveLearner { return l.settings() }
+
 func (l CurveLearner) settings() CurveLearner {
+	if l.filled {
+		return l
+	}
+	l.filled = true
 	def := func(x *float64, d float64) {
 		switch {
 		case *x == 0 || math.IsNaN(*x):

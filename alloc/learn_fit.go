@@ -171,8 +171,14 @@ func (l CurveLearner) Estimate(s *CurveState) CurveEstimate {
 	// Anchors: the points the model is fitted to and corrected by — the
 	// measured counts with a positive rate or, with none, the prior's.
 	var anchors []fitPoint
+	settled := false
 	for _, m := range meas {
-		if m.rate > 0 {
+		settled = settled || m.rate > 0 && !m.unsettled
+	}
+	for _, m := range meas {
+		// A count known only from inside a settle window is a lower
+		// bound, not an anchor, once some count is settled.
+		if m.rate > 0 && !(settled && m.unsettled) {
 			anchors = append(anchors, fitPoint{n: m.nodes, rate: m.rate, sd: measuredSD(m, noise)})
 		}
 	}
@@ -223,6 +229,15 @@ func (l CurveLearner) Estimate(s *CurveState) CurveEstimate {
 				est.Points = append(est.Points, p)
 				lv = append(lv, math.Inf(-1))
 				continue
+			}
+			if settled && m.unsettled && !fromPrior && model.ok {
+				// A loose lower bound: where the settled counts'
+				// model predicts more, the model it is.
+				if v := math.Log(model.rate(float64(n))) + residualAt(anchors, resid, n); v > math.Log(m.rate) {
+					p.Source |= FromModel
+					acc.add(v, max(l.modelSD(model, anchors, n), unsettledSD))
+					break
+				}
 			}
 			acc.add(math.Log(m.rate), measuredSD(m, noise))
 		case !fromPrior && model.ok:

@@ -362,3 +362,58 @@ func TestCurvePriorIsCalibratedAndRefined(t *testing.T) {
 		}
 	}
 }
+
+// TestSettingsIdempotent: settings filled in once stay as they are when a
+// method fills them in again — a negative setting (none) stays 0 rather
+// than turning into the default on the second pass.
+func TestSettingsIdempotent(t *testing.T) {
+	l := alloc.CurveLearner{Settle: -1, MinSample: 1}.Settings()
+	if l.Settle != 0 || l.Settings().Settle != 0 {
+		t.Fatalf("settle %v after Settings twice, want 0", l.Settings().Settle)
+	}
+	s, err := alloc.NewCurveState(1, 4, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// With no settle window, an interval right after a rescale is settled.
+	if err := l.Observe(s, alloc.CurveObs{Nodes: 1, Rate: 10, Duration: 5, Since: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Counts[0].Unsettled || s.Counts[0].Seconds[0] != 5 {
+		t.Fatalf("count %+v: want one settled sample of 5 s", s.Counts[0])
+	}
+}
+
+// TestUnsettledIsALowerBound: a count measured only inside a settle window
+// (a restart) is a loose lower bound: below what the settled counts
+// predict there, the prediction stands; above, the measurement does.
+func TestUnsettledIsALowerBound(t *testing.T) {
+	l := alloc.CurveLearner{Settle: 30, MinSample: 10}
+	s, err := alloc.NewCurveState(1, 4, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 6 {
+		if err := l.Observe(s, alloc.CurveObs{Nodes: 1, Rate: 100 * (1 + 0.01*float64(k%3-1)), Duration: 10, Since: 30 + 10*float64(k)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Growing to 2: 10 s into its restart it has done a tenth of its rate.
+	if err := l.Observe(s, alloc.CurveObs{Nodes: 2, Rate: 20, Duration: 10, Since: 0}); err != nil {
+		t.Fatal(err)
+	}
+	e := l.Estimate(s)
+	r1, _ := e.At(1)
+	if r2, _ := e.At(2); r2 < r1 {
+		t.Fatalf("after a restart sample of 20/s at 2 nodes, the estimate there is %v, below 1 node's %v: a restart would shrink it back", r2, r1)
+	}
+	// One above the prediction is kept.
+	s2, _ := alloc.NewCurveState(1, 4, nil)
+	for k := range 6 {
+		l.Observe(s2, alloc.CurveObs{Nodes: 1, Rate: 100, Duration: 10, Since: 30 + 10*float64(k)})
+	}
+	l.Observe(s2, alloc.CurveObs{Nodes: 2, Rate: 260, Duration: 10, Since: 0})
+	if r2, _ := l.Estimate(s2).At(2); math.Abs(r2/260-1) > 0.01 {
+		t.Fatalf("an unsettled 260/s at 2 nodes, above the model's 200, estimated %v", r2)
+	}
+}

@@ -21,6 +21,10 @@ type Decision struct {
 	// Err is why the plan keeps the allocation instead of being the
 	// solver's: the solver failed, or its plan failed alloc.Check.
 	Err error
+	// Probes are the curve learner's probes offered to the solver, as
+	// optimistic curves in Problem (learn.go); a Trainer the plan gives
+	// exactly a probe's count is moved there to learn its rate.
+	Probes []Probe
 }
 
 // Propose decides for the pool now without changing it. The policy, the
@@ -53,6 +57,7 @@ func (p *Pool) Propose(ctx context.Context, s alloc.Solver, check bool) Decision
 		return d
 	}
 	d.Solved = true
+	d.Probes = p.explore(pr)
 	pl, err := s.Solve(ctx, pr)
 	if err == nil && check {
 		if cerr := alloc.Check(pr, pl); cerr != nil {
@@ -80,7 +85,7 @@ func (p *Pool) Decide(ctx context.Context, s alloc.Solver, check bool) (Decision
 		p.admitByValue(ctx, s)
 	}
 	d := p.Propose(ctx, s, check)
-	if err := p.Commit(d.Plan); err != nil {
+	if err := p.commit(d.Plan, d.Probes); err != nil {
 		return d, err
 	}
 	return d, nil
@@ -101,7 +106,7 @@ func (p *Pool) admitByValue(ctx context.Context, s alloc.Solver) {
 		t := p.queue[i]
 		pr := p.Problem()
 		pr.Trainers = append(pr.Trainers, alloc.Trainer{
-			ID: t.ID, Min: t.Min, Max: t.Max, Curve: t.Curve, Weight: t.Weight,
+			ID: t.ID, Min: t.Min, Max: t.Max, Curve: p.planCurve(t), Weight: t.Weight,
 			RUp: t.RescaleUp(), RDown: t.RescaleDown(), Remaining: remaining(t),
 		})
 		if pr.Size() == 0 {

@@ -136,6 +136,7 @@ func (p *Pool) leave(nodes []string, job string) {
 		p.record(Change{Kind: Left, Job: job, Nodes: left})
 	}
 	for _, t := range order {
+		p.setCount(t)
 		cost := t.RescaleDown() * t.Rate
 		p.charge(t, cost)
 		t.PreemptLoss += cost
@@ -181,8 +182,17 @@ func (p *Pool) join(nodes []JoinNode, job string) {
 // samples. Submit checks the same; front doors call it to refuse a bad
 // submission before recording it.
 func (c Config) CheckSpec(s Spec) error {
+	curve := s.Curve
+	if len(curve.Nodes) == 0 || len(curve.Nodes) == 1 && curve.Nodes[0] == 0 {
+		// No curve: the pool learns it (learn.go), except under an
+		// objective only the user's values define.
+		if c.Objective == alloc.Metric {
+			return fmt.Errorf("submit %q: the metric objective needs a curve with the Trainer's metric (--curve, --metric)", s.ID)
+		}
+		curve = provisional(max(s.Max, 1))
+	}
 	probe := alloc.Problem{Objective: c.Objective, Trainers: []alloc.Trainer{{
-		ID: s.ID, Min: s.Min, Max: s.Max, Curve: s.Curve, Weight: s.Weight, RUp: s.RUp, RDown: s.RDown,
+		ID: s.ID, Min: s.Min, Max: s.Max, Curve: curve, Weight: s.Weight, RUp: s.RUp, RDown: s.RDown,
 	}}}
 	if err := probe.Validate(); err != nil {
 		return fmt.Errorf("submit: %w", err)
@@ -206,6 +216,9 @@ func (p *Pool) Submit(at time.Time, s Spec) error {
 		s.Submit = p.now
 	}
 	t := &Trainer{Spec: s, Status: Queued}
+	if err := p.startLearning(t); err != nil {
+		return fmt.Errorf("submit %q: %w", s.ID, err)
+	}
 	p.queue = append(p.queue, t)
 	p.byID[s.ID] = t
 	p.record(Change{Kind: Submitted, Trainer: s.ID})
@@ -233,6 +246,7 @@ func (p *Pool) admit(i int) {
 	t := p.queue[i]
 	p.queue = slices.Delete(p.queue, i, i+1)
 	t.Status, t.Admitted = Running, p.now
+	p.setCount(t)
 	p.running = append(p.running, t)
 	p.record(Change{Kind: Admitted, Trainer: t.ID})
 }
@@ -270,8 +284,10 @@ func (p *Pool) End(at time.Time, id string, st Status, note string) error {
 }
 
 // Progress records a Trainer's own report of the samples it has
-// processed: it replaces the estimate. A Trainer that reports its target
-// is finished.
+// processed: it replaces the estimate, and the samples since its previous
+// report are an observation of its curve (learn.go). A Trainer that
+// reports its target is finished; one that has reported is never finished
+// on the pool's estimate (it ends by a report or by its workers' exit).
 func (p *Pool) Progress(at time.Time, id string, samples float64) error {
 	t, ok := p.byID[id]
 	if !ok {
@@ -284,6 +300,12 @@ func (p *Pool) Progress(at time.Time, id string, samples float64) error {
 	p.totals.Samples += samples - t.Done
 	t.Done = samples
 	p.record(Change{Kind: Reported, Trainer: id, Cost: 0, Note: fmt.Sprintf("%.0f samples", samples)})
+	if t.Status == Running {
+		p.reported(t, samples)
+	}
+	if t.Samples > 0 && samples >= t.Samples {
+		p.end(t, Finished, "reported its samples")
+	}
 	p.finishReached()
 	p.Admit()
 	return nil
@@ -309,7 +331,7 @@ func (p *Pool) Problem() *alloc.Problem {
 	}
 	for i, t := range p.running {
 		pr.Trainers[i] = alloc.Trainer{
-			ID: t.ID, Min: t.Min, Max: t.Max, Curve: t.Curve, Weight: t.Weight,
+			ID: t.ID, Min: t.Min, Max: t.Max, Curve: p.planCurve(t), Weight: t.Weight,
 			RUp: t.RescaleUp(), RDown: t.RescaleDown(), Held: held(i), Remaining: remaining(t),
 		}
 	}
@@ -317,12 +339,18 @@ func (p *Pool) Problem() *alloc.Problem {
 }
 
 // remaining is the samples a Trainer has left, the rescale cost it owes
-// included (0: no target).
+// included (0: no target). A Trainer that reports has at least one left
+// until a report says otherwise: the estimate between reports may pass its
+// target, but 0 would mean no target at all.
 func remaining(t *Trainer) float64 {
 	if t.Samples <= 0 {
 		return 0
 	}
-	return max(0, t.Samples-t.Done+t.PendingCost)
+	left := max(0, t.Samples-t.Done+t.PendingCost)
+	if reports(t) {
+		left = max(left, 1)
+	}
+	return left
 }
 
 // Commit applies a plan for the current Problem. An Optimal plan moves
@@ -330,7 +358,11 @@ func remaining(t *Trainer) float64 {
 // before the decision, charged at the next event; any other plan keeps
 // the nodes and books nothing. Either way every rate is recomputed from
 // the node count.
-func (p *Pool) Commit(pl *alloc.Plan) error {
+func (p *Pool) Commit(pl *alloc.Plan) error { return p.commit(pl, nil) }
+
+// commit is Commit, recording in the learning Trainers' ledgers the
+// decision and which of the probes offered it carried out.
+func (p *Pool) commit(pl *alloc.Plan, probes []Probe) error {
 	if len(pl.Trainers) != len(p.running) {
 		return fmt.Errorf("commit: %w: %d trainers in the plan, %d running", errStalePlan, len(pl.Trainers), len(p.running))
 	}
@@ -342,7 +374,7 @@ func (p *Pool) Commit(pl *alloc.Plan) error {
 	if pl.Status != alloc.Optimal {
 		for _, t := range p.running {
 			t.PendingCost = 0
-			t.Rate = t.Curve.SamplesPerSecond(len(t.Nodes), t.Min)
+			t.Rate = p.TrueRate(t)
 		}
 		p.record(Change{Kind: Undecided, Note: fmt.Sprintf("%s: %s", pl.Solver, pl.Note)})
 		return nil
@@ -350,6 +382,7 @@ func (p *Pool) Commit(pl *alloc.Plan) error {
 	if err := p.checkPlan(pl); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
+	p.decided(pl, probes)
 	// Releases first, so that growing Trainers can take released nodes.
 	for i, a := range pl.Trainers {
 		t := p.running[i]
@@ -378,20 +411,30 @@ func (p *Pool) Commit(pl *alloc.Plan) error {
 		}
 		from, to := a.From, len(t.Nodes)
 		cost := 0.0
+		truth := p.trueCurve(t)
 		switch {
 		case to > from:
-			cost = t.RescaleUp() * alloc.Interp(t.Curve.Nodes, t.Curve.Throughput, from)
+			cost = t.RescaleUp() * alloc.Interp(truth.Nodes, truth.Throughput, from)
 		case to < from:
-			cost = t.RescaleDown() * alloc.Interp(t.Curve.Nodes, t.Curve.Throughput, from)
+			cost = t.RescaleDown() * alloc.Interp(truth.Nodes, truth.Throughput, from)
 		}
 		t.PendingCost = cost
-		t.Rate = t.Curve.SamplesPerSecond(to, t.Min)
+		if to != from {
+			p.setCount(t)
+		}
+		t.Rate = p.TrueRate(t)
 		if to != from {
 			t.Rescales++
 			t.RescaleLoss += cost
 			p.totals.Rescales++
 			p.totals.RescaleLoss += cost
-			p.record(Change{Kind: Rescaled, Trainer: t.ID, From: from, To: to, Add: a.Add, Release: a.Release, Cost: cost})
+			ch := Change{Kind: Rescaled, Trainer: t.ID, From: from, To: to, Add: a.Add, Release: a.Release, Cost: cost}
+			for k := range probes {
+				if probes[k].Trainer == t.ID && probes[k].Nodes == to {
+					ch.Probe = &probes[k]
+				}
+			}
+			p.record(ch)
 		}
 	}
 	return nil

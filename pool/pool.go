@@ -35,8 +35,10 @@ const (
 	Rescaled  Kind = "rescale"  // a Trainer's node set changed by a decision
 	Ended     Kind = "end"      // a Trainer finished, failed or was cancelled
 	Reported  Kind = "progress" // a Trainer reported its progress
-	Undecided Kind = "kept"     // a decision kept the allocation (solver not optimal)
-	Moved     Kind = "move"     // a Trainer shrunk gracefully off nodes planned for a main job (SetPlan)
+	// CurveUpdated: the curve learner took an observation (Change.Obs).
+	CurveUpdated Kind = "curve"
+	Undecided    Kind = "kept" // a decision kept the allocation (solver not optimal)
+	Moved        Kind = "move" // a Trainer shrunk gracefully off nodes planned for a main job (SetPlan)
 )
 
 // Change is one thing that happened in the pool, for the history.
@@ -54,6 +56,8 @@ type Change struct {
 	Status  Status   // end: how it ended
 	Final   *Trainer // end: the Trainer's final state
 	Note    string
+	Obs     *alloc.CurveObs // curve: the observation
+	Probe   *Probe          // rescale: the learner's probe it carried out
 }
 
 // Pool is the idle pool. It is not safe for concurrent use.
@@ -68,6 +72,8 @@ type Pool struct {
 	totals  Totals
 	log     []Change
 	plan    map[string]plannedNode // the scheduler's plan (SetPlan); not State
+	learner alloc.CurveLearner     // cfg.Learner with its defaults
+	est     map[string]estCache    // learned estimates, by Trainer
 }
 
 // New returns a Pool with the given configuration and state (the zero
@@ -79,12 +85,19 @@ func New(cfg Config, st State) (*Pool, error) {
 	if cfg.Objective == "" {
 		cfg.Objective = alloc.Throughput
 	}
+	mode, err := ParseCurveMode(string(cfg.Curves))
+	if err != nil {
+		return nil, fmt.Errorf("load pool: %w", err)
+	}
+	cfg.Curves = mode
 	p := &Pool{
-		cfg:    cfg,
-		now:    st.Now,
-		nodes:  make(map[string]*Node, len(st.Nodes)),
-		byID:   make(map[string]*Trainer, len(st.Trainers)),
-		totals: st.Totals,
+		learner: cfg.Learner.Settings(),
+		est:     map[string]estCache{},
+		cfg:     cfg,
+		now:     st.Now,
+		nodes:   make(map[string]*Node, len(st.Nodes)),
+		byID:    make(map[string]*Trainer, len(st.Trainers)),
+		totals:  st.Totals,
 	}
 	for i := range st.Nodes {
 		n := st.Nodes[i]
@@ -112,6 +125,19 @@ func New(cfg Config, st State) (*Pool, error) {
 			continue // ended Trainers are history, not state
 		}
 		p.byID[t.ID] = &t
+		if t.Learn.Curve == nil {
+			// A state saved before learning, or built by a replay: the
+			// Trainer learns from now on.
+			if err := p.startLearning(&t); err != nil {
+				return nil, fmt.Errorf("load pool: trainer %q: %w", t.ID, err)
+			}
+		}
+		if t.Status == Running && t.Learn.Steady.IsZero() {
+			t.Learn.Steady = t.Admitted
+			if t.Admitted.IsZero() {
+				t.Learn.Steady = st.Now
+			}
+		}
 		for j, hn := range t.Nodes {
 			n, ok := p.nodes[hn.Name]
 			if !ok || n.State != Idle {
@@ -271,7 +297,7 @@ func (p *Pool) charge(t *Trainer, cost float64) {
 func (p *Pool) finishReached() {
 	for i := 0; i < len(p.running); {
 		t := p.running[i]
-		if t.Samples > 0 && t.Done >= t.Samples {
+		if t.Samples > 0 && t.Done >= t.Samples && !reports(t) {
 			p.finish(t)
 			continue
 		}
@@ -291,8 +317,13 @@ func (p *Pool) finish(t *Trainer) {
 // due reports whether a running Trainer's samples are reached now, to a
 // relative 1e-9 (its completion time is rounded to the nanosecond).
 func due(t *Trainer) bool {
-	return t.Samples > 0 && t.Done >= t.Samples*(1-1e-9)
+	return t.Samples > 0 && !reports(t) && t.Done >= t.Samples*(1-1e-9)
 }
+
+// reports reports whether t has sent a progress report: it then finishes
+// only by a report reaching its target or by its workers' exit, never on
+// the pool's estimate between reports.
+func reports(t *Trainer) bool { return t.Learn.Reports > 0 }
 
 // NextCompletion returns when the first running Trainer will reach its
 // samples if nothing changes (the rescale cost it owes, charged at the next
@@ -302,7 +333,7 @@ func (p *Pool) NextCompletion() (time.Time, bool) {
 	var first time.Time
 	found := false
 	for _, t := range p.running {
-		if t.Samples <= 0 || t.Rate <= 0 {
+		if t.Samples <= 0 || t.Rate <= 0 || reports(t) {
 			continue
 		}
 		left := t.Samples - t.Done + t.PendingCost
@@ -372,6 +403,7 @@ func (p *Pool) end(t *Trainer, st Status, note string) {
 		p.queue = slices.Delete(p.queue, i, i+1)
 	}
 	delete(p.byID, t.ID)
+	delete(p.est, t.ID)
 	final := *t
 	p.record(Change{Kind: Ended, Trainer: t.ID, Nodes: nodes, Status: st, Final: &final, Note: note})
 }

@@ -79,6 +79,8 @@ type Trainer struct {
 	// Measured are the rescale costs measured on its processes; with
 	// RUp and RDown as priors they make RescaleUp and RescaleDown.
 	Measured Costs
+	// Learn is what the pool learns of its scaling curve (learn.go).
+	Learn Learning
 }
 
 // NodeState is where a node is, as far as the pool knows.
@@ -119,6 +121,12 @@ type Config struct {
 	// notice (a live reconciler's interval and plan cache); 0 in a replay,
 	// which decides exactly then (NextMove).
 	PlanLead, PlanSlack time.Duration
+	// Curves is which curve the allocator sees (learn.go); "" is
+	// CurvesGiven.
+	Curves CurveMode
+	// Learner holds the curve learner's settings; the zero value is its
+	// default.
+	Learner alloc.CurveLearner
 }
 
 // State is the pool's whole state as plain data, for the store.
@@ -144,6 +152,9 @@ type Totals struct {
 	// Rescales (a Trainer's own RescaleLoss and Rescales include them).
 	Moves    int
 	MoveLoss float64
+	// Probes counts the rescales that were the curve learner's probes
+	// (learn.go), of Rescales.
+	Probes int
 	// Overshoot is the samples processed past a Trainer's target before
 	// the pool saw it finish (trimmed off Samples): work an event-driven
 	// replay books after the Trainer was done.

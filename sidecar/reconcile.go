@@ -614,7 +614,14 @@ func changeEvents(cs []pool.Change, now time.Time) (out []store.Event, ended []p
 		case pool.Rescaled:
 			e.Kind, e.Value, e.HasVal = store.KindRescale, c.Cost, true
 			e.Nodes = append(slices.Clone(c.Add), c.Release...)
-			e.Detail, _ = json.Marshal(map[string]any{"from": c.From, "to": c.To, "add": c.Add, "release": c.Release})
+			d := map[string]any{"from": c.From, "to": c.To, "add": c.Add, "release": c.Release}
+			if c.Probe != nil {
+				d["probe"] = c.Probe.Reason
+			}
+			e.Detail, _ = json.Marshal(d)
+		case pool.CurveUpdated:
+			e.Kind, e.Value, e.HasVal = store.KindCurve, c.Obs.Rate, true
+			e.Detail, _ = json.Marshal(map[string]any{"nodes": c.Obs.Nodes, "seconds": c.Obs.Duration, "since": c.Obs.Since})
 		case pool.Ended:
 			e.Kind = store.KindEnd
 			e.Detail, _ = json.Marshal(exitDetail{Status: c.Status, Note: c.Note})

@@ -23,6 +23,9 @@ type Preview struct {
 	Plan     *alloc.Plan
 	Pending  int // events folded here that no round has folded yet
 	SolveDur time.Duration
+	// Probes are the curve learner's probes the decision was offered
+	// (pool.Decision.Probes).
+	Probes []pool.Probe
 }
 
 // Preview computes a dry-run round with the configured solver, or the one
@@ -50,7 +53,7 @@ func (c *Core) Preview(ctx context.Context, solver string) (*Preview, error) {
 	if d.Err != nil {
 		return nil, d.Err
 	}
-	return &Preview{Pool: p, Problem: d.Problem, Plan: d.Plan, Pending: f.events, SolveDur: time.Since(start)}, nil
+	return &Preview{Pool: p, Problem: d.Problem, Plan: d.Plan, Pending: f.events, SolveDur: time.Since(start), Probes: d.Probes}, nil
 }
 
 // foldNow is the saved pool with the recorded events no round has folded

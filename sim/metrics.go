@@ -78,8 +78,14 @@ type Summary struct {
 	ReclaimsPlanned  int     `json:"reclaims_planned"`
 	ReclaimsSurprise int     `json:"reclaims_surprise"`
 	MoveLoss         float64 `json:"move_loss"`
-	Events           int     `json:"events"`
-	Between          int     `json:"between"`
+	// Curves is what the allocator knew of the curves (Options.Curves; omitted
+	// for given), CurveNoise the measurement noise when learned, Probes the
+	// rescales that were the learner's probes.
+	Curves     string  `json:"curves,omitempty"`
+	CurveNoise float64 `json:"curve_noise,omitempty"`
+	Probes     int     `json:"explore_rescales,omitempty"`
+	Events     int     `json:"events"`
+	Between    int     `json:"between"`
 	// What the inputs left out or could not line up: Trainers submitted before the
 	// first event replayed (admitted at t0) and after the last (never run); trace
 	// lines skipped and SWF jobs truncated (Trace.Skipped, Trace.Truncated).
@@ -169,6 +175,12 @@ func (r *replayer) result() *Result {
 	s.Utilisation = ratio(tot.UsedNodeSeconds, tot.IdleNodeSeconds)
 	s.Rescales, s.Reclaims = tot.Rescales, tot.Preemptions
 	s.ReclaimsPlanned, s.ReclaimsSurprise, s.MoveLoss = tot.Moves, tot.Preemptions, tot.MoveLoss
+	if m := r.opt.Curves; m != "" && m != pool.CurvesGiven {
+		s.Curves, s.Probes = string(m), tot.Probes
+		if r.meas != nil {
+			s.CurveNoise = r.meas.noise
+		}
+	}
 	s.Overshoot, s.Between = tot.Overshoot, r.midway
 	if r.opt.AutoAdmit {
 		s.Admission, s.MaxTrainers = "auto", 0

@@ -53,6 +53,13 @@ type Options struct {
 	// Check verifies every plan with alloc.Check before committing it (tests; slower);
 	// a plan that fails, or any solver error, then ends the replay with that error.
 	Check bool
+	// Curves is what the allocator knows of the curves (curves.go); "" is
+	// pool.CurvesGiven.
+	Curves pool.CurveMode
+	// CurveNoise is the relative standard deviation of each measured rate with
+	// pool.CurvesLearned; 0 means DefaultCurveNoise, < 0 none. CurveSeed seeds it.
+	CurveNoise float64
+	CurveSeed  uint64
 }
 
 // DefaultTFwd and DefaultMaxTrainers are the reference replayer's defaults (-Tfwd, -maxJ).
@@ -167,7 +174,13 @@ func Replay(ctx context.Context, tr *Trace, jobs []Job, opt Options) (*Result, e
 	if opt.AutoAdmit && opt.Semantics == alloc.Reference {
 		return nil, errors.New("replay: admission by value needs the default semantics (the reference admits up to maxJ)")
 	}
+	if _, err := pool.ParseCurveMode(string(opt.Curves)); err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
 	opt = opt.withDefaults(jobs)
+	if opt.Objective == alloc.Metric && opt.Curves != "" && opt.Curves != pool.CurvesGiven {
+		return nil, fmt.Errorf("replay: curves %s: the metric objective reads the user's own values, which cannot be learned or assumed (use the speedup objective)", opt.Curves)
+	}
 	r, err := newReplayer(tr, jobs, opt)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
@@ -189,6 +202,7 @@ type replayer struct {
 	done  []*pool.Trainer
 	steps *stepWriter
 	tl    *timelineRecorder
+	meas  *measurer // learned curves: the replay's measurements
 
 	events int // trace rows replayed, t0 included
 	midway int // moments between events the pool advanced to (completions, submits)
@@ -315,12 +329,15 @@ func (r *replayer) run(ctx context.Context) error {
 		return err
 	}
 	cfg := pool.Config{MaxTrainers: r.opt.MaxTrainers, AutoAdmit: r.opt.AutoAdmit, TFwd: r.opt.TFwd,
-		Objective: r.opt.Objective, Semantics: r.opt.Semantics}
+		Objective: r.opt.Objective, Semantics: r.opt.Semantics, Curves: r.opt.Curves}
 	p, err := pool.New(cfg, st)
 	if err != nil {
 		return err
 	}
 	r.p = p
+	if r.opt.Curves == pool.CurvesLearned {
+		r.meas = newMeasurer(p, r.opt)
+	}
 	if r.steps != nil {
 		if err := r.steps.header(); err != nil {
 			return err
@@ -363,6 +380,7 @@ func (r *replayer) run(ctx context.Context) error {
 			}
 			break
 		}
+		r.meas.observe(ev.Time)
 		p.Step(r.event(ev))
 		r.setPlan(ev.Time)
 		r.harvest()
@@ -453,6 +471,7 @@ func (r *replayer) between(ctx context.Context, next time.Time, event int) (floa
 		if !ok || !at.Before(next) {
 			return cost, nil
 		}
+		r.meas.observe(at)
 		r.p.Advance(at)
 		r.setPlan(at)
 		r.harvest()

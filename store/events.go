@@ -39,6 +39,7 @@ const (
 	KindSync    = "sync"    // a reconciliation with the scheduler's own view
 	KindIdle    = "idle"    // released nodes found exactly idle: they joined
 	KindError   = "error"   // an error swallowed (hooks fail open)
+	KindCurve   = "curve"   // the curve learner took an observation (value: samples/s; detail: nodes, seconds, since)
 )
 
 // inputKinds are folded into the pool state.
@@ -49,7 +50,7 @@ var inputKinds = []string{KindJoin, KindLeave, KindRelease, KindSubmit, KindCanc
 // and here.
 func Kinds() []string {
 	return append(slices.Clone(inputKinds), KindHook, KindKill, KindAdmit, KindRescale, KindPreempt, KindMove, KindEnd,
-		KindStale, KindSolve, KindKept, KindAction, KindSync, KindIdle, KindError)
+		KindStale, KindSolve, KindKept, KindCurve, KindAction, KindSync, KindIdle, KindError)
 }
 
 // Event is one row of the history.

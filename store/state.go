@@ -30,6 +30,9 @@ type specJSON struct {
 	// Measured are the rescale costs measured on its processes (the
 	// priors are the two above).
 	Measured pool.Costs `json:"measured,omitzero"`
+	// Learn is what the pool learnt of its curve (the curve above is
+	// the user's, a prior; empty when none was given).
+	Learn pool.Learning `json:"learn,omitzero"`
 }
 
 // Snapshot is the pool state as saved by the last reconciler round.
@@ -180,7 +183,7 @@ func queryTrainers(ctx context.Context, tx *sql.Tx, where string, args ...any) (
 		if err := json.Unmarshal([]byte(spec), &sj); err != nil {
 			return nil, fmt.Errorf("trainer %q spec: %w", t.ID, err)
 		}
-		t.Curve, t.Weight, t.RUp, t.RDown, t.Launch, t.Measured = sj.Curve, sj.Weight, sj.RUp, sj.RDown, sj.Launch, sj.Measured
+		t.Curve, t.Weight, t.RUp, t.RDown, t.Launch, t.Measured, t.Learn = sj.Curve, sj.Weight, sj.RUp, sj.RDown, sj.Launch, sj.Measured, sj.Learn
 		out = append(out, t)
 	}
 	return out, rows.Err()
@@ -344,7 +347,7 @@ func saveTrainers(ctx context.Context, tx *sql.Tx, r *Round) error {
 		if !ok {
 			launch = existing[t.ID]
 		}
-		spec, err := json.Marshal(specJSON{Curve: t.Curve, Weight: t.Weight, RUp: t.RUp, RDown: t.RDown, Launch: launch, Measured: t.Measured})
+		spec, err := json.Marshal(specJSON{Curve: t.Curve, Weight: t.Weight, RUp: t.RUp, RDown: t.RDown, Launch: launch, Measured: t.Measured, Learn: t.Learn})
 		if err != nil {
 			return err
 		}

@@ -30,6 +30,8 @@ commands:
            workloads (issue 12's table), and the paired-start sweep
   plan     hps-1000J on Theta 2022 re-simulated (EASY), the scheduler's
            plan off, on, and wrong (walltimes ×2): graceful moves vs kills
+  curves   makespan with the curves given, learned online and assumed
+           linear (issue 13), on Summit with three workloads
   hook     time the real binary as a scheduler hook, exec to exit; then a
            burst of 1,000 at once on busy cores: none lost, none twice
   rescale  seconds a real torchrun Trainer loses per scale-up, scale-down
@@ -43,7 +45,7 @@ Run "bftrainer-bench <command> -h" for a command's flags.
 `
 
 // allCommands are the commands "all" runs, in order: add yours.
-var allCommands = []string{"alloc", "replay", "yield", "plan", "hook", "rescale", "slurm", "reclaim"}
+var allCommands = []string{"alloc", "replay", "yield", "plan", "curves", "hook", "rescale", "slurm", "reclaim"}
 
 // errUsage marks a command-line mistake: exit status 2.
 var errUsage = errors.New("usage")
@@ -77,6 +79,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return (&yieldCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "plan":
 		return (&planCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
+	case "curves":
+		return (&curvesCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "hook":
 		return (&hookCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "rescale":

@@ -37,6 +37,10 @@ type Config struct {
 		Solver          string   `toml:"solver"`
 		SolverTimeLimit Duration `toml:"solver_time_limit"`
 		SolverPath      string   `toml:"solver_path"`
+		// CurveSettle and CurveSample are the curve learner's Settle and
+		// MinSample (alloc.CurveLearner), seconds.
+		CurveSettle float64 `toml:"curve_settle"`
+		CurveSample float64 `toml:"curve_sample"`
 	} `toml:"pool"`
 	Hooks struct {
 		Deadline        Duration `toml:"deadline"`
@@ -154,6 +158,8 @@ func defaults() Config {
 	c.Admins = []string{}
 	c.Pool.MaxTrainers = 10
 	c.Pool.TFwd = 10
+	c.Pool.CurveSettle = 30
+	c.Pool.CurveSample = 60
 	c.Pool.Objective = "throughput"
 	c.Pool.Semantics = "default"
 	c.Pool.Solver = "adaptive"
@@ -280,6 +286,9 @@ func (c *Config) validate() error {
 	}
 	if c.Pool.TFwd < 0 || c.Pool.TFwd != c.Pool.TFwd {
 		errs = append(errs, fmt.Errorf("pool.tfwd: %v, want ≥ 0 seconds", c.Pool.TFwd))
+	}
+	if !(c.Pool.CurveSettle >= 0) || !(c.Pool.CurveSample > 0) {
+		errs = append(errs, fmt.Errorf("pool.curve_settle %v, pool.curve_sample %v: want seconds ≥ 0 and > 0", c.Pool.CurveSettle, c.Pool.CurveSample))
 	}
 	if _, err := alloc.ParseObjective(c.Pool.Objective); err != nil {
 		errs = append(errs, fmt.Errorf("pool.objective: %w", err))
@@ -476,4 +485,14 @@ every key. An unknown key, or a value that does not validate, is an error.
 			return writeTOML(c.App.Writer, cfg)
 		},
 	}
+}
+
+// learner is the curve learner's settings from [pool] (a setting of 0
+// seconds is none: alloc.CurveLearner reads a negative one as 0).
+func (c Config) learner() alloc.CurveLearner {
+	l := alloc.CurveLearner{Settle: c.Pool.CurveSettle, MinSample: c.Pool.CurveSample}
+	if l.Settle == 0 {
+		l.Settle = -1
+	}
+	return l
 }

@@ -40,7 +40,7 @@ func options(cfg Config, log *log.Logger) sidecar.Options {
 		JournalFallback: cfg.JournalFallback,
 		Spool:           cfg.Spool,
 		RunnerState:     cfg.Trainer.StateDir,
-		Pool:            pool.Config{MaxTrainers: cfg.Pool.MaxTrainers, TFwd: cfg.Pool.TFwd, Objective: obj, Semantics: sem},
+		Pool:            pool.Config{MaxTrainers: cfg.Pool.MaxTrainers, TFwd: cfg.Pool.TFwd, Objective: obj, Semantics: sem, Learner: cfg.learner()},
 		Solvers:         solvers(),
 		Solver:          cfg.Pool.Solver,
 		SolverSettings: sidecar.SolverSettings{

@@ -158,8 +158,10 @@ func TestElasticTrainer(t *testing.T) {
 	// The samples the pool counts are those trained: the last report is
 	// train.py's final count, which reached the target; the Trainer ended
 	// by itself (its workers' exit), not on the pool's estimate. (The pool
-	// is given no --samples: it would end the Trainer, and stop its
-	// workers, as soon as the estimate between two reports reached it.)
+	// is given no --samples. A Trainer that reports is no longer ended on
+	// the estimate between its reports — pool's
+	// TestReportingTrainerNotEndedByEstimate — but a --samples here would
+	// let its final report end it, racing its workers' own exit.)
 	reports, err := db.Events(ctx, store.Filter{Trainer: a, Kinds: []string{store.KindProgress}})
 	if err != nil || len(reports) == 0 {
 		t.Fatalf("progress reports: %v %v", reports, err)

@@ -30,6 +30,11 @@ and nothing is started or stopped.
 				return err
 			}
 			why := alloc.Explain(pv.Problem, pv.Plan)
+			for i, a := range pv.Plan.Trainers {
+				if w := learnedWhy(pv, a); w != "" {
+					why[i] += "; " + w
+				}
+			}
 			solveMs := float64(pv.SolveDur.Microseconds()) / 1000
 			format := c.String("format")
 			if format == fmtJSON {
@@ -91,4 +96,38 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// learnedWhy explains what a decision knew of a learning Trainer's curve:
+// a probe it was offered (taken or not), or how sure the learned rate at
+// its planned count is. Empty for a Trainer planned on its given curve.
+func learnedWhy(pv *sidecar.Preview, a alloc.Assignment) string {
+	for _, pb := range pv.Probes {
+		if pb.Trainer != a.ID {
+			continue
+		}
+		if a.To == pb.Nodes {
+			return "exploring: " + pb.Reason
+		}
+		return "not exploring (" + pb.Reason + ": the plan found a better use)"
+	}
+	e, ok := pv.Pool.Estimate(a.ID)
+	if !ok || !e.Known() || a.To == 0 {
+		return ""
+	}
+	measured := false
+	for _, p := range e.Points {
+		measured = measured || p.Source&alloc.FromMeasured != 0
+	}
+	if !measured {
+		return ""
+	}
+	r, sd := e.At(a.To)
+	src := "interpolated"
+	for _, p := range e.Points {
+		if p.Nodes == a.To {
+			src = p.Source.String()
+		}
+	}
+	return fmt.Sprintf("learned curve: %.4g samples/s ±%.0f %% at %d nodes (%s)", r, 100*sd, a.To, src)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/bftrainer/bftrainer/alloc"
 	"github.com/bftrainer/bftrainer/alloc/milp"
+	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/sidecar"
 	"github.com/bftrainer/bftrainer/sim"
 )
@@ -85,6 +86,9 @@ workloads). A progress bar is drawn on stderr when it is a terminal.`,
 			&cli.IntFlag{Name: "from-event", DefaultText: "the last event at or before the first submit", Usage: "start at trace event `N`"},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "`SEED` of the generated trace and built-in workload"},
 			&cli.IntFlag{Name: "trainers", Value: demoTrainers, Usage: "`N` Trainers in the built-in workload"},
+			choiceFlag("curves", "MODE", []string{"given", "learned", "linear"}, "given",
+				"what the allocator knows of the curves: the workload's, learned from the throughput measured at the counts each Trainer ran (accounting on the true curves), or linear from the one-node throughput"),
+			&cli.Float64Flag{Name: "curve-noise", Value: sim.DefaultCurveNoise, Usage: "relative standard deviation (`FRACTION`) of each measured throughput with --curves learned (seeded by --seed)"},
 		},
 		Action: func(c *cli.Context) error {
 			tr, jobs, err := replayInputs(c)
@@ -186,6 +190,13 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 	if err != nil {
 		return usageError{err}
 	}
+	curveNoise := c.Float64("curve-noise")
+	if !(curveNoise >= 0) || curveNoise > 1 {
+		return usagef("--curve-noise %v: want a fraction in [0, 1]", curveNoise)
+	}
+	if curveNoise == 0 {
+		curveNoise = -1 // none (sim reads 0 as its default)
+	}
 	tfwd := c.Float64("tfwd")
 	if !(tfwd > 0) || math.IsInf(tfwd, 1) {
 		return usagef("--tfwd %v: want a number of seconds > 0", tfwd)
@@ -219,7 +230,8 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 		if out != "" && len(ss) > 1 {
 			dir = filepath.Join(out, names[i])
 		}
-		opt := sim.Options{Solver: s, Semantics: sem, TFwd: tfwd, MaxTrainers: maxJ, AutoAdmit: auto, Plan: c.String("plan") == "on"}
+		opt := sim.Options{Solver: s, Semantics: sem, TFwd: tfwd, MaxTrainers: maxJ, AutoAdmit: auto, Plan: c.String("plan") == "on",
+			Curves: pool.CurveMode(c.String("curves")), CurveNoise: curveNoise, CurveSeed: c.Uint64("seed")}
 		if isTerminal(c.App.ErrWriter) {
 			opt.Progress = sim.ProgressBar(c.App.ErrWriter, "replay "+names[i])
 		}

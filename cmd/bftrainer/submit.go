@@ -31,7 +31,10 @@ rescales it as nodes come and go. Example:
 
 --curve is nodes:samples-per-second pairs measured at fixed sizes; values
 between are interpolated, and the Trainer never gets more nodes than the
-last pair. --rescale-up/--rescale-down are the seconds of progress a
+last pair. It is optional: without it (give --max) the pool learns the
+curve from the Trainer's own progress reports (bftrainer progress, sent by
+contrib/trainer/train.py), and with it the given curve is a prior that the
+measurements refine; bftrainer trainer show prints what was learned. --rescale-up/--rescale-down are the seconds of progress a
 scale-up or scale-down costs (measure them; contrib/trainer shows how);
 with --launcher elastic they are priors, replaced by what the launcher
 measures on every rescale. The Trainer is yours: its processes run as you, and only you (or root) may
@@ -41,7 +44,7 @@ cancel it.`,
 			choiceFlag("launcher", "NAME", trainer.Kinds(), trainer.Torchrun, "how its processes are started"),
 			&cli.IntFlag{Name: "min", Value: 1, Usage: "fewest `NODES` it can run on"},
 			&cli.IntFlag{Name: "max", Usage: "most `NODES` it can use", DefaultText: "the curve's last point"},
-			&cli.StringFlag{Name: "curve", Usage: "scaling curve `N:RATE,…` (samples/s at N nodes; required)"},
+			&cli.StringFlag{Name: "curve", Usage: "scaling curve `N:RATE,…` (samples/s at N nodes), a prior; without it the pool learns the curve from the Trainer's progress"},
 			&cli.StringFlag{Name: "metric", Usage: "optional admin metric at the same node counts `N:VALUE,…` (objective \"metric\")"},
 			&cli.Float64Flag{Name: "rescale-up", Usage: "`SECONDS` of progress lost per scale-up"},
 			&cli.Float64Flag{Name: "rescale-down", Usage: "`SECONDS` of progress lost per scale-down or reclaim"},
@@ -69,17 +72,24 @@ cancel it.`,
 // submitRequest reads the flags into a submission; the core checks it.
 func submitRequest(c *cli.Context) (sidecar.SubmitRequest, error) {
 	var req sidecar.SubmitRequest
-	if err := requireFlag(c, "curve"); err != nil {
-		return req, err
+	if !c.IsSet("curve") && !c.IsSet("max") {
+		return req, withHint(usagef("trainer submit: give --max (and --curve if you know it)"),
+			"without --curve the pool learns the curve from the Trainer's progress reports")
 	}
 	if c.NArg() == 0 {
 		return req, usagef("trainer submit: give the program after --, e.g. -- /usr/bin/python3 train.py")
 	}
-	curve, err := parseCurve(c.String("curve"))
-	if err != nil {
-		return req, usageError{err}
+	var curve alloc.Curve
+	if c.IsSet("curve") {
+		var err error
+		if curve, err = parseCurve(c.String("curve")); err != nil {
+			return req, usageError{err}
+		}
 	}
 	if m := c.String("metric"); m != "" {
+		if !c.IsSet("curve") {
+			return req, usagef("--metric needs --curve (the same node counts)")
+		}
 		mc, err := parseCurve(m)
 		if err != nil {
 			return req, usageError{fmt.Errorf("metric: %w", err)}

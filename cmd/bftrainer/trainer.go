@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -59,7 +60,7 @@ func listAction(c *cli.Context, core *sidecar.Core, _ Config) error {
 	return t.write(c.App.Writer, c.String("format"))
 }
 
-func showAction(c *cli.Context, core *sidecar.Core, _ Config) error {
+func showAction(c *cli.Context, core *sidecar.Core, cfg Config) error {
 	id, err := trainerArg(c)
 	if err != nil {
 		return err
@@ -81,7 +82,11 @@ func showAction(c *cli.Context, core *sidecar.Core, _ Config) error {
 	fmt.Fprintf(w, "name:          %s\nowner:         %s\nstatus:        %s\nlauncher:      %s\n", tr.ID, tr.Owner, status, tr.Launch.Launcher)
 	fmt.Fprintf(w, "command:       %s\nworkdir:       %s\n", strings.Join(spec.Argv, " "), spec.Workdir)
 	fmt.Fprintf(w, "nodes:         %d %s (bounds %d..%d)\n", len(tr.Nodes), names.CompressHostlist(alloc.Names(tr.Nodes)), tr.Min, tr.Max)
-	fmt.Fprintf(w, "curve:         %s\n", formatCurve(tr.Curve))
+	given := formatCurve(tr.Curve)
+	if given == "" {
+		given = "none given: learned from its progress"
+	}
+	fmt.Fprintf(w, "curve:         %s\n", given)
 	fmt.Fprintf(w, "rescale cost:  %s\n", formatCosts(tr.Trainer))
 	fmt.Fprintf(w, "progress:      %.0f of %.0f samples, %.4g samples/s now\n", tr.Done, tr.Samples, tr.Rate)
 	fmt.Fprintf(w, "losses:        %.0f samples in %d rescales, %.0f in %d reclaims\n", tr.RescaleLoss, tr.Rescales, tr.PreemptLoss, tr.Preemptions)
@@ -93,7 +98,31 @@ func showAction(c *cli.Context, core *sidecar.Core, _ Config) error {
 	if !tr.Ended.IsZero() {
 		fmt.Fprintf(w, "ended:         %s\n", tr.Ended.UTC().Format(time.RFC3339))
 	}
+	if s := tr.Learn.Curve; s != nil {
+		writeLearned(w, cfg.learner().Estimate(s), tr.Learn.Reports)
+	}
 	return nil
+}
+
+// writeLearned prints a learned curve: a summary line, then one row per
+// point: its node count, rate, relative SD, what it rests on, and for a
+// measured count the samples and settled seconds behind it.
+func writeLearned(w io.Writer, e alloc.CurveEstimate, reports int) {
+	measured := 0
+	for _, p := range e.Points {
+		if p.Source&alloc.FromMeasured != 0 {
+			measured++
+		}
+	}
+	if !e.Known() {
+		fmt.Fprintf(w, "learned:       nothing yet (%d progress reports; planned as 1 sample/s per node)\n", reports)
+		return
+	}
+	fmt.Fprintf(w, "learned:       %d counts measured, noise %.1f %% per sample, %d progress reports\n", measured, 100*e.Noise, reports)
+	fmt.Fprintf(w, "  nodes  samples/s  sd_%%   source            samples  seconds\n")
+	for _, p := range e.Points {
+		fmt.Fprintf(w, "  %-5d  %-9.4g  %-5.1f  %-16s  %-7.3g  %.0f\n", p.Nodes, p.Rate, 100*p.SD, p.Source, p.Samples, p.Seconds)
+	}
 }
 
 // formatCosts is the R_up and R_down the allocator uses, and where they

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/trainer/trainertest"
+)
+
+// TestTorchrunLearnsCurve: a real torchrun Trainer over the loopback sshd,
+// submitted without a curve, is planned by what it measures. It starts on
+// one node (nothing known), its progress reports (train.py, through the
+// launcher's environment) teach the pool its one-node rate; a second node
+// joins and the learned estimate grows it there; its reports teach the
+// two-node rate. The learned rate at each count it ran is within 15 % of
+// the throughput its own progress log shows there (steps after the settle
+// window, rank 0's job-wide samples over time).
+func TestTorchrunLearnsCurve(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a real elastic torchrun job (under a minute)")
+	}
+	trainertest.NeedTorch(t)
+	root := trainertest.RepoRoot(t)
+	const settle, sample = 8.0, 2.0
+	e := newTrainerEnv(t, "ssh", 2, fmt.Sprintf("allow_root_owner = true\n[trainer.launcher.torchrun]\ncommand = [\"/usr/bin/python3\", %q]\nstore_ports = \"@STORE_PORTS@\"\n[pool]\ncurve_settle = %g\ncurve_sample = %g\n",
+		filepath.Join(root, "contrib/trainer/fast_torchrun.py"), settle, sample))
+	tr := uniq("lc")
+	killLeftovers(t, tr)
+	log := filepath.Join(e.work, "progress.log")
+	learner := alloc.CurveLearner{Settle: settle, MinSample: sample}
+	db := e.openDB(t)
+	ctx := context.Background()
+
+	e.run(t, "node", "join", "n1")
+	e.run(t, "trainer", "submit", "--name", tr, "--min", "1", "--max", "2", "--workdir", e.work,
+		"--env", "PYTHONDONTWRITEBYTECODE=1", "--env", "BFTRAINER_PROGRESS_INTERVAL=1", "--",
+		"/usr/bin/python3", filepath.Join(root, "contrib/trainer/train.py"), "--steps", "100000",
+		"--ckpt-dir", filepath.Join(e.work, "ckpt"), "--log", log, "--sleep", "0.1", "--print-every", "0", "--pg-timeout", "10")
+
+	// settled waits, running a reconciler round a second, until the
+	// learner holds k settled samples at n nodes.
+	settled := func(n, k int) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			e.run(t, "reconcile", "--no-scheduler")
+			row, ok, err := db.Trainer(ctx, tr)
+			if err != nil || !ok {
+				t.Fatal(ok, err)
+			}
+			if s := row.Learn.Curve; s != nil {
+				for _, c := range s.Counts {
+					if c.Nodes == n && !c.Unsettled && len(c.Rates) >= k {
+						return
+					}
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %d settled samples at %d nodes within 60 s; learned %s", k, n, row.Learn)
+			}
+			time.Sleep(time.Second)
+		}
+	}
+	settled(1, 3)
+	e.run(t, "node", "join", "n2")
+	settled(2, 3)
+	e.run(t, "trainer", "cancel", tr)
+
+	row, _, err := db.Trainer(ctx, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	est := learner.Estimate(row.Learn.Curve)
+	show := e.run(t, "trainer", "show", tr)
+	t.Logf("trainer show:\n%s", show)
+	measured := measuredRates(readSteps(t, log), settle)
+	for _, n := range []int{1, 2} {
+		got, sd := est.At(n)
+		want, ok := measured[n]
+		if !ok {
+			t.Fatalf("the progress log shows no settled steps at world %d", n)
+		}
+		t.Logf("%d nodes: learned %.1f samples/s ±%.1f %%, measured %.1f (%+.1f %%)", n, got, 100*sd, want, 100*(got/want-1))
+		if math.Abs(got/want-1) > 0.15 {
+			t.Errorf("%d nodes: learned %.1f samples/s, the log shows %.1f: more than 15 %% apart", n, got, want)
+		}
+	}
+}
+
+// measuredRates is the throughput a progress log shows at each world size:
+// rank 0's job-wide samples over time, per run at one world, from settle
+// seconds after the run's first step to its last, pooled over runs by
+// time.
+func measuredRates(steps []trainertest.Step, settle float64) map[int]float64 {
+	type acc struct{ samples, seconds float64 }
+	sum := map[int]*acc{}
+	var first, last *trainertest.Step
+	flush := func() {
+		if first == nil || last == nil || !last.At.After(first.At) {
+			return
+		}
+		a := sum[first.World]
+		if a == nil {
+			a = &acc{}
+			sum[first.World] = a
+		}
+		a.samples += last.Samples - first.Samples
+		a.seconds += last.At.Sub(first.At).Seconds()
+	}
+	var runStart time.Time
+	world := -1
+	for i := range steps {
+		s := &steps[i]
+		if s.Rank != 0 || s.Done {
+			continue
+		}
+		if s.World != world {
+			flush()
+			first, last, world, runStart = nil, nil, s.World, s.At
+		}
+		if s.At.Sub(runStart).Seconds() < settle {
+			continue
+		}
+		if first == nil {
+			first = s
+		}
+		last = s
+	}
+	flush()
+	out := map[int]float64{}
+	for n, a := range sum {
+		if a.seconds > 0 {
+			out[n] = a.samples / a.seconds
+		}
+	}
+	return out
+}
