@@ -121,6 +121,11 @@ type Core struct {
 	o       Options
 	solver  alloc.Solver // built on first use
 	journal *journal.Journal
+
+	// Tests: in place of the journal's Write and WriteFallback, and the
+	// fallback's grace at a hook's deadline (0: HookDeadline).
+	write, writeFallback func(journal.Record) (journal.Written, error)
+	fallbackGrace        time.Duration
 }
 
 // New builds the core; it fails only on an unknown solver.
