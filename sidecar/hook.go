@@ -43,7 +43,15 @@ type KillResult struct {
 // returns within the hook deadline: whatever happens inside (a bad
 // environment, an unreadable configuration, a full or read-only journal,
 // a panic), the error goes to the hook log, and to the history when it can,
-// and the scheduler's job is never delayed, failed or drained by us. A
+// and the scheduler's job is never delayed, failed or drained by us. Nor
+// is the event lost: when the deadline passes after the call's record is
+// prepared but before the journal took it (its filesystem hung, the
+// process starved), Hook writes the same record (same ID) to the fallback
+// before it returns, and when the fallback does not take it within a
+// second HookDeadline (none configured, full, hung too) logs it whole,
+// to be put back by hand; the hung write may still land, and the record
+// is ingested once, by its ID. So Hook returns within HookDeadline, twice
+// it at most when the record is still to be saved at the deadline. A
 // hook never opens the database: no reader of it can delay a hook. env
 // is the hook's environment; args are its arguments after `bftrainer hook`
 // (a registered scheduler's name first, optionally; see hooks.Input).
