@@ -46,6 +46,12 @@
 // another filesystem (e.g. /run/bftrainer/journal, a tmpfs), with the same
 // rules. Write takes no lock, waits on no other process and touches no
 // file that anyone outside root and the directory's group can open.
+// WriteFallback writes a record to Fallback only: for a hook whose Write
+// has not returned by its deadline (Dir's filesystem hung, the process
+// starved), with the ID Write was given, so that the record is safe before
+// the hook exits; Write may still land it in Dir too, and the two copies
+// are one record to Ingest (below). Fallback is best a tmpfs: it cannot
+// hang on a device.
 //
 // Durability: a record is not fsynced by default (Sync false). It
 // survives the hook's crash or kill -9 and the reconciler's at once — it

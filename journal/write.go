@@ -44,6 +44,33 @@ func (j *Journal) Write(r Record) (Written, error) {
 	return w, errors.Join(errs...)
 }
 
+// WriteFallback puts r in Fallback only, and returns once it is there:
+// for a hook whose Write has not returned by its deadline (the journal's
+// filesystem hung, the process starved), so that the record is safe
+// before the process exits. r must carry the ID its Write chose (Write
+// keeps a non-zero one): the same record in both directories, or written
+// twice, is ingested once, by ID. Without a Fallback, or a zero ID, it
+// writes nothing and says so.
+func (j *Journal) WriteFallback(r Record) (Written, error) {
+	w := Written{ID: r.ID}
+	if r.ID == (ID{}) {
+		return w, errors.New("journal: fallback write of a record without its id")
+	}
+	if j.Fallback == "" {
+		return w, errors.New("journal: no fallback configured")
+	}
+	b, err := encode(&r)
+	if err != nil {
+		return w, err
+	}
+	path, err := writeFile(j.Fallback, r.ID, recordName(r.At, r.ID), b, j.Sync)
+	if err != nil {
+		return w, fmt.Errorf("journal %s: %w", j.Fallback, err)
+	}
+	w.Path = path
+	return w, nil
+}
+
 // writeFile writes b under a temporary name in dir, then renames it to
 // name. The temporary file is created exclusively and without following
 // links; nothing else in dir is opened. Plain system calls: an os.File

@@ -91,7 +91,7 @@ type Options struct {
 	// reclaim or a release; nil: a service picks the events up.
 	Trigger func() error
 
-	HookDeadline time.Duration // a hook returns within it; 0: 2s
+	HookDeadline time.Duration // a hook returns within it (twice it when its record is still to be saved then; see Hook); 0: 2s
 	IdleWait     time.Duration // how long released nodes may take to be exactly idle
 	// StartCheck: a round asks the scheduler about a node it is about to
 	// start a Trainer on when the node's last event is older than this
@@ -127,6 +127,11 @@ type Core struct {
 	o       Options
 	solver  alloc.Solver // built on first use
 	journal *journal.Journal
+
+	// Tests: in place of the journal's Write and WriteFallback, and the
+	// fallback's grace at a hook's deadline (0: HookDeadline).
+	write, writeFallback func(journal.Record) (journal.Written, error)
+	fallbackGrace        time.Duration
 }
 
 // New builds the core; it fails only on an unknown solver.

@@ -43,7 +43,15 @@ type KillResult struct {
 // returns within the hook deadline: whatever happens inside (a bad
 // environment, an unreadable configuration, a full or read-only journal,
 // a panic), the error goes to the hook log, and to the history when it can,
-// and the scheduler's job is never delayed, failed or drained by us. A
+// and the scheduler's job is never delayed, failed or drained by us. Nor
+// is the event lost: when the deadline passes after the call's record is
+// prepared but before the journal took it (its filesystem hung, the
+// process starved), Hook writes the same record (same ID) to the fallback
+// before it returns, and when the fallback does not take it within a
+// second HookDeadline (none configured, full, hung too) logs it whole,
+// to be put back by hand; the hung write may still land, and the record
+// is ingested once, by its ID. So Hook returns within HookDeadline, twice
+// it at most when the record is still to be saved at the deadline. A
 // hook never opens the database: no reader of it can delay a hook. env
 // is the hook's environment; args are its arguments after `bftrainer hook`
 // (a registered scheduler's name first, optionally; see hooks.Input).
@@ -83,14 +91,14 @@ func (c *Core) Hook(ctx context.Context, env hooks.Env, args []string) {
 		err   error
 	}
 	done := make(chan result, 1)
-	var recorded atomic.Bool
+	p := new(progress)
 	go func() {
 		defer func() {
 			if r := recover(); r != nil {
 				done <- result{"", fmt.Errorf("panic: %v\n%s", r, debug.Stack())}
 			}
 		}()
-		label, err := c.hook(ctx, env, args, started, &recorded)
+		label, err := c.hook(ctx, env, args, started, p)
 		done <- result{label, err}
 	}()
 	label := strings.Join(append([]string{"hook"}, args...), " ")
@@ -115,16 +123,70 @@ func (c *Core) Hook(ctx context.Context, env hooks.Env, args []string) {
 		case r := <-done:
 			report(r)
 		default:
-			if !recorded.Load() {
+			if !p.quiet.Load() {
 				c.o.HookLog.Printf("%s: deadline %v exceeded; exiting 0 to leave the scheduler's job alone", label, c.o.HookDeadline)
 			}
+			c.rescue(label, p)
 		}
 	}
 }
 
+// progress is how far a call's work has gone, for Hook at its deadline.
+type progress struct {
+	rec     atomic.Pointer[journal.Record] // the call's record, once prepared (events built, ID chosen)
+	written atomic.Bool                    // the journal (or its fallback) took rec
+	quiet   atomic.Bool                    // rec is written and nothing is left to log
+}
+
+// rescue saves the call's record at the deadline when it is prepared but
+// its write has not returned (the journal's filesystem hung, the process
+// starved): the same record, same ID, goes to the fallback, and when the
+// fallback cannot take it within the grace (HookDeadline again) — none
+// configured, full, hung too — the whole record goes to the hook log, to
+// be put back by hand. The write still under way may land too: ingestion
+// is by ID, and the record is recorded once. A call with no record
+// prepared yet has no event to save: the deadline's line says so.
+func (c *Core) rescue(label string, p *progress) {
+	rec := p.rec.Load()
+	if rec == nil || p.written.Load() {
+		return
+	}
+	write := c.writeFallback
+	if write == nil {
+		write = c.journal.WriteFallback
+	}
+	grace := c.fallbackGrace
+	if grace <= 0 {
+		grace = c.o.HookDeadline
+	}
+	type result struct {
+		w   journal.Written
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		w, err := write(*rec)
+		done <- result{w, err}
+	}()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	var err error
+	select {
+	case r := <-done:
+		if r.err == nil {
+			c.o.HookLog.Printf("%s: record hook: the journal had not taken the record by the deadline; recorded in the fallback, %s", label, r.w.Path)
+			return
+		}
+		err = r.err
+	case <-t.C:
+		err = fmt.Errorf("the journal had not taken the record by the deadline, nor the fallback %v later", grace)
+	}
+	c.o.HookLog.Printf("%s: %v", label, lostRecord(*rec, err))
+}
+
 // hook is Hook's work: decode, act, record, trigger. label names the call
-// for the log; recorded is set once the call's record is written.
-func (c *Core) hook(ctx context.Context, env hooks.Env, args []string, started time.Time, recorded *atomic.Bool) (label string, err error) {
+// for the log; p follows its record.
+func (c *Core) hook(ctx context.Context, env hooks.Env, args []string, started time.Time, p *progress) (label string, err error) {
 	name := c.o.Scheduler
 	if c.o.ConfigErr != nil {
 		name = "" // not to be trusted either
@@ -175,16 +237,16 @@ func (c *Core) hook(ctx context.Context, env hooks.Env, args []string, started t
 		// decoded, never as a hook event the reconciler would act on.
 		evs = append([]store.Event{{At: started, Kind: store.KindError, Source: s.Name, Context: call.Context,
 			Ms: ms(c.o.Now().Sub(started)), HasMs: true, Error: errors.Join(errs...).Error()}}, evs...)
-		if err := c.record(evs, started, !local); err != nil {
+		if err := c.record(evs, started, !local, p); err != nil {
 			errs = append(errs, err)
 		}
 		return label, errors.Join(errs...)
 	}
 	evs = append([]store.Event{c.hookEvent(call, st, killed, errs)}, evs...)
-	if err := c.record(evs, started, !local); err != nil {
+	if err := c.record(evs, started, !local, p); err != nil {
 		return label, errors.Join(append(errs, err)...)
 	}
-	recorded.Store(len(errs) == 0) // errors still to log: the deadline says it
+	p.quiet.Store(len(errs) == 0) // errors still to log: the deadline says it
 	if (call.Action == hooks.Reclaim || call.Action == hooks.Release) && c.o.Trigger != nil {
 		if err := c.o.Trigger(); err != nil {
 			errs = append(errs, fmt.Errorf("start reconciler: %w", err))
@@ -348,31 +410,52 @@ func (c *Core) hookEvent(call hooks.Call, st stages, killed int, errs []error) s
 
 // record is the hook's one write: its events, complete, as one record in
 // the journal (or its fallback), which the reconciler ingests exactly
-// once. It takes no lock and waits on no reader of the database. When
+// once. It takes no lock and waits on no reader of the database. The
+// record, its ID chosen, is published to p before the write, for Hook to
+// save at its deadline if the write has not returned (rescue). When
 // neither directory takes it, the whole record goes to the hook log, to
 // be put back by hand: an event is never dropped in silence. A controller
 // hook (create) running as root makes a missing journal first, as the
 // reconciler would: the first job after an install is not logged only.
-func (c *Core) record(evs []store.Event, started time.Time, create bool) error {
+func (c *Core) record(evs []store.Event, started time.Time, create bool, p *progress) error {
 	rec := journal.Record{At: started, Events: evs}
-	w, err := c.journal.Write(rec)
+	id, err := journal.NewID()
+	if err != nil {
+		return lostRecord(rec, err)
+	}
+	rec.ID = id
+	pub := rec
+	p.rec.Store(&pub)
+	write := c.write
+	if write == nil {
+		write = c.journal.Write
+	}
+	w, err := write(rec)
 	if err != nil && create && os.Geteuid() == 0 && errors.Is(err, os.ErrNotExist) {
 		if cerr := c.createJournal(); cerr == nil {
-			w, err = c.journal.Write(rec)
+			w, err = write(rec)
 		}
 	}
 	if err != nil {
-		rec.ID = w.ID
-		b, jerr := json.Marshal(rec)
-		if jerr != nil {
-			return fmt.Errorf("record hook: %w; the record cannot be written out either: %v", err, jerr)
-		}
-		return fmt.Errorf("record hook: %w; the record, to save as %s in the journal: %s", err, rec.Name(), b)
+		return lostRecord(rec, err)
 	}
+	p.written.Store(true)
 	if w.Primary != nil {
 		c.o.HookLog.Printf("record hook: %v; recorded in the fallback, %s", w.Primary, w.Path)
 	}
 	return nil
+}
+
+// lostRecord is the error of a record neither the journal nor its
+// fallback took (why: err), with the whole record, to be saved by hand as
+// its Name in the journal; ingestion takes it once, by its ID, even if a
+// write still under way lands it too.
+func lostRecord(rec journal.Record, err error) error {
+	b, jerr := json.Marshal(rec)
+	if jerr != nil {
+		return fmt.Errorf("record hook: %w; the record cannot be written out either: %v", err, jerr)
+	}
+	return fmt.Errorf("record hook: %w; the record, to save as %s in the journal: %s", err, rec.Name(), b)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

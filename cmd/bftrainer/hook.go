@@ -31,7 +31,8 @@ never fails the scheduler's job: whatever goes wrong inside bftrainer
 (unreadable configuration, full or read-only journal, a panic), it logs
 the error to hooks.log (and to the history through the journal when it
 can; a record no directory took is logged whole) and exits 0 within
-hooks.deadline. Each scheduler's directory in contrib/ has its wrappers
+hooks.deadline (twice it at most, when the journal has not taken the
+record by the deadline and it goes to journal_fallback then). Each scheduler's directory in contrib/ has its wrappers
 and configuration lines. Run by hand at a terminal, a hook says where it
 logged. To try one:
 
