@@ -20,8 +20,11 @@ type elasticControl struct {
 	r    *bufio.Reader
 }
 
-// controlTimeout bounds one request: the store process answers in
-// microseconds unless it is gone.
+// controlTimeout bounds one request. The store process answers in
+// microseconds, or, while a worker stopped in the middle of a store request
+// holds torch's server, once the store cuts that worker off: after its
+// --peer-timeout (3 s, python/bftrainer_elastic/server.py). Beyond that it
+// is gone; the margin is for a loaded host.
 const controlTimeout = 10 * time.Second
 
 func dialControl(ctx context.Context, port int) (*elasticControl, error) {

@@ -71,11 +71,12 @@ class LocalRunner:
 
     # ----------------------------------------------------------------------- store
 
-    def start_store(self):
+    def start_store(self, *extra):
+        """Start the store process (extra: more arguments of bftrainer_elastic.server)."""
         with open(os.path.join(self.dir, "store.err"), "wb") as fe:
             self.store = subprocess.Popen(
                 [self.python, "-m", "bftrainer_elastic.server", "--host", "127.0.0.1",
-                 "--port", "0", "--control-port", "0"],
+                 "--port", "0", "--control-port", "0", *extra],
                 stdout=subprocess.PIPE, stderr=fe, stdin=subprocess.DEVNULL, env=self.env,
                 start_new_session=True)
         deadline = time.monotonic() + self.timeout

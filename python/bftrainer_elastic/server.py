@@ -20,16 +20,34 @@ torch's own client, whatever the version, and the runner speaks the line protoco
 
 The control port listens on --control-host (default 127.0.0.1: the runner runs on this host);
 neither port has authentication, as with torchrun's store.
+
+A stopped or partitioned worker must not stall the store. torch 1.13's TCPStore server is one
+thread that, once a connection is readable, reads the whole request with blocking receives; a
+worker stopped between the sends of one request (SIGSTOP, a hung node, a partition) leaves it
+waiting for the rest, and every worker and every control request waits with it. So the
+listening socket gets a receive and send timeout (--peer-timeout), which every connection it
+accepts inherits: a peer silent in the middle of a request is cut off after that long (torch
+drops the connection and serves the others), while an idle peer, or one waiting on a key, is
+never read from and keeps its connection.
 """
 
 import argparse
+import os
 import signal
+import socket
 import socketserver
+import struct
 import sys
 import threading
 from datetime import timedelta
 
 from . import protocol as p
+
+
+#: Default --peer-timeout, s: far beyond the microseconds between the sends of one request,
+#: even on a loaded host, and well within the runner's control timeout (10 s, trainer/
+#: elastic_control.go), so a control request outlasts one stalled peer.
+PEER_TIMEOUT = 3.0
 
 
 def handle(store, lock, line):
@@ -57,6 +75,35 @@ def handle(store, lock, line):
     return f"ERR unknown request {cmd}"
 
 
+def bound_peers(port, seconds):
+    """Give the listening socket of this process on `port` (the TCPStore's) a receive and send
+    timeout of `seconds`, inherited by every connection it accepts from then on. Returns
+    whether it found that socket (Linux: /proc/self/fd)."""
+    tv = struct.pack("ll", int(seconds), int((seconds % 1) * 1e6))
+    found = False
+    try:
+        fds = [int(x) for x in os.listdir("/proc/self/fd")]
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            s = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue  # not a socket, or already closed
+        try:
+            if (s.family in (socket.AF_INET, socket.AF_INET6)
+                    and s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+                    and s.getsockname()[1] == port):
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+                found = True
+        except OSError:
+            pass
+        finally:
+            s.close()  # the duplicate; the option stays on the shared socket
+    return found
+
+
 class _Handler(socketserver.StreamRequestHandler):
     def handle(self):
         for raw in self.rfile:
@@ -77,6 +124,9 @@ def main(argv=None):
     ap.add_argument("--control-host", default="127.0.0.1", help="control address (default 127.0.0.1)")
     ap.add_argument("--control-port", type=int, default=0, help="control port (0: kernel's choice)")
     ap.add_argument("--timeout", type=float, default=300.0, help="store operation timeout, s")
+    ap.add_argument("--peer-timeout", type=float, default=PEER_TIMEOUT,
+                    help="cut off a worker silent this long in the middle of a request, s "
+                         f"(default {PEER_TIMEOUT:g})")
     a = ap.parse_args(argv)
 
     stop = threading.Event()
@@ -93,6 +143,9 @@ def main(argv=None):
     # and go. The object is also a client of its own server, used by the control requests.
     store = TCPStore(a.host, a.port, None, True, timedelta(seconds=a.timeout),
                      wait_for_workers=False)
+    if not bound_peers(store.port, a.peer_timeout):
+        print("bftrainer-elastic: warning: cannot find the store's listening socket: "
+              "a worker stopped mid-request will stall the store", file=sys.stderr, flush=True)
     store.set(p.key("version"), str(p.VERSION))
     ctl = _Control((a.control_host, a.control_port), _Handler)
     ctl.store, ctl.lock = store, threading.Lock()

@@ -16,10 +16,13 @@ import importlib.util
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
+import threading
 import time
 import unittest
+from datetime import timedelta
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -31,6 +34,8 @@ try:
 except ImportError as e:
     SKIP = f"needs torch ({e}); run with /usr/bin/python3 (Debian's python3-torch)"
 
+from bftrainer_elastic import protocol as p  # noqa: E402
+from bftrainer_elastic.control import Control  # noqa: E402
 from bftrainer_elastic.local import LocalRunner  # noqa: E402
 
 WORKER = os.path.join(HERE, "elastic_worker.py")
@@ -276,6 +281,48 @@ class ElasticTest(unittest.TestCase):
         self.wait_done(["a"])
         self.assertEqual([w for _, w in self.assert_contiguous(steps)], [2, 1])
         self.assert_matches_reference(steps)
+
+
+@unittest.skipIf(SKIP, SKIP)
+class StoreTest(unittest.TestCase):
+    """The store process itself, with torch's own clients and raw sockets."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="bft-store-")
+        self.runner = LocalRunner(self.dir, python=sys.executable, timeout=90)
+        self.runner.start_store("--peer-timeout", "1")
+
+    def tearDown(self):
+        self.runner.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def client(self):
+        return dist.TCPStore("127.0.0.1", self.runner.port, None, False, timedelta(seconds=60))
+
+    def test_peer_stopped_mid_request(self):
+        """A worker stopped between the sends of one request (SIGSTOP, a partition) must not
+        stall the store: torch's server would wait for the rest of it, and every other worker
+        and every control request with it. The stalled peer is cut off; an idle peer and one
+        waiting on a key keep their connections."""
+        idle, waiter, writer = self.client(), self.client(), self.client()
+        idle.set("bft-test/idle", "1")
+        got = []
+        t = threading.Thread(target=lambda: got.append(waiter.get("bft-test/later")))
+        t.start()
+        stalled = socket.create_connection(("127.0.0.1", self.runner.port), timeout=60)
+        self.addCleanup(stalled.close)
+        stalled.sendall(b"\x00")  # the first byte of a request (torch sends it on its own)
+        # Answered although the server is (until the peer timeout) reading the stalled request;
+        # the timeout of the control client is far beyond the peer timeout.
+        ctl = Control("127.0.0.1", self.runner.control_port, timeout=30)
+        self.addCleanup(ctl.close)
+        self.assertEqual(ctl.status()["epoch"], 0)
+        self.assertEqual(stalled.recv(1), b"", "the stalled peer was not cut off")
+        self.assertEqual(p.text(idle.get("bft-test/idle")), "1")
+        writer.set("bft-test/later", "2")
+        t.join(60)
+        self.assertFalse(t.is_alive(), "the waiting peer lost its wait")
+        self.assertEqual([p.text(v) for v in got], ["2"])
 
 
 if __name__ == "__main__":
