@@ -404,7 +404,18 @@ do_stop() {
 			deadline=$(($(now_us) + 3000000))
 		fi
 	done
-	left=$(for p in $(closure $seeds $(token_pids "$TOKEN") $(job_pids "$CONF")); do alive "$p" && echo "$p"; done)
+	# A process started just before the last KILL (a sinfo a dying
+	# reconciler had forked) may still be there: KILL what is left, and
+	# look again, for at most a second, before calling it a survivor.
+	for _ in 1 2 3 4 5 6 7 8 9 10; do
+		left=$(for p in $(closure $seeds $(token_pids "$TOKEN") $(job_pids "$CONF")); do alive "$p" && echo "$p"; done)
+		[ -z "$left" ] && break
+		# shellcheck disable=SC2086
+		kill -s KILL $left 2>/dev/null
+		seeds="$seeds $left"
+		all+=($left)
+		nap 0.1
+	done
 	[ -f "$(pids_file)" ] && mv -f "$(pids_file)" "$(pids_file).stopped"
 	if [ -n "$left" ]; then
 		warn "processes survived SIGKILL: $(echo $left)"
