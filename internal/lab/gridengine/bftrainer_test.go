@@ -43,7 +43,7 @@ type install struct {
 	// cgroups is the install's own cgroup subtree (trainer.cgroup_root),
 	// removed at the end; "" where there is no cgroup2 mount.
 	cgroups string
-	service *exec.Cmd
+	service *service
 }
 
 // hookLine is the queue's prolog or epilog line for context, as
@@ -118,11 +118,12 @@ func newInstall(t *testing.T, c *Cell, rec *Recorder) *install {
 	}
 	// The service runs where the site's would, on the qmaster's host (its
 	// qhost reaches the qmaster there).
-	in.service = c.Command(context.Background(), in.bin, "reconcile", "--watch", "--interval", "1s")
-	in.service.Stdout, in.service.Stderr = nil, nil
-	if err := in.service.Start(); err != nil {
+	svc, err := startService(c.Command(context.Background(), in.bin, "reconcile", "--watch", "--interval", "1s"),
+		filepath.Join(dir, "log", "reconciler.log"))
+	if err != nil {
 		t.Fatal(err)
 	}
+	in.service = svc
 	return in
 }
 
@@ -172,9 +173,8 @@ func (in *install) run(ctx context.Context, args ...string) (string, error) {
 // stop kills the service and then, by PID, every process of the install:
 // its binary (node agents, supervisors) and its Trainers' processes.
 func (in *install) stop() error {
-	if in.service != nil && in.service.Process != nil {
-		in.service.Process.Kill()
-		in.service.Wait()
+	if in.service != nil {
+		in.service.kill()
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -356,6 +356,9 @@ func (in *install) debug(ctx context.Context) string {
 	}
 	if out, err := in.run(ctx, "status"); err == nil {
 		fmt.Fprintf(&b, "==> bftrainer status <==\n%s", out)
+	}
+	if in.service != nil {
+		b.WriteString(in.service.report())
 	}
 	return b.String()
 }
