@@ -308,13 +308,25 @@ func (in *install) mismatch(ctx context.Context) (string, error) {
 	return strings.Join(diff, "; "), nil
 }
 
+// poll is lab.Poll for a state the reconciler service brings about: its
+// error says when the service has exited (its log is in the failure's
+// dump).
+func (in *install) poll(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
+	return lab.Poll(ctx, timeout, func() (bool, error) {
+		if in.service != nil && !in.service.running() {
+			return false, fmt.Errorf("the reconciler service exited: %v", in.service.err)
+		}
+		return cond()
+	})
+}
+
 // waitAgree waits, at most timeout, until mismatch is empty and the pool
 // lends each of the held hosts to a Trainer. (An idle host that no round
 // has given a Trainer yet agrees too: a scenario that needs a Trainer
 // there names the host, or it would race the reconciler's next round.)
 func (in *install) waitAgree(ctx context.Context, timeout time.Duration, held ...string) error {
 	var last string
-	err := lab.Poll(ctx, timeout, func() (bool, error) {
+	err := in.poll(ctx, timeout, func() (bool, error) {
 		d, err := in.mismatch(ctx)
 		if err != nil {
 			return false, err
@@ -448,7 +460,7 @@ func TestBftrainer(t *testing.T) {
 		}
 		// The service folds the leave at its next round: the pool stops
 		// lending the host (nothing was left to stop there).
-		if err := lab.Poll(ctx, 30*time.Second, func() (bool, error) {
+		if err := in.poll(ctx, 30*time.Second, func() (bool, error) {
 			got, err := in.held(ctx, host)
 			return got == "", err
 		}); err != nil {
@@ -535,7 +547,7 @@ func TestBftrainer(t *testing.T) {
 		// What the reconciler alone would have taken on the slave host
 		// (the service's round after the prolog, its runner's action
 		// there): it finds the launch already gone.
-		if err := lab.Poll(ctx, 30*time.Second, func() (bool, error) {
+		if err := in.poll(ctx, 30*time.Second, func() (bool, error) {
 			acts, err := in.events(ctx, store.Filter{Since: pro[0].At, Kinds: []string{store.KindAction}, Node: c.Hosts[1]})
 			if err != nil || len(acts) == 0 {
 				return false, err
