@@ -174,7 +174,9 @@ func (in *install) run(ctx context.Context, args ...string) (string, error) {
 // its binary (node agents, supervisors) and its Trainers' processes.
 func (in *install) stop() error {
 	if in.service != nil {
-		in.service.kill()
+		if err := in.service.kill(); err != nil {
+			return err
+		}
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -16,11 +16,10 @@ import (
 // stopped working can say why: it exited (how, and its last lines), or it
 // still runs and is blocked (its goroutines, dumped by SIGQUIT).
 type service struct {
-	cmd     *exec.Cmd
+	*proc
 	log     string
 	started time.Time
-	done    chan struct{} // closed when it exited
-	err     error         // its exit, once done
+	gone    chan struct{} // closed once exited is set, after done
 	exited  time.Time
 }
 
@@ -36,15 +35,15 @@ func startService(cmd *exec.Cmd, log string) (*service, error) {
 	}
 	defer f.Close() // the child has its own copy
 	cmd.Stdout, cmd.Stderr = f, f
-	s := &service{cmd: cmd, log: log, done: make(chan struct{})}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", strings.Join(cmd.Args, " "), err)
+	p, err := startProc(strings.Join(cmd.Args, " "), cmd)
+	if err != nil {
+		return nil, err
 	}
-	s.started = time.Now()
+	s := &service{proc: p, log: log, started: time.Now(), gone: make(chan struct{})}
 	go func() {
-		s.err = cmd.Wait()
+		<-p.done
 		s.exited = time.Now()
-		close(s.done)
+		close(s.gone)
 	}()
 	return s, nil
 }
@@ -52,7 +51,7 @@ func startService(cmd *exec.Cmd, log string) (*service, error) {
 // running reports whether the service has not exited.
 func (s *service) running() bool {
 	select {
-	case <-s.done:
+	case <-s.gone:
 		return false
 	default:
 		return true
@@ -60,12 +59,7 @@ func (s *service) running() bool {
 }
 
 // kill stops the service with SIGKILL and waits for its exit.
-func (s *service) kill() {
-	if s.running() {
-		s.cmd.Process.Kill()
-	}
-	<-s.done
-}
+func (s *service) kill() error { return s.stop(syscall.SIGKILL, 0) }
 
 // report says how the service ended and prints its log. One still running
 // gets SIGQUIT first: the Go runtime prints every goroutine's stack and
@@ -73,19 +67,19 @@ func (s *service) kill() {
 // is no longer needed.
 func (s *service) report() string {
 	var b strings.Builder
-	name := strings.Join(s.cmd.Args, " ")
 	if s.running() {
 		fmt.Fprintf(&b, "==> service %s (pid %d): still running after %v; SIGQUIT for its goroutines <==\n",
-			name, s.cmd.Process.Pid, time.Since(s.started).Round(time.Millisecond))
+			s.name, s.pid(), time.Since(s.started).Round(time.Millisecond))
 		s.cmd.Process.Signal(syscall.SIGQUIT)
 		select {
-		case <-s.done:
+		case <-s.gone:
+			fmt.Fprintf(&b, "(it exited: %v)\n", s.err)
 		case <-time.After(10 * time.Second):
 			b.WriteString("(no exit 10 s after SIGQUIT)\n")
 		}
 	} else {
 		fmt.Fprintf(&b, "==> service %s (pid %d): EXITED at %s (%v after its start): %v <==\n",
-			name, s.cmd.Process.Pid, s.exited.UTC().Format(time.RFC3339Nano), s.exited.Sub(s.started).Round(time.Millisecond), s.err)
+			s.name, s.pid(), s.exited.UTC().Format(time.RFC3339Nano), s.exited.Sub(s.started).Round(time.Millisecond), s.err)
 	}
 	out, err := os.ReadFile(s.log)
 	if err != nil {
