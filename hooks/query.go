@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"time"
 )
 
 // Listing is a scheduler's own node listing, for the reconciler and sync,
@@ -40,7 +41,13 @@ func (q Query) NodeStates(ctx context.Context, nodes []string) (map[string]strin
 	if cmd == "" {
 		cmd = q.Listing.Program
 	}
-	out, err := exec.CommandContext(ctx, cmd, q.Listing.Args(nodes)...).Output()
+	c := exec.CommandContext(ctx, cmd, q.Listing.Args(nodes)...)
+	// When ctx ends the program is killed, but a child of it (a wrapper
+	// script's, a site's qhost that forks) may keep its output pipe open:
+	// Output would wait for that child however long it runs, and the
+	// reconciler's round with it. WaitDelay closes the pipe after it.
+	c.WaitDelay = time.Second
+	out, err := c.Output()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok && len(ee.Stderr) > 0 {
 			return nil, fmt.Errorf("%s: %w: %s", cmd, err, strings.TrimSpace(string(ee.Stderr)))

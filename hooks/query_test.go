@@ -6,7 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestListingsParse reads each scheduler's node listing as its documentation
@@ -61,6 +65,43 @@ func TestQueryRunsTheProgram(t *testing.T) {
 	}
 	if _, err := (Query{Listing: l, Program: "/nonexistent/sinfo"}).NodeStates(context.Background(), nil); err == nil {
 		t.Fatal("a missing program gave no error")
+	}
+}
+
+// TestQueryBoundedByItsContext: a listing program that hangs while a child
+// of it holds its output open (a wrapper script's background job) returns
+// an error soon after ctx ends, instead of waiting for the child: the
+// reconciler's idle and start checks bound every call by a context, and a
+// round must not outlive it.
+func TestQueryBoundedByItsContext(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	// The child inherits stdout and outlives its killed parent.
+	l := &Listing{Key: "k", Program: "/bin/sh",
+		Args:  func([]string) []string { return []string{"-c", `sleep 600 & echo $! > "$0"; sleep 600`, pidFile} },
+		Parse: parseSinfo}
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Query{Listing: l}.NodeStates(ctx, nil)
+		done <- err
+	}()
+	// A bound on liveness only, far above the 300 ms context and the 1 s
+	// pipe delay: without the delay the call lasts the child's 600 s.
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a listing killed at its deadline gave no error")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("NodeStates still waits 30 s after its context ended (a child holds the listing's output)")
 	}
 }
 

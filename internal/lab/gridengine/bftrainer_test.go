@@ -43,7 +43,7 @@ type install struct {
 	// cgroups is the install's own cgroup subtree (trainer.cgroup_root),
 	// removed at the end; "" where there is no cgroup2 mount.
 	cgroups string
-	service *exec.Cmd
+	service *service
 }
 
 // hookLine is the queue's prolog or epilog line for context, as
@@ -118,11 +118,12 @@ func newInstall(t *testing.T, c *Cell, rec *Recorder) *install {
 	}
 	// The service runs where the site's would, on the qmaster's host (its
 	// qhost reaches the qmaster there).
-	in.service = c.Command(context.Background(), in.bin, "reconcile", "--watch", "--interval", "1s")
-	in.service.Stdout, in.service.Stderr = nil, nil
-	if err := in.service.Start(); err != nil {
+	svc, err := startService(c.Command(context.Background(), in.bin, "reconcile", "--watch", "--interval", "1s"),
+		filepath.Join(dir, "log", "reconciler.log"))
+	if err != nil {
 		t.Fatal(err)
 	}
+	in.service = svc
 	return in
 }
 
@@ -172,9 +173,10 @@ func (in *install) run(ctx context.Context, args ...string) (string, error) {
 // stop kills the service and then, by PID, every process of the install:
 // its binary (node agents, supervisors) and its Trainers' processes.
 func (in *install) stop() error {
-	if in.service != nil && in.service.Process != nil {
-		in.service.Process.Kill()
-		in.service.Wait()
+	if in.service != nil {
+		if err := in.service.kill(); err != nil {
+			return err
+		}
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -308,13 +310,25 @@ func (in *install) mismatch(ctx context.Context) (string, error) {
 	return strings.Join(diff, "; "), nil
 }
 
+// poll is lab.Poll for a state the reconciler service brings about: its
+// error says when the service has exited (its log is in the failure's
+// dump).
+func (in *install) poll(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
+	return lab.Poll(ctx, timeout, func() (bool, error) {
+		if in.service != nil && !in.service.running() {
+			return false, fmt.Errorf("the reconciler service exited: %v", in.service.err)
+		}
+		return cond()
+	})
+}
+
 // waitAgree waits, at most timeout, until mismatch is empty and the pool
 // lends each of the held hosts to a Trainer. (An idle host that no round
 // has given a Trainer yet agrees too: a scenario that needs a Trainer
 // there names the host, or it would race the reconciler's next round.)
 func (in *install) waitAgree(ctx context.Context, timeout time.Duration, held ...string) error {
 	var last string
-	err := lab.Poll(ctx, timeout, func() (bool, error) {
+	err := in.poll(ctx, timeout, func() (bool, error) {
 		d, err := in.mismatch(ctx)
 		if err != nil {
 			return false, err
@@ -356,6 +370,9 @@ func (in *install) debug(ctx context.Context) string {
 	}
 	if out, err := in.run(ctx, "status"); err == nil {
 		fmt.Fprintf(&b, "==> bftrainer status <==\n%s", out)
+	}
+	if in.service != nil {
+		b.WriteString(in.service.report())
 	}
 	return b.String()
 }
@@ -445,7 +462,7 @@ func TestBftrainer(t *testing.T) {
 		}
 		// The service folds the leave at its next round: the pool stops
 		// lending the host (nothing was left to stop there).
-		if err := lab.Poll(ctx, 30*time.Second, func() (bool, error) {
+		if err := in.poll(ctx, 30*time.Second, func() (bool, error) {
 			got, err := in.held(ctx, host)
 			return got == "", err
 		}); err != nil {
@@ -532,7 +549,7 @@ func TestBftrainer(t *testing.T) {
 		// What the reconciler alone would have taken on the slave host
 		// (the service's round after the prolog, its runner's action
 		// there): it finds the launch already gone.
-		if err := lab.Poll(ctx, 30*time.Second, func() (bool, error) {
+		if err := in.poll(ctx, 30*time.Second, func() (bool, error) {
 			acts, err := in.events(ctx, store.Filter{Since: pro[0].At, Kinds: []string{store.KindAction}, Node: c.Hosts[1]})
 			if err != nil || len(acts) == 0 {
 				return false, err
