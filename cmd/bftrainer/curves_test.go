@@ -66,9 +66,31 @@ func TestTorchrunLearnsCurve(t *testing.T) {
 			time.Sleep(time.Second)
 		}
 	}
+	// logged waits, a reconciler round a second, until the progress log
+	// itself shows settled steps at world n over at least the learner's
+	// sample length: on busy cores a restart's first steps come late, and
+	// the learner's settle window (from the decision) can end before the
+	// log's (from the run's first step).
+	logged := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			steps, err := trainertest.ReadSteps(log)
+			if err == nil && settledSeconds(steps, settle, n) >= 2*sample {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the progress log shows no %g s of settled steps at world %d within 60 s (read: %v)", 2*sample, n, err)
+			}
+			time.Sleep(time.Second)
+			e.run(t, "reconcile", "--no-scheduler")
+		}
+	}
 	settled(1, 3)
+	logged(1)
 	e.run(t, "node", "join", "n2")
 	settled(2, 3)
+	logged(2)
 	e.run(t, "trainer", "cancel", tr)
 
 	row, _, err := db.Trainer(ctx, tr)
@@ -92,25 +114,43 @@ func TestTorchrunLearnsCurve(t *testing.T) {
 	}
 }
 
+// settledSeconds is how long a progress log shows settled steps at world n
+// (the seconds measuredRates divides by).
+func settledSeconds(steps []trainertest.Step, settle float64, n int) float64 {
+	return settledWindows(steps, settle)[n].seconds
+}
+
 // measuredRates is the throughput a progress log shows at each world size:
 // rank 0's job-wide samples over time, per run at one world, from settle
 // seconds after the run's first step to its last, pooled over runs by
 // time.
 func measuredRates(steps []trainertest.Step, settle float64) map[int]float64 {
-	type acc struct{ samples, seconds float64 }
-	sum := map[int]*acc{}
+	out := map[int]float64{}
+	for n, a := range settledWindows(steps, settle) {
+		if a.seconds > 0 {
+			out[n] = a.samples / a.seconds
+		}
+	}
+	return out
+}
+
+// logWindow is the samples and seconds of a log's settled steps at one world.
+type logWindow struct{ samples, seconds float64 }
+
+// settledWindows sums, per world size, rank 0's job-wide samples and the
+// time they took, per run at one world from settle seconds after the
+// run's first step to its last.
+func settledWindows(steps []trainertest.Step, settle float64) map[int]logWindow {
+	sum := map[int]logWindow{}
 	var first, last *trainertest.Step
 	flush := func() {
 		if first == nil || last == nil || !last.At.After(first.At) {
 			return
 		}
 		a := sum[first.World]
-		if a == nil {
-			a = &acc{}
-			sum[first.World] = a
-		}
 		a.samples += last.Samples - first.Samples
 		a.seconds += last.At.Sub(first.At).Seconds()
+		sum[first.World] = a
 	}
 	var runStart time.Time
 	world := -1
@@ -132,11 +172,5 @@ func measuredRates(steps []trainertest.Step, settle float64) map[int]float64 {
 		last = s
 	}
 	flush()
-	out := map[int]float64{}
-	for n, a := range sum {
-		if a.seconds > 0 {
-			out[n] = a.samples / a.seconds
-		}
-	}
-	return out
+	return sum
 }
