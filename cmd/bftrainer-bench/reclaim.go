@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bftrainer/bftrainer/internal/lab"
 	"github.com/bftrainer/bftrainer/internal/lab/slurm"
 	"github.com/bftrainer/bftrainer/store"
 	"github.com/bftrainer/bftrainer/trainer/trainertest"
@@ -281,7 +282,12 @@ func (e *reclaimEnv) hook(ctx context.Context, context_ string) (float64, wire.K
 		return ms, wire.KillReport{}, fmt.Errorf("hook %s logged: %s", context_, b)
 	}
 	var rep wire.KillReport
-	db, err := store.Open(ctx, filepath.Join(e.dir, "db", "bftrainer.db"), store.Options{ReadOnly: true})
+	// The hook left its rows in the journal: record them, as a round would.
+	path := filepath.Join(e.dir, "db", "bftrainer.db")
+	if err := lab.Ingest(ctx, path); err != nil {
+		return ms, rep, err
+	}
+	db, err := store.Open(ctx, path, store.Options{ReadOnly: true})
 	if err != nil {
 		return ms, rep, err
 	}
