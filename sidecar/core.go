@@ -414,17 +414,36 @@ func (c *Core) commandRound(ctx context.Context, db *store.DB) error {
 // picks up spooled requests and events recorded by hooks that could not
 // start a reconciler.
 func (c *Core) Watch(ctx context.Context, every time.Duration, noScheduler bool) error {
-	db, err := c.open(ctx)
-	if err != nil {
-		return err
+	t := time.NewTicker(every)
+	defer t.Stop()
+	// A service outlives what keeps the database from opening now (a
+	// command holding its lock while it creates it, a filesystem not yet
+	// mounted): it says why, once per reason, and tries again.
+	var db *store.DB
+	var said string
+	for {
+		var err error
+		if db, err = c.open(ctx); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err.Error() != said {
+			said = err.Error()
+			c.o.Log.Printf("reconcile: %v; trying again every %v", err, every)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
 	}
 	defer db.Close()
 	r, err := c.newReconciler(db, noScheduler)
 	if err != nil {
 		return err
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
 	for {
 		if err := r.Run(ctx); err != nil {
 			r.Log.Printf("reconcile: %v", err)
