@@ -178,16 +178,7 @@ func TestHookNeverReadsPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() {
-		c.Hook(context.Background(), hooks.MapEnv(map[string]string{"SLURM_SCRIPT_CONTEXT": "prolog_slurmctld", "SLURM_JOB_ID": "3", "SLURM_JOB_NODELIST": "n1"}), nil)
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the hook did not return")
-	}
+	slurmPrologReturns(t, c, 30*time.Second)
 	if got := calls(t, dir); got != 0 {
 		t.Fatalf("squeue ran %d times during a hook, want 0", got)
 	}
