@@ -8,7 +8,6 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -294,17 +293,25 @@ const remoteKills = 32
 // the others through RemoteKiller (left to the reconciler's runner without
 // one). It returns the kill events in the job's node order and the
 // processes killed (-1 when no kill ran).
+//
+// The kills get half the hook's deadline: the call's record (the job's
+// leave above all) is written after them, and a node agent that does not
+// answer — a hung ssh, a kill that ignores its context — must not keep it
+// from being written in time. A kill still under way then is an error of
+// the record, and goes on in the background while the process lives.
 func (c *Core) killJob(ctx context.Context, call hooks.Call) ([]store.Event, int, error) {
 	clean := call.Action == hooks.Release
 	type result struct {
+		i   int
 		ev  *store.Event
 		n   int
 		err error
-		ran bool
 	}
-	res := make([]result, len(call.Nodes))
-	var wg sync.WaitGroup
+	kctx, cancel := context.WithTimeout(ctx, c.o.HookDeadline/2)
+	defer cancel()
+	done := make(chan result, len(call.Nodes))
 	sem := make(chan struct{}, remoteKills)
+	pending := map[int]bool{}
 	for i, node := range call.Nodes {
 		k := c.o.RemoteKiller
 		if node == call.Local {
@@ -313,21 +320,32 @@ func (c *Core) killJob(ctx context.Context, call hooks.Call) ([]store.Event, int
 		if k == nil {
 			continue
 		}
-		wg.Add(1)
+		pending[i] = true
 		go func() {
-			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			ev, n, err := c.kill(ctx, k, call, node, clean)
-			res[i] = result{ev, n, err, true}
+			ev, n, err := c.kill(kctx, k, call, node, clean)
+			done <- result{i, ev, n, err}
 		}()
 	}
-	wg.Wait()
+	res := make([]*result, len(call.Nodes))
+	for len(pending) > 0 {
+		select {
+		case r := <-done:
+			res[r.i] = &r
+			delete(pending, r.i)
+		case <-kctx.Done():
+			for i := range pending {
+				res[i] = &result{i: i, err: fmt.Errorf("kill on %s: no answer within %v: %w", call.Nodes[i], c.o.HookDeadline/2, kctx.Err())}
+			}
+			clear(pending)
+		}
+	}
 	var evs []store.Event
 	var errs []error
 	killed := -1
 	for _, r := range res {
-		if !r.ran {
+		if r == nil {
 			continue
 		}
 		killed = max(killed, 0) + r.n
