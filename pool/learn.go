@@ -70,6 +70,12 @@ type Learning struct {
 	Curve *alloc.CurveState `json:"curve,omitempty"`
 	// Steady is when its node count last changed (or it was admitted).
 	Steady time.Time `json:"steady,omitzero"`
+	// Resumed is when its progress reports first showed it training at
+	// that count again (zero: not yet). A restart can take longer than
+	// the settle window (torchrun re-forming its world on a loaded
+	// machine); reported counts the window from here, so that the stall
+	// is never taken for the count's rate.
+	Resumed time.Time `json:"resumed,omitzero"`
 	// ReportAt and ReportDone are its last progress report; Reports counts
 	// them. A Trainer that has reported finishes only by a report reaching
 	// its target or by its workers' exit, never on the pool's estimate.
@@ -240,7 +246,7 @@ func linearFrom(c alloc.Curve) alloc.Curve {
 }
 
 // setCount notes that t's node count changed now.
-func (p *Pool) setCount(t *Trainer) { t.Learn.Steady = p.now }
+func (p *Pool) setCount(t *Trainer) { t.Learn.Steady, t.Learn.Resumed = p.now, time.Time{} }
 
 // Observe records what a running Trainer achieved over an interval at a
 // constant count (the learner's CurveObs) and records a history change. A
@@ -291,14 +297,23 @@ func (p *Pool) TrueRate(t *Trainer) float64 {
 
 // reported folds a progress report into t's learning: the samples since
 // the previous report, if its count did not change in between, are an
-// observation.
+// observation. Its settle window counts from the first report that showed
+// progress at the count (Learning.Resumed); until then an interval is
+// only a lower bound (Since 0), whatever time has passed since the
+// change.
 func (p *Pool) reported(t *Trainer, samples float64) {
 	l := &t.Learn
 	n := len(t.Nodes)
 	if l.Reports > 0 && !l.ReportAt.Before(l.Steady) && n >= max(t.Min, 1) && samples >= l.ReportDone {
 		if dt := p.now.Sub(l.ReportAt).Seconds(); dt > 0 {
-			since := l.ReportAt.Sub(l.Steady).Seconds()
+			since := 0.0
+			if !l.Resumed.IsZero() {
+				since = max(0, l.ReportAt.Sub(l.Resumed).Seconds())
+			}
 			_ = p.Observe(t.ID, alloc.CurveObs{Nodes: n, Rate: (samples - l.ReportDone) / dt, Duration: dt, Since: since})
+		}
+		if l.Resumed.IsZero() && samples > l.ReportDone {
+			l.Resumed = p.now
 		}
 	}
 	l.ReportAt, l.ReportDone = p.now, samples

@@ -154,3 +154,62 @@ func TestGivenCurveStandsUntilSettled(t *testing.T) {
 		t.Fatalf("learned rate %v after settled reports of 50/s: want it between the measurement and the prior", r)
 	}
 }
+
+// TestSettleCountsFromResume: a restart that outlasts the settle window
+// (torchrun re-forming its world on a loaded machine) and then runs slowly
+// for its first steps is no settled rate of the new count: the window
+// counts from the first report that shows progress there, so the stall
+// and the warm-up are lower bounds, and the count's settled rate is what
+// it runs at afterwards.
+func TestSettleCountsFromResume(t *testing.T) {
+	const settle = 5
+	p := mustNew(t, pool.Config{TFwd: 100, Learner: alloc.CurveLearner{Settle: settle, MinSample: 1}})
+	p.Join(at(0), []string{"n1"}, "")
+	if err := p.Submit(at(0), pool.Spec{ID: "L", Min: 1, Max: 2}); err != nil {
+		t.Fatal(err)
+	}
+	p.Admit()
+	decide(t, p)
+	for s := 0; s <= 100; s += 10 {
+		if err := p.Progress(at(s), "L", float64(40*s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.Join(at(101), []string{"n2"}, "")
+	decide(t, p)
+	if got := len(p.Running()[0].Nodes); got != 2 {
+		t.Fatalf("grown to %d nodes, want 2", got)
+	}
+	p.Changes()
+	done := 4000.0
+	report := func(s int, d float64) {
+		t.Helper()
+		done += d
+		if err := p.Progress(at(s), "L", done); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report(102, 0)  // restarting
+	report(110, 0)  // still restarting, past the settle window
+	report(112, 10) // the first steps, slow: 5/s
+	for s := 114; s <= 140; s += 2 {
+		report(s, 160) // 80/s
+	}
+	settled := 0
+	for _, c := range p.Changes() {
+		if c.Kind != pool.CurveUpdated || c.Obs.Nodes != 2 || c.Obs.Since < settle {
+			continue
+		}
+		settled++
+		if !near(c.Obs.Rate, 80) {
+			t.Fatalf("a settled observation at 2 nodes %+v: want only the steady 80/s", c.Obs)
+		}
+	}
+	if settled == 0 {
+		t.Fatal("no settled observation at 2 nodes after 28 s of steady progress")
+	}
+	e, _ := p.Estimate("L")
+	if r, _ := e.At(2); math.Abs(r/80-1) > 0.02 {
+		t.Fatalf("learned rate at 2 nodes %v, want 80", r)
+	}
+}
