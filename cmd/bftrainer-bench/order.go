@@ -82,162 +82,204 @@ type orderStat struct {
 
 var orderNames = [...]string{"young", "old", "index", "history", "rack", "cohort-small", "cohort-large", "rack-sparse", "rack-full"}
 
-// measure replays a trace's idle set and ranks every node taken.
-func (c *orderCommand) measure(name string, tr *sim.Trace) {
-	n := len(tr.Nodes)
-	since := make([]time.Time, n)
-	idle := make([]bool, n)
-	taken := make([]float64, n) // times each node was taken while idle
-	rack := make([]int, n)
+// scarceIdle is the idle count below which an event counts as scarce: the
+// ten Trainers of at most 64 nodes could use every idle node.
+const scarceIdle = 640
+
+// orderTally is a trace's idle set replayed, with what is known of every
+// node at each leave.
+type orderTally struct {
+	since     []time.Time
+	idle      []bool
+	taken     []float64 // times each node was taken while idle
+	rack      []int     // each node's rack (name prefix)
+	rackTaken []float64 // times the rack's nodes were taken
+	rackSize  []float64
+	hist      alloc.IdleHistory // what a pool replaying the trace learns
+	cal       calibration
+	// stats[0]: every leave; stats[1]: scarce ones.
+	stats [2][len(orderNames)]orderStat
+}
+
+func newOrderTally(names []string) *orderTally {
+	n := len(names)
+	t := &orderTally{since: make([]time.Time, n), idle: make([]bool, n), taken: make([]float64, n), rack: make([]int, n)}
 	racks := map[string]int{}
-	for i, nm := range tr.Nodes {
+	for i, nm := range names {
 		p := nm
 		if k := strings.IndexByte(nm[1:], 'n'); k >= 0 {
 			p = nm[:k+1] // Summit: a02n02 → a02
 		} else if len(nm) > 2 {
-			p = nm[:len(nm)-2] // Theta nid00123 → nid001 (100 nodes)
+			p = nm[:len(nm)-2] // Theta: nid00123 → nid001 (100 nodes)
 		}
 		if _, ok := racks[p]; !ok {
 			racks[p] = len(racks)
 		}
-		rack[i] = racks[p]
+		t.rack[i] = racks[p]
 	}
-	rackTaken := make([]float64, len(racks))
-	rackSize := make([]float64, len(racks))
+	t.rackTaken = make([]float64, len(racks))
+	t.rackSize = make([]float64, len(racks))
 	for i := range n {
-		rackSize[rack[i]]++
+		t.rackSize[t.rack[i]]++
 	}
-	stats := map[string]*[len(orderNames)]orderStat{"all": {}, "scarce": {}}
-	var hist alloc.IdleHistory // what a pool replaying the trace learns
-	var cal calibration
-	var ages []float64
-	var takenNow []bool
-	var ids []int
-	keys := make([]float64, 0, n)
+	return t
+}
+
+// measure replays a trace's idle set, ranks every node taken and prints.
+func (c *orderCommand) measure(name string, tr *sim.Trace) {
+	tallyOrders(tr).print(c.stdout, name)
+}
+
+// tallyOrders replays a trace's idle set and ranks every node taken.
+func tallyOrders(tr *sim.Trace) *orderTally {
+	t := newOrderTally(tr.Nodes)
 	for ei, e := range tr.Events {
-		if ei > 0 && len(e.Left) > 0 {
-			ids = ids[:0]
-			for i := range n {
-				if idle[i] {
-					ids = append(ids, i)
-				}
-			}
-			left := map[int]bool{}
-			for _, x := range e.Left {
-				if idle[x] {
-					left[int(x)] = true
-				}
-			}
-			ages, takenNow = ages[:0], takenNow[:0]
-			for _, i := range ids {
-				ages = append(ages, e.Time.Sub(since[i]).Seconds())
-				takenNow = append(takenNow, left[i])
-			}
-			cal.observe(&hist, ages, takenNow)
-			for i := range left {
-				hist.Add(e.Time.Sub(since[i]).Seconds())
-			}
-			cohort := map[int64]int{} // idle nodes per join instant
-			rackIdle := make([]int, len(racks))
-			for _, i := range ids {
-				cohort[since[i].UnixNano()]++
-				rackIdle[rack[i]]++
-			}
-			m, L := len(ids), len(left)
-			if m > 0 && L > 0 {
-				subsets := []string{"all"}
-				if m < 640 {
-					subsets = append(subsets, "scarce")
-				}
-				for o := range orderNames {
-					keys = keys[:0]
-					for _, i := range ids {
-						var k float64
-						switch orderNames[o] {
-						case "old":
-							k = -float64(since[i].UnixNano())
-						case "young":
-							k = float64(since[i].UnixNano())
-						case "index":
-							k = -float64(i)
-						case "history":
-							k = taken[i]
-						case "rack":
-							k = rackTaken[rack[i]] / rackSize[rack[i]]
-						case "cohort-small":
-							k = -float64(cohort[since[i].UnixNano()])
-						case "cohort-large":
-							k = float64(cohort[since[i].UnixNano()])
-						case "rack-sparse":
-							k = -float64(rackIdle[rack[i]])
-						case "rack-full":
-							k = float64(rackIdle[rack[i]])
-						}
-						keys = append(keys, k) // larger key: taken first
-					}
-					sorted := slices.Clone(keys)
-					slices.Sort(sorted)
-					for p, i := range ids {
-						if !left[i] {
-							continue
-						}
-						// Mid-rank from the front (largest key first).
-						lo, _ := slices.BinarySearch(sorted, keys[p])
-						hi := lo
-						for hi < m && sorted[hi] == keys[p] {
-							hi++
-						}
-						above := m - hi // keys strictly larger
-						ties := hi - lo
-						mid := float64(above) + float64(ties-1)/2
-						// Share of this node in the first L: ties share
-						// the slots left after the strictly larger keys.
-						share := 0.0
-						if slots := L - above; slots > 0 {
-							share = min(1, float64(slots)/float64(ties))
-						}
-						for _, s := range subsets {
-							st := &stats[s][o]
-							st.leaves++
-							st.rank += (mid + 0.5) / float64(m)
-							st.hit += share
-							st.uniformHit += float64(L) / float64(m)
-						}
-					}
-				}
-			}
-			for i := range left {
-				taken[i]++
-				rackTaken[rack[i]]++
-			}
+		if ei > 0 {
+			t.leave(e)
 		}
-		for _, x := range e.Left {
-			idle[x] = false
-		}
-		for _, x := range e.Joined {
-			idle[x] = true
-			since[x] = e.Time
-		}
-		if len(e.Joined) > 0 {
-			hist.Frees++
-		}
+		t.apply(e)
 		if ei+1 < len(tr.Events) {
-			hist.Seconds += tr.Events[ei+1].Time.Sub(e.Time).Seconds()
+			t.hist.Seconds += tr.Events[ei+1].Time.Sub(e.Time).Seconds()
 		}
 	}
+	return t
+}
+
+// leave ranks the idle nodes an event takes among those idle before it.
+func (t *orderTally) leave(e sim.Event) {
+	left := map[int]bool{}
+	for _, x := range e.Left {
+		if t.idle[x] {
+			left[int(x)] = true
+		}
+	}
+	if len(left) == 0 {
+		return
+	}
+	var ids []int
+	for i, ok := range t.idle {
+		if ok {
+			ids = append(ids, i)
+		}
+	}
+	ages := make([]float64, len(ids))
+	takenNow := make([]bool, len(ids))
+	for p, i := range ids {
+		ages[p] = e.Time.Sub(t.since[i]).Seconds()
+		takenNow[p] = left[i]
+	}
+	t.cal.observe(&t.hist, ages, takenNow)
+	cohort := map[int64]int{} // idle nodes per join instant
+	rackIdle := make([]int, len(t.rackSize))
+	for _, i := range ids {
+		cohort[t.since[i].UnixNano()]++
+		rackIdle[t.rack[i]]++
+	}
+	keys := make([]float64, len(ids))
+	for o := range orderNames {
+		for p, i := range ids {
+			keys[p] = t.key(orderNames[o], i, cohort, rackIdle)
+		}
+		t.rank(o, keys, takenNow, len(left))
+	}
+	for i := range left {
+		t.hist.Add(e.Time.Sub(t.since[i]).Seconds())
+		t.taken[i]++
+		t.rackTaken[t.rack[i]]++
+	}
+}
+
+// key is node i's key under an order: a larger key is taken first.
+func (t *orderTally) key(order string, i int, cohort map[int64]int, rackIdle []int) float64 {
+	switch order {
+	case "young":
+		return float64(t.since[i].UnixNano())
+	case "old":
+		return -float64(t.since[i].UnixNano())
+	case "index":
+		return -float64(i)
+	case "history":
+		return t.taken[i]
+	case "rack":
+		return t.rackTaken[t.rack[i]] / t.rackSize[t.rack[i]]
+	case "cohort-small":
+		return -float64(cohort[t.since[i].UnixNano()])
+	case "cohort-large":
+		return float64(cohort[t.since[i].UnixNano()])
+	case "rack-sparse":
+		return -float64(rackIdle[t.rack[i]])
+	case "rack-full":
+		return float64(rackIdle[t.rack[i]])
+	}
+	panic("order: unknown order " + order)
+}
+
+// rank adds, for order o, the ranks of the L nodes taken (taken[p]) among
+// the idle ones with these keys.
+func (t *orderTally) rank(o int, keys []float64, taken []bool, L int) {
+	m := len(keys)
+	sorted := slices.Clone(keys)
+	slices.Sort(sorted)
+	for p := range keys {
+		if !taken[p] {
+			continue
+		}
+		// Mid-rank from the front (largest key first).
+		lo, _ := slices.BinarySearch(sorted, keys[p])
+		hi := lo
+		for hi < m && sorted[hi] == keys[p] {
+			hi++
+		}
+		above, ties := m-hi, hi-lo
+		mid := float64(above) + float64(ties-1)/2
+		// The node's share of the first L: ties share the slots left after
+		// the strictly larger keys.
+		share := 0.0
+		if slots := L - above; slots > 0 {
+			share = min(1, float64(slots)/float64(ties))
+		}
+		for s := range 2 {
+			if s == 1 && m >= scarceIdle {
+				break
+			}
+			st := &t.stats[s][o]
+			st.leaves++
+			st.rank += (mid + 0.5) / float64(m)
+			st.hit += share
+			st.uniformHit += float64(L) / float64(m)
+		}
+	}
+}
+
+// apply moves the event's nodes.
+func (t *orderTally) apply(e sim.Event) {
+	for _, x := range e.Left {
+		t.idle[x] = false
+	}
+	for _, x := range e.Joined {
+		t.idle[x] = true
+		t.since[x] = e.Time
+	}
+	if len(e.Joined) > 0 {
+		t.hist.Frees++
+	}
+}
+
+// print writes the tally's lines.
+func (t *orderTally) print(w io.Writer, name string) {
 	var g []string
 	for b := range rankBins {
-		g = append(g, fmt.Sprintf("%.2f", (cal.taken[b]+rankPrior)/(cal.expected[b]+rankPrior)))
+		g = append(g, fmt.Sprintf("%.2f", t.cal.factor(b)))
 	}
-	fmt.Fprintf(c.stdout, "order trace=%s vs_life_table_young_first=%s\n", name, strings.Join(g, ","))
-	for _, s := range []string{"all", "scarce"} {
+	fmt.Fprintf(w, "order trace=%s vs_life_table_young_first=%s\n", name, strings.Join(g, ","))
+	for s, subset := range []string{"all", "scarce"} {
 		for o, on := range orderNames {
-			st := stats[s][o]
+			st := t.stats[s][o]
 			if st.leaves == 0 {
 				continue
 			}
-			fmt.Fprintf(c.stdout, "order trace=%s subset=%s order=%s leaves=%d mean_rank=%.3f top_hit=%.3f top_uniform=%.3f top_lift=%.2f\n",
-				name, s, on, st.leaves, st.rank/float64(st.leaves), st.hit/float64(st.leaves), st.uniformHit/float64(st.leaves), st.hit/st.uniformHit)
+			fmt.Fprintf(w, "order trace=%s subset=%s order=%s leaves=%d mean_rank=%.3f top_hit=%.3f top_uniform=%.3f top_lift=%.2f\n",
+				name, subset, on, st.leaves, st.rank/float64(st.leaves), st.hit/float64(st.leaves), st.uniformHit/float64(st.leaves), st.hit/st.uniformHit)
 		}
 	}
 }
@@ -256,6 +298,11 @@ const (
 
 type calibration struct {
 	taken, expected [rankBins]float64
+}
+
+// factor is bin b's nodes taken over those expected, each shrunk.
+func (c *calibration) factor(b int) float64 {
+	return (c.taken[b] + rankPrior) / (c.expected[b] + rankPrior)
 }
 
 // observe records one leave: ages of the idle nodes before it, and which
