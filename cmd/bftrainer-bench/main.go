@@ -28,6 +28,8 @@ commands:
   replay   time a whole Summit replay (hps-1000J), exact and CBC
   yield    what every allocator yields on Summit, Theta and Pollux-built
            workloads (issue 12's table), and the paired-start sweep
+  order    is the scheduler's choice of idle nodes to take back predictable?
+           (rank of each node taken among the idle ones, by order)
   plan     hps-1000J on Theta 2022 re-simulated (EASY), the scheduler's
            plan off, on, and wrong (walltimes ×2): graceful moves vs kills
   curves   makespan with the curves given, learned online and assumed
@@ -45,7 +47,7 @@ Run "bftrainer-bench <command> -h" for a command's flags.
 `
 
 // allCommands are the commands "all" runs, in order: add yours.
-var allCommands = []string{"alloc", "replay", "yield", "plan", "curves", "hook", "rescale", "slurm", "reclaim"}
+var allCommands = []string{"alloc", "replay", "yield", "order", "plan", "curves", "hook", "rescale", "slurm", "reclaim"}
 
 // errUsage marks a command-line mistake: exit status 2.
 var errUsage = errors.New("usage")
@@ -75,6 +77,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return (&allocCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "replay":
 		return (&replayCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
+	case "order":
+		return (&orderCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "yield":
 		return (&yieldCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "plan":

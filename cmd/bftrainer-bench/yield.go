@@ -58,8 +58,9 @@ func (c *yieldCommand) Run(ctx context.Context, args []string) error {
 	data := fs.String("data", "../shared/data", "the shared data `directory` (summit/, theta/, workloads/, pollux/)")
 	sweep := fs.Int("sweep", 16, "paired starts of the sweep (0: no sweep)")
 	table := fs.Bool("table", true, "replay the yield table (false: the sweep only)")
+	only := fs.String("only", "", "replay only this `allocator` in the table (exact, heuristic, greedy or adaptive; no auto rows)")
 	fs.Usage = func() {
-		fmt.Fprintf(c.stderr, "usage: bftrainer-bench yield [-data DIR] [-sweep 16] [-table=false]\n\n")
+		fmt.Fprintf(c.stderr, "usage: bftrainer-bench yield [-data DIR] [-sweep 16] [-table=false] [-only ALLOCATOR]\n\n")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -76,11 +77,21 @@ func (c *yieldCommand) Run(ctx context.Context, args []string) error {
 		}
 	}
 	allocators := []alloc.Solver{alloc.Exact{}, alloc.EqualShare{}, alloc.Greedy{}, alloc.Adaptive{}}
+	if *only != "" {
+		allocators = slices.DeleteFunc(allocators, func(s alloc.Solver) bool { return s.Name() != *only })
+		if len(allocators) == 0 {
+			fmt.Fprintf(c.stderr, "bftrainer-bench: yield: unknown allocator %q\n", *only)
+			return errUsage
+		}
+	}
 	for _, r := range rows {
 		for _, s := range allocators {
 			if err := c.row(ctx, r, s, false); err != nil {
 				return err
 			}
+		}
+		if *only != "" {
+			continue
 		}
 		if err := c.row(ctx, r, alloc.Adaptive{}, true); err != nil {
 			return err
