@@ -45,7 +45,10 @@ func TestElasticTrainer(t *testing.T) {
 	killLeftovers(t, a)
 	killLeftovers(t, b)
 	log := filepath.Join(e.work, "progress.log")
-	const batch, target, rUp, rDown = 8, 3000, 3.0, 8.0
+	// The target outlasts the scenario on saturated cores (at 3,000 the
+	// job finished at step 208, before its last reclaim, in a CI run with
+	// the load at 15); the Trainer then trains to it at world 3.
+	const batch, target, rUp, rDown = 8, 6000, 3.0, 8.0
 
 	var phases []trainertest.Phase
 	change := func() {
@@ -144,7 +147,7 @@ func TestElasticTrainer(t *testing.T) {
 	e.run(t, "node", "leave", "--job", "102", victim)
 	settled(3)
 
-	e.waitFinished(t, a, 120*time.Second)
+	e.waitFinished(t, a, 240*time.Second)
 	change()
 
 	steps := readSteps(t, log)
