@@ -53,6 +53,7 @@ func (s *easySim) recordPlan(now int64) {
 			if avail >= need {
 				p.shadow = max(e.at, now)
 				p.count = max(0, s.free-(avail-need))
+				s.jobs[s.queue[0]].planned = p.shadow
 				break
 			}
 		}

@@ -50,6 +50,9 @@ type Options struct {
 	// their lead, and the allocator sees planned nodes as short horizons. The replay
 	// also decides at each moment a lead begins (pool.NextMove).
 	Plan bool
+	// OnChange, if set, is given every change the pool records, in order
+	// (diagnostics: SurpriseExplainer.Observe).
+	OnChange func(pool.Change)
 	// Check verifies every plan with alloc.Check before committing it (tests; slower);
 	// a plan that fails, or any solver error, then ends the replay with that error.
 	Check bool
@@ -533,6 +536,9 @@ func (r *replayer) nextPlanChange() (time.Time, bool) {
 // harvest drains the pool's change log, keeping the final state of Trainers that ended.
 func (r *replayer) harvest() {
 	for _, c := range r.p.Changes() {
+		if r.opt.OnChange != nil {
+			r.opt.OnChange(c)
+		}
 		if c.Kind == pool.Ended && c.Final != nil {
 			if i, ok := r.byID[c.Trainer]; ok {
 				r.done[i] = c.Final

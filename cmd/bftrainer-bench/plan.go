@@ -27,6 +27,7 @@ func (c *planCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
 	fs.SetOutput(c.stderr)
 	data := fs.String("data", "../shared/data", "the shared data `directory` (theta/, workloads/)")
+	why := fs.Bool("why", false, "after each row, a 'surprises' line splitting the kills by why no plan moved the Trainer first (sim.SurpriseCauses)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -48,7 +49,13 @@ func (c *planCommand) Run(ctx context.Context, args []string) error {
 			return fmt.Errorf("plan: theta easy: no busy week")
 		}
 		jobs := sim.ShiftWorkload(hps, week)
-		res, err := sim.Replay(ctx, tr.Window(sim.StartEvent(tr, jobs)), jobs, sim.Options{Solver: alloc.Adaptive{}, Plan: run.plan})
+		opt := sim.Options{Solver: alloc.Adaptive{}, Plan: run.plan}
+		var ex *sim.SurpriseExplainer
+		if *why {
+			ex = sim.NewSurpriseExplainer(tr)
+			opt.OnChange = ex.Observe
+		}
+		res, err := sim.Replay(ctx, tr.Window(sim.StartEvent(tr, jobs)), jobs, opt)
 		if err != nil {
 			return fmt.Errorf("plan: %w", err)
 		}
@@ -56,6 +63,9 @@ func (c *planCommand) Run(ctx context.Context, args []string) error {
 		on := map[bool]string{true: "on", false: "off"}[run.plan]
 		fmt.Fprintf(c.stdout, "yield trace=theta-easy workload=hps-1000J allocator=%s plan=%s walltime_x=%g reclaims_planned=%d reclaims_surprise=%d preempt_loss=%.4g move_loss=%.4g rescale_loss=%.4g makespan_h=%.2f finished=%d/%d\n",
 			m.Allocator, on, run.scale, m.ReclaimsPlanned, m.ReclaimsSurprise, m.PreemptLoss, m.MoveLoss, m.RescaleLoss, m.MakespanH, m.Finished, m.Trainers)
+		if ex != nil {
+			fmt.Fprintf(c.stdout, "surprises plan=%s walltime_x=%g %s\n", on, run.scale, ex.Causes)
+		}
 	}
 	return nil
 }
