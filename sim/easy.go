@@ -56,12 +56,13 @@ const bslThreshold = 10
 // Every pass is O(running + queue) with early exits, running jobs are kept sorted by
 // expected end, so a year of Theta re-simulates in well under a second.
 func (l *SWFLog) EASYTrace(nodes int) (*Trace, EASYStats, error) {
-	return l.easyTrace(nodes, 0)
+	return l.easyTrace(nodes, 0, 0)
 }
 
-// easyTrace is EASYTrace, with the plan recorded when planScale > 0.
-func (l *SWFLog) easyTrace(nodes int, planScale float64) (*Trace, EASYStats, error) {
-	s, st, err := l.easySchedule(nodes, planScale)
+// easyTrace is EASYTrace, with the plan recorded when planScale > 0, for
+// the head and up to depth−1 queued jobs after it.
+func (l *SWFLog) easyTrace(nodes int, planScale float64, depth int) (*Trace, EASYStats, error) {
+	s, st, err := l.easySchedule(nodes, planScale, depth)
 	if err != nil {
 		return nil, st, fmt.Errorf("easy trace: %w", err)
 	}
@@ -99,12 +100,12 @@ func (l *SWFLog) easyTrace(nodes int, planScale float64) (*Trace, EASYStats, err
 
 // easySchedule runs the re-simulation and returns the scheduler, whose jobs (sorted by
 // submit, each with its start and its position in the log) are the schedule.
-func (l *SWFLog) easySchedule(nodes int, planScale float64) (*easySim, EASYStats, error) {
+func (l *SWFLog) easySchedule(nodes int, planScale float64, depth int) (*easySim, EASYStats, error) {
 	var st EASYStats
 	if nodes <= 0 || nodes > maxTraceNodes {
 		return nil, st, fmt.Errorf("node count %d out of range", nodes)
 	}
-	s := &easySim{free: nodes, planScale: planScale}
+	s := &easySim{free: nodes, planScale: planScale, planDepth: depth}
 	for i, j := range l.Jobs {
 		size := j.ReqNodes
 		if size <= 0 {
@@ -169,6 +170,7 @@ type easySim struct {
 	planScale  float64    // > 0: record the head's reservation after each pass
 	plans      []easyPlan // by time
 	prevHead   int32      // the queue's head after the previous pass, -1 if none
+	planDepth  int        // queued jobs planned: 1 the head only, more a backfill pass's plan
 }
 
 func (s *easySim) run() {

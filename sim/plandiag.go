@@ -126,8 +126,21 @@ func (e *SurpriseExplainer) Observe(c pool.Change) {
 	}
 }
 
-// named reports whether the plan in effect just before at names node n.
+// named reports whether the plan in effect just before at names node n
+// for the head (or, with a plan beyond it, for any job).
 func (e *SurpriseExplainer) named(n int32, at time.Time) bool {
 	i := sort.Search(len(e.tr.Plans), func(i int) bool { return !e.tr.Plans[i].At.Before(at) }) - 1
-	return i >= 0 && slices.Contains(e.tr.Plans[i].Nodes, n)
+	if i < 0 {
+		return false
+	}
+	tp := &e.tr.Plans[i]
+	if slices.Contains(tp.Nodes, n) {
+		return true
+	}
+	for _, b := range tp.Beyond {
+		if slices.Contains(b.Nodes, n) {
+			return true
+		}
+	}
+	return false
 }

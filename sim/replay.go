@@ -498,15 +498,11 @@ func (r *replayer) setPlan(at time.Time) {
 	}
 	var tp *TracePlan
 	tp, r.planIdx = planAt(r.tr.Plans, r.planIdx, at)
-	if tp == nil || len(tp.Nodes) == 0 {
+	if tp == nil || (len(tp.Nodes) == 0 && len(tp.Beyond) == 0) {
 		r.p.SetPlan(nil)
 		return
 	}
-	names := make([]string, len(tp.Nodes))
-	for i, n := range tp.Nodes {
-		names[i] = r.tr.Nodes[n]
-	}
-	r.p.SetPlan([]pool.Planned{{Job: "head", Nodes: names, Start: tp.Start}})
+	r.p.SetPlan(tp.planned(r.tr.Nodes))
 }
 
 // nextMove is, with a plan on, the moment the next Trainer's lead before a

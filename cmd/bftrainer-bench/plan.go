@@ -38,9 +38,13 @@ func (c *planCommand) Run(ctx context.Context, args []string) error {
 	path := filepath.Join(*data, "theta/theta_2022.swf")
 	for _, run := range []struct {
 		scale float64
-		plan  bool
-	}{{1, false}, {1, true}, {2, true}} {
-		tr, _, err := sim.OpenEASYTrace(path, run.scale)
+		plan  string
+	}{{1, "off"}, {1, "head"}, {1, "all"}, {2, "head"}, {2, "all"}} {
+		depth := 1
+		if run.plan == "all" {
+			depth = sim.DefaultPlanDepth
+		}
+		tr, _, err := sim.OpenEASYTracePlan(path, run.scale, depth)
 		if err != nil {
 			return fmt.Errorf("plan: %w", err)
 		}
@@ -49,7 +53,7 @@ func (c *planCommand) Run(ctx context.Context, args []string) error {
 			return fmt.Errorf("plan: theta easy: no busy week")
 		}
 		jobs := sim.ShiftWorkload(hps, week)
-		opt := sim.Options{Solver: alloc.Adaptive{}, Plan: run.plan}
+		opt := sim.Options{Solver: alloc.Adaptive{}, Plan: run.plan != "off"}
 		var ex *sim.SurpriseExplainer
 		if *why {
 			ex = sim.NewSurpriseExplainer(tr)
@@ -60,7 +64,7 @@ func (c *planCommand) Run(ctx context.Context, args []string) error {
 			return fmt.Errorf("plan: %w", err)
 		}
 		m := res.Summary
-		on := map[bool]string{true: "on", false: "off"}[run.plan]
+		on := run.plan
 		fmt.Fprintf(c.stdout, "yield trace=theta-easy workload=hps-1000J allocator=%s plan=%s walltime_x=%g reclaims_planned=%d reclaims_surprise=%d preempt_loss=%.4g move_loss=%.4g rescale_loss=%.4g makespan_h=%.2f finished=%d/%d\n",
 			m.Allocator, on, run.scale, m.ReclaimsPlanned, m.ReclaimsSurprise, m.PreemptLoss, m.MoveLoss, m.RescaleLoss, m.MakespanH, m.Finished, m.Trainers)
 		if ex != nil {
