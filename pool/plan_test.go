@@ -1,6 +1,7 @@
 package pool_test
 
 import (
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -124,5 +125,50 @@ func TestPlanLeadFromConfig(t *testing.T) {
 	decide(t, q)
 	if len(tq.Nodes) != 3 {
 		t.Errorf("holds %d, want 3: a start 50 s away is within the 1 min lead", len(tq.Nodes))
+	}
+}
+
+// TestPlanHorizonChoices: which held nodes the allocator sees with their
+// planned start (alloc.Node.Until). Unpriced (the default) none; priced
+// every planned one; stable only a node whose planned start survived a new
+// plan — n3 is planned at 160 s twice across a change, n4 first at 170 s
+// then at 180 s, so only n3 is stable. Reading the same plan again is no
+// new plan and settles nothing.
+func TestPlanHorizonChoices(t *testing.T) {
+	until := func(p *pool.Pool) map[string]time.Time {
+		out := map[string]time.Time{}
+		for _, tr := range p.Problem().Trainers {
+			for _, n := range tr.Held {
+				if !n.Until.IsZero() {
+					out[n.Name] = n.Until
+				}
+			}
+		}
+		return out
+	}
+	first := []pool.Planned{{Job: "a", Nodes: []string{"n3"}, Start: at(160)}, {Job: "b", Nodes: []string{"n4"}, Start: at(170)}}
+	second := []pool.Planned{{Job: "a", Nodes: []string{"n3"}, Start: at(160)}, {Job: "b", Nodes: []string{"n4"}, Start: at(180)}}
+	for _, c := range []struct {
+		h           pool.PlanHorizon
+		once, twice []string // nodes priced after the first plan (read twice), then after the second
+	}{
+		{pool.PlanUnpriced, nil, nil},
+		{pool.PlanPriced, []string{"n3", "n4"}, []string{"n3", "n4"}},
+		{pool.PlanStable, nil, []string{"n3"}},
+	} {
+		p, _ := plannedPool(t, pool.Config{TFwd: 100, PlanHorizon: c.h})
+		p.SetPlan(first)
+		p.SetPlan(first)
+		if got := slices.Sorted(maps.Keys(until(p))); !slices.Equal(got, c.once) {
+			t.Errorf("%q after the first plan: priced %v, want %v", c.h, got, c.once)
+		}
+		p.SetPlan(second)
+		got := until(p)
+		if names := slices.Sorted(maps.Keys(got)); !slices.Equal(names, c.twice) {
+			t.Errorf("%q after the second plan: priced %v, want %v", c.h, names, c.twice)
+		}
+		if u, ok := got["n3"]; ok && !u.Equal(at(160)) {
+			t.Errorf("%q: n3 priced until %v, want its planned start %v", c.h, u, at(160))
+		}
 	}
 }

@@ -121,6 +121,11 @@ type Config struct {
 	// notice (a live reconciler's interval and plan cache); 0 in a replay,
 	// which decides exactly then (NextMove).
 	PlanLead, PlanSlack time.Duration
+	// PlanHorizon is which planned nodes the allocator sees with a short
+	// horizon (alloc.Node.Until): none ("", PlanUnpriced), PlanStable or
+	// PlanPriced. Moves and the nodes kept free within a lead do not
+	// depend on it.
+	PlanHorizon PlanHorizon
 	// Curves is which curve the allocator sees (learn.go); "" is
 	// CurvesGiven.
 	Curves CurveMode

@@ -50,6 +50,9 @@ type Options struct {
 	// their lead, and the allocator sees planned nodes as short horizons. The replay
 	// also decides at each moment a lead begins (pool.NextMove).
 	Plan bool
+	// PlanHorizon is which planned nodes the allocator prices with a short
+	// horizon (pool.Config.PlanHorizon).
+	PlanHorizon pool.PlanHorizon
 	// OnChange, if set, is given every change the pool records, in order
 	// (diagnostics: SurpriseExplainer.Observe).
 	OnChange func(pool.Change)
@@ -332,7 +335,7 @@ func (r *replayer) run(ctx context.Context) error {
 		return err
 	}
 	cfg := pool.Config{MaxTrainers: r.opt.MaxTrainers, AutoAdmit: r.opt.AutoAdmit, TFwd: r.opt.TFwd,
-		Objective: r.opt.Objective, Semantics: r.opt.Semantics, Curves: r.opt.Curves}
+		Objective: r.opt.Objective, Semantics: r.opt.Semantics, Curves: r.opt.Curves, PlanHorizon: r.opt.PlanHorizon}
 	p, err := pool.New(cfg, st)
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/sim"
 )
 
@@ -27,6 +28,7 @@ func (c *planCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
 	fs.SetOutput(c.stderr)
 	data := fs.String("data", "../shared/data", "the shared data `directory` (theta/, workloads/)")
+	horizon := fs.String("horizon", "", "which planned nodes the allocator prices with a short horizon: '' none, stable, priced (pool.PlanHorizon)")
 	why := fs.Bool("why", false, "after each row, a 'surprises' line splitting the kills by why no plan moved the Trainer first (sim.SurpriseCauses)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -53,7 +55,7 @@ func (c *planCommand) Run(ctx context.Context, args []string) error {
 			return fmt.Errorf("plan: theta easy: no busy week")
 		}
 		jobs := sim.ShiftWorkload(hps, week)
-		opt := sim.Options{Solver: alloc.Adaptive{}, Plan: run.plan != "off"}
+		opt := sim.Options{Solver: alloc.Adaptive{}, Plan: run.plan != "off", PlanHorizon: pool.PlanHorizon(*horizon)}
 		var ex *sim.SurpriseExplainer
 		if *why {
 			ex = sim.NewSurpriseExplainer(tr)

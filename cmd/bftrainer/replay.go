@@ -77,6 +77,7 @@ workloads). A progress bar is drawn on stderr when it is a terminal.`,
 			choiceFlag("semantics", "NAME", []string{"default", "reference"}, "default", "bftrainer's model, or the paper's replayer"),
 			choiceFlag("schedule", "NAME", []string{"recorded", "easy"}, "recorded", "for an SWF log: its recorded schedule, or an FCFS + EASY-backfill re-simulation from submit times and requested walltimes"),
 			choiceFlag("plan", "off|head|all", []string{"off", "on", "head", "all"}, "off", "with --schedule easy: give the allocator the scheduler's plan, as squeue --start gives it live: head (on is the same) the reservation EASY makes for the queue head; all also the starts a backfill pass plans for the queued jobs after it (up to --plan-depth), from requested walltimes only"),
+			choiceFlag("plan-horizon", "NAME", []string{"none", "stable", "priced"}, "none", "with a plan: which planned nodes the allocator prices with a horizon ending at their planned start — none (moves only; less rescale loss in every replay measured), stable (a planned start kept across a new plan), priced (every planned node)"),
 			&cli.IntFlag{Name: "plan-depth", Value: sim.DefaultPlanDepth, Usage: "with --plan all: queued jobs planned, the head included (`N`; Slurm's bf_max_job_test)"},
 			&cli.Float64Flag{Name: "plan-walltime-scale", Value: 1, Usage: "with --plan head|all: plan from requested walltimes times `X` (2: a wrong plan; the schedule itself is unchanged)"},
 			&cli.Float64Flag{Name: "tfwd", Value: sim.DefaultTFwd, Usage: "`SECONDS` a decision is worth over, for the fixed-horizon allocators (exact, the MILP ones, greedy); adaptive measures its own"},
@@ -237,7 +238,7 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 		if out != "" && len(ss) > 1 {
 			dir = filepath.Join(out, names[i])
 		}
-		opt := sim.Options{Solver: s, Semantics: sem, TFwd: tfwd, MaxTrainers: maxJ, AutoAdmit: auto, Plan: c.String("plan") != "off",
+		opt := sim.Options{Solver: s, Semantics: sem, TFwd: tfwd, MaxTrainers: maxJ, AutoAdmit: auto, Plan: c.String("plan") != "off", PlanHorizon: planHorizon(c.String("plan-horizon")),
 			Curves: pool.CurveMode(c.String("curves")), CurveNoise: curveNoise, CurveSeed: c.Uint64("seed")}
 		if isTerminal(c.App.ErrWriter) {
 			opt.Progress = sim.ProgressBar(c.App.ErrWriter, "replay "+names[i])
@@ -382,4 +383,12 @@ func writeFile(path string, fn func(io.Writer) error) error {
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// planHorizon is --plan-horizon as the pool takes it.
+func planHorizon(name string) pool.PlanHorizon {
+	if name == "none" {
+		return pool.PlanUnpriced
+	}
+	return pool.PlanHorizon(name)
 }
