@@ -53,6 +53,9 @@ type Options struct {
 	// PlanHorizon is which planned nodes the allocator prices with a short
 	// horizon (pool.Config.PlanHorizon).
 	PlanHorizon pool.PlanHorizon
+	// KillLoss is progress a kill loses beyond R_down (pool.Config.KillLoss):
+	// a stated model input; 0 is the paper's model.
+	KillLoss time.Duration
 	// OnChange, if set, is given every change the pool records, in order
 	// (diagnostics: SurpriseExplainer.Observe).
 	OnChange func(pool.Change)
@@ -335,7 +338,7 @@ func (r *replayer) run(ctx context.Context) error {
 		return err
 	}
 	cfg := pool.Config{MaxTrainers: r.opt.MaxTrainers, AutoAdmit: r.opt.AutoAdmit, TFwd: r.opt.TFwd,
-		Objective: r.opt.Objective, Semantics: r.opt.Semantics, Curves: r.opt.Curves, PlanHorizon: r.opt.PlanHorizon}
+		Objective: r.opt.Objective, Semantics: r.opt.Semantics, Curves: r.opt.Curves, PlanHorizon: r.opt.PlanHorizon, KillLoss: r.opt.KillLoss}
 	p, err := pool.New(cfg, st)
 	if err != nil {
 		return err

@@ -78,6 +78,7 @@ workloads). A progress bar is drawn on stderr when it is a terminal.`,
 			choiceFlag("schedule", "NAME", []string{"recorded", "easy"}, "recorded", "for an SWF log: its recorded schedule, or an FCFS + EASY-backfill re-simulation from submit times and requested walltimes"),
 			choiceFlag("plan", "off|head|all", []string{"off", "on", "head", "all"}, "off", "with --schedule easy: give the allocator the scheduler's plan, as squeue --start gives it live: head (on is the same) the reservation EASY makes for the queue head; all also the starts a backfill pass plans for the queued jobs after it (up to --plan-depth), from requested walltimes only"),
 			choiceFlag("plan-horizon", "NAME", []string{"none", "stable", "priced"}, "none", "with a plan: which planned nodes the allocator prices with a horizon ending at their planned start — none (moves only; less rescale loss in every replay measured), stable (a planned start kept across a new plan), priced (every planned node)"),
+			&cli.DurationFlag{Name: "kill-loss", Usage: "progress (`DURATION` of training) a reclaim's kill loses beyond R_down — e.g. half a checkpoint interval; 0, the paper's model, charges a kill as a graceful shrink"},
 			&cli.IntFlag{Name: "plan-depth", Value: sim.DefaultPlanDepth, Usage: "with --plan all: queued jobs planned, the head included (`N`; Slurm's bf_max_job_test)"},
 			&cli.Float64Flag{Name: "plan-walltime-scale", Value: 1, Usage: "with --plan head|all: plan from requested walltimes times `X` (2: a wrong plan; the schedule itself is unchanged)"},
 			&cli.Float64Flag{Name: "tfwd", Value: sim.DefaultTFwd, Usage: "`SECONDS` a decision is worth over, for the fixed-horizon allocators (exact, the MILP ones, greedy); adaptive measures its own"},
@@ -128,6 +129,9 @@ func replayInputs(c *cli.Context) (*sim.Trace, []sim.Job, error) {
 	easy := c.String("schedule") == "easy"
 	if c.String("plan") != "off" && !easy {
 		return nil, nil, usagef("--plan %s needs --schedule easy (a recorded schedule has no plan)", c.String("plan"))
+	}
+	if c.Duration("kill-loss") < 0 {
+		return nil, nil, usagef("--kill-loss %v, want ≥ 0", c.Duration("kill-loss"))
 	}
 	depth := 1
 	if c.String("plan") == "all" {
@@ -238,7 +242,7 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 		if out != "" && len(ss) > 1 {
 			dir = filepath.Join(out, names[i])
 		}
-		opt := sim.Options{Solver: s, Semantics: sem, TFwd: tfwd, MaxTrainers: maxJ, AutoAdmit: auto, Plan: c.String("plan") != "off", PlanHorizon: planHorizon(c.String("plan-horizon")),
+		opt := sim.Options{Solver: s, Semantics: sem, TFwd: tfwd, MaxTrainers: maxJ, AutoAdmit: auto, Plan: c.String("plan") != "off", PlanHorizon: planHorizon(c.String("plan-horizon")), KillLoss: c.Duration("kill-loss"),
 			Curves: pool.CurveMode(c.String("curves")), CurveNoise: curveNoise, CurveSeed: c.Uint64("seed")}
 		if isTerminal(c.App.ErrWriter) {
 			opt.Progress = sim.ProgressBar(c.App.ErrWriter, "replay "+names[i])
