@@ -51,6 +51,16 @@ initial map) on the Summit trace, from its row 1000:
       --trace summit-trace-events.csv.gz --nodes summit-trace-nodes.csv \
       --workload jobs-hps-shufflenet-1000J.csv --out runs/hps
 
+With --schedule easy an SWF log is re-simulated with FCFS + EASY backfill,
+and --plan head|all gives the allocator the scheduler's plan (the head's
+reservation, or every queued job's planned start), from requested
+walltimes only; the summary splits reclaims into planned moves and
+surprise kills. A kill costs R_down, as a move, unless --kill-loss states
+what it loses more (docs/replay.md, "The scheduler's plan"):
+
+  bftrainer replay --trace theta_2022.swf --schedule easy --plan all \
+      --kill-loss 5m --workload jobs-hps-shufflenet-1000J.csv
+
 --out DIR writes steps.csv (one row per event, as the reference's
 step-logs.csv), trainers.csv (per-Trainer completion), timeline.svg (idle
 nodes and nodes per Trainer over time) and summary.json; with several
