@@ -172,3 +172,36 @@ func TestPlanHorizonChoices(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanOfSeveralJobs: a plan of several queued jobs (a backfill pass's,
+// replay --plan all) names a node for the earliest of them: n3, planned
+// for the head at 160 s and for a job behind it at 130 s, moves at 127 s
+// for the latter. Read again unchanged, the plan changes nothing; when the
+// scheduler drops the earlier job, n3's start is the head's again, and a
+// job on n4 that no plan showed still takes it at once.
+func TestPlanOfSeveralJobs(t *testing.T) {
+	p, tr := plannedPool(t, pool.Config{TFwd: 100})
+	plan := []pool.Planned{
+		{Job: "head", Nodes: []string{"n3"}, Start: at(160)},
+		{Job: "queued 1", Nodes: []string{"n3"}, Start: at(130)},
+	}
+	p.SetPlan(plan)
+	if next, ok := p.NextMove(); !ok || !next.Equal(at(127)) {
+		t.Fatalf("NextMove = %v %v, want %v (the earlier job's start less the 3 s lead)", next, ok, at(127))
+	}
+	p.SetPlan(plan)
+	p.Changes()
+	p.Step(pool.Event{At: at(127)})
+	decide(t, p)
+	if moves := changesOf(p, pool.Moved); len(moves) != 1 || moves[0].Job != "queued 1" || !slices.Equal(moves[0].Nodes, []string{"n3"}) {
+		t.Fatalf("moves %+v, want one off n3 for queued 1", moves)
+	}
+	p.SetPlan(plan[:1])
+	if next, ok := p.NextMove(); ok {
+		t.Errorf("NextMove = %v: n3 is held by no Trainer now", next)
+	}
+	p.Leave(at(128), []string{"n4"}, "unplanned")
+	if n, _ := p.Node("n4"); n.State != pool.Busy || p.Totals().Preemptions != 1 || len(tr.Nodes) != 2 {
+		t.Fatalf("n4 %s, preemptions %d, holds %d: want busy, one reclaim, 2 nodes", n.State, p.Totals().Preemptions, len(tr.Nodes))
+	}
+}
