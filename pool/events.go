@@ -137,7 +137,7 @@ func (p *Pool) leave(nodes []string, job string) {
 	}
 	for _, t := range order {
 		p.setCount(t)
-		cost := t.RescaleDown() * t.Rate
+		cost := (t.ReclaimDown() + p.cfg.KillLoss.Seconds()) * t.Rate
 		p.charge(t, cost)
 		t.PreemptLoss += cost
 		t.Preemptions++

@@ -23,7 +23,29 @@ type Planned struct {
 type plannedNode struct {
 	start time.Time
 	job   string
+	// stable: the plan before this one (the last that differed) named the
+	// node with the same start (PlanStable).
+	stable bool
 }
+
+// PlanHorizon is which planned nodes the allocator prices with a horizon
+// that ends at their planned start (Config.PlanHorizon).
+type PlanHorizon string
+
+// The choices of Config.PlanHorizon.
+const (
+	// PlanUnpriced (the default): none; the plan only moves Trainers. In
+	// every replay measured (docs/replay.md, "The scheduler's plan") the
+	// short horizons added more rescale loss than they saved.
+	PlanUnpriced PlanHorizon = ""
+	// PlanStable: a node whose planned start the scheduler kept across a
+	// new plan (the last plan that differed named it with the same
+	// start); a node the plan names anew at each pass is not priced until
+	// the plan settles.
+	PlanStable PlanHorizon = "stable"
+	// PlanPriced: every node the plan names.
+	PlanPriced PlanHorizon = "priced"
+)
 
 // SetPlan replaces the scheduler's plan the pool knows: each node's
 // earliest planned start. The plan is an input of the next decisions only
@@ -32,6 +54,11 @@ type plannedNode struct {
 // Problem); it is not part of State, since every scheduling pass plans
 // anew and the caller sets it before each decision. nil clears it.
 func (p *Pool) SetPlan(plan []Planned) {
+	if samePlan(plan, p.planSet) {
+		return
+	}
+	p.planSet = clonePlan(plan)
+	old := p.plan
 	p.plan = nil
 	for _, pl := range plan {
 		if pl.Start.IsZero() {
@@ -41,11 +68,45 @@ func (p *Pool) SetPlan(plan []Planned) {
 			if p.plan == nil {
 				p.plan = map[string]plannedNode{}
 			}
-			if old, ok := p.plan[n]; !ok || pl.Start.Before(old.start) {
+			if cur, ok := p.plan[n]; !ok || pl.Start.Before(cur.start) {
 				p.plan[n] = plannedNode{start: pl.Start, job: pl.Job}
 			}
 		}
 	}
+	for n, pn := range p.plan {
+		if o, ok := old[n]; ok && o.start.Equal(pn.start) {
+			pn.stable = true
+			p.plan[n] = pn
+		}
+	}
+}
+
+// samePlan reports whether two plans are the same, job by job.
+func samePlan(a, b []Planned) bool {
+	return slices.EqualFunc(a, b, func(x, y Planned) bool {
+		return x.Job == y.Job && x.Start.Equal(y.Start) && slices.Equal(x.Nodes, y.Nodes)
+	})
+}
+
+func clonePlan(plan []Planned) []Planned {
+	out := slices.Clone(plan)
+	for i := range out {
+		out[i].Nodes = slices.Clone(out[i].Nodes)
+	}
+	return out
+}
+
+// priced returns the planned start the allocator sees on a node
+// (Config.PlanHorizon), if any.
+func (p *Pool) priced(node string, lead time.Duration) (time.Time, bool) {
+	pn, ok := p.planned(node, lead)
+	switch {
+	case !ok || p.cfg.PlanHorizon == PlanUnpriced:
+		return time.Time{}, false
+	case p.cfg.PlanHorizon == PlanStable && !pn.stable:
+		return time.Time{}, false
+	}
+	return pn.start, true
 }
 
 // Lead is how long before a main job's planned start Decide moves a
@@ -191,8 +252,8 @@ func (p *Pool) planView(free []alloc.Node, held func(i int) []alloc.Node) ([]all
 		if p.moving(n.Name, lead) {
 			continue
 		}
-		if pn, ok := p.planned(n.Name, lead); ok {
-			n.Until = pn.start
+		if u, ok := p.priced(n.Name, lead); ok {
+			n.Until = u
 		}
 		out = append(out, n)
 	}
@@ -200,11 +261,11 @@ func (p *Pool) planView(free []alloc.Node, held func(i int) []alloc.Node) ([]all
 		ns := held(i)
 		var c []alloc.Node
 		for k, n := range ns {
-			if pn, ok := p.planned(n.Name, lead); ok {
+			if u, ok := p.priced(n.Name, lead); ok {
 				if c == nil {
 					c = slices.Clone(ns)
 				}
-				c[k].Until = pn.start
+				c[k].Until = u
 			}
 		}
 		if c == nil {

@@ -1,6 +1,7 @@
 package pool_test
 
 import (
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -124,5 +125,83 @@ func TestPlanLeadFromConfig(t *testing.T) {
 	decide(t, q)
 	if len(tq.Nodes) != 3 {
 		t.Errorf("holds %d, want 3: a start 50 s away is within the 1 min lead", len(tq.Nodes))
+	}
+}
+
+// TestPlanHorizonChoices: which held nodes the allocator sees with their
+// planned start (alloc.Node.Until). Unpriced (the default) none; priced
+// every planned one; stable only a node whose planned start survived a new
+// plan — n3 is planned at 160 s twice across a change, n4 first at 170 s
+// then at 180 s, so only n3 is stable. Reading the same plan again is no
+// new plan and settles nothing.
+func TestPlanHorizonChoices(t *testing.T) {
+	until := func(p *pool.Pool) map[string]time.Time {
+		out := map[string]time.Time{}
+		for _, tr := range p.Problem().Trainers {
+			for _, n := range tr.Held {
+				if !n.Until.IsZero() {
+					out[n.Name] = n.Until
+				}
+			}
+		}
+		return out
+	}
+	first := []pool.Planned{{Job: "a", Nodes: []string{"n3"}, Start: at(160)}, {Job: "b", Nodes: []string{"n4"}, Start: at(170)}}
+	second := []pool.Planned{{Job: "a", Nodes: []string{"n3"}, Start: at(160)}, {Job: "b", Nodes: []string{"n4"}, Start: at(180)}}
+	for _, c := range []struct {
+		h           pool.PlanHorizon
+		once, twice []string // nodes priced after the first plan (read twice), then after the second
+	}{
+		{pool.PlanUnpriced, nil, nil},
+		{pool.PlanPriced, []string{"n3", "n4"}, []string{"n3", "n4"}},
+		{pool.PlanStable, nil, []string{"n3"}},
+	} {
+		p, _ := plannedPool(t, pool.Config{TFwd: 100, PlanHorizon: c.h})
+		p.SetPlan(first)
+		p.SetPlan(first)
+		if got := slices.Sorted(maps.Keys(until(p))); !slices.Equal(got, c.once) {
+			t.Errorf("%q after the first plan: priced %v, want %v", c.h, got, c.once)
+		}
+		p.SetPlan(second)
+		got := until(p)
+		if names := slices.Sorted(maps.Keys(got)); !slices.Equal(names, c.twice) {
+			t.Errorf("%q after the second plan: priced %v, want %v", c.h, names, c.twice)
+		}
+		if u, ok := got["n3"]; ok && !u.Equal(at(160)) {
+			t.Errorf("%q: n3 priced until %v, want its planned start %v", c.h, u, at(160))
+		}
+	}
+}
+
+// TestPlanOfSeveralJobs: a plan of several queued jobs (a backfill pass's,
+// replay --plan all) names a node for the earliest of them: n3, planned
+// for the head at 160 s and for a job behind it at 130 s, moves at 127 s
+// for the latter. Read again unchanged, the plan changes nothing; when the
+// scheduler drops the earlier job, n3's start is the head's again, and a
+// job on n4 that no plan showed still takes it at once.
+func TestPlanOfSeveralJobs(t *testing.T) {
+	p, tr := plannedPool(t, pool.Config{TFwd: 100})
+	plan := []pool.Planned{
+		{Job: "head", Nodes: []string{"n3"}, Start: at(160)},
+		{Job: "queued 1", Nodes: []string{"n3"}, Start: at(130)},
+	}
+	p.SetPlan(plan)
+	if next, ok := p.NextMove(); !ok || !next.Equal(at(127)) {
+		t.Fatalf("NextMove = %v %v, want %v (the earlier job's start less the 3 s lead)", next, ok, at(127))
+	}
+	p.SetPlan(plan)
+	p.Changes()
+	p.Step(pool.Event{At: at(127)})
+	decide(t, p)
+	if moves := changesOf(p, pool.Moved); len(moves) != 1 || moves[0].Job != "queued 1" || !slices.Equal(moves[0].Nodes, []string{"n3"}) {
+		t.Fatalf("moves %+v, want one off n3 for queued 1", moves)
+	}
+	p.SetPlan(plan[:1])
+	if next, ok := p.NextMove(); ok {
+		t.Errorf("NextMove = %v: n3 is held by no Trainer now", next)
+	}
+	p.Leave(at(128), []string{"n4"}, "unplanned")
+	if n, _ := p.Node("n4"); n.State != pool.Busy || p.Totals().Preemptions != 1 || len(tr.Nodes) != 2 {
+		t.Fatalf("n4 %s, preemptions %d, holds %d: want busy, one reclaim, 2 nodes", n.State, p.Totals().Preemptions, len(tr.Nodes))
 	}
 }

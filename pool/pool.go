@@ -72,6 +72,7 @@ type Pool struct {
 	totals  Totals
 	log     []Change
 	plan    map[string]plannedNode // the scheduler's plan (SetPlan); not State
+	planSet []Planned              // the plan last set, to tell a new one apart
 	learner alloc.CurveLearner     // cfg.Learner with its defaults
 	est     map[string]estCache    // learned estimates, by Trainer
 }

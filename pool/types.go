@@ -121,6 +121,17 @@ type Config struct {
 	// notice (a live reconciler's interval and plan cache); 0 in a replay,
 	// which decides exactly then (NextMove).
 	PlanLead, PlanSlack time.Duration
+	// PlanHorizon is which planned nodes the allocator sees with a short
+	// horizon (alloc.Node.Until): none ("", PlanUnpriced), PlanStable or
+	// PlanPriced. Moves and the nodes kept free within a lead do not
+	// depend on it.
+	PlanHorizon PlanHorizon
+	// KillLoss is progress a reclaim (the prolog's kill) loses beyond the
+	// Trainer's ReclaimDown — a stated model input for a replay (e.g. the
+	// work since the last checkpoint, half a checkpoint interval on
+	// average); 0, the paper's model, charges a kill as a shrink. Live it
+	// stays 0: a measured reclaim already holds what a kill lost.
+	KillLoss time.Duration
 	// Curves is which curve the allocator sees (learn.go); "" is
 	// CurvesGiven.
 	Curves CurveMode

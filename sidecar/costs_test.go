@@ -60,12 +60,13 @@ func TestMeasuredCostsFolded(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatal(ok, err)
 	}
-	// Up: median of {0, 0, 0.2, 0.4, 0.3} = 0.2; down: of {0, 0, 1.2} = 0.
+	// Up: median of {0, 0, 0.2, 0.4, 0.3} = 0.2; a reclaim is kept apart
+	// from the graceful downs: reclaim cost, median of {0, 0, 1.2} = 0.
 	if got := tr.Measured.Up; !slices.Equal(got, []float64{0.2, 0.4, 0.3}) {
 		t.Fatalf("measured up %v", got)
 	}
-	if got := tr.Measured.Down; !slices.Equal(got, []float64{1.2}) {
-		t.Fatalf("measured down %v (a failure is not a down)", got)
+	if got := tr.Measured.Reclaim; !slices.Equal(got, []float64{1.2}) || len(tr.Measured.Down) != 0 {
+		t.Fatalf("measured reclaim %v, down %v (a reclaim is no graceful down, a failure neither)", got, tr.Measured.Down)
 	}
 	if got := tr.RescaleUp(); got != 0.2 {
 		t.Fatalf("R_up %v, want 0.2", got)

@@ -56,22 +56,38 @@ const bslThreshold = 10
 // Every pass is O(running + queue) with early exits, running jobs are kept sorted by
 // expected end, so a year of Theta re-simulates in well under a second.
 func (l *SWFLog) EASYTrace(nodes int) (*Trace, EASYStats, error) {
-	return l.easyTrace(nodes, 0)
+	return l.easyTrace(nodes, 0, 0)
 }
 
-// easyTrace is EASYTrace, with the plan recorded when planScale > 0.
-func (l *SWFLog) easyTrace(nodes int, planScale float64) (*Trace, EASYStats, error) {
-	s, st, err := l.easySchedule(nodes, planScale)
+// easyTrace is EASYTrace, with the plan recorded when planScale > 0, for
+// the head and up to depth−1 queued jobs after it.
+func (l *SWFLog) easyTrace(nodes int, planScale float64, depth int) (*Trace, EASYStats, error) {
+	s, st, err := l.easySchedule(nodes, planScale, depth)
 	if err != nil {
 		return nil, st, fmt.Errorf("easy trace: %w", err)
 	}
 	var spans []jobSpan
-	for _, j := range s.jobs {
+	var of []int32 // span → job
+	for k, j := range s.jobs {
 		if j.run > 0 {
 			spans = append(spans, jobSpan{start: j.start, end: j.start + j.run, nodes: j.size, submit: j.submit, order: j.order})
+			of = append(of, int32(k))
 		}
 	}
-	t, bs := buildSpanTrace(l, s.jobs[0].submit, nodes, spans, s.plans)
+	var starts []TraceStart
+	var onStart func(int32, []int32)
+	if planScale > 0 {
+		onStart = func(sp int32, ns []int32) {
+			j := &s.jobs[of[sp]]
+			ts := TraceStart{At: l.Time(j.start), Nodes: ns, How: j.how}
+			if j.how == StartAsHead && j.planned > 0 {
+				ts.Planned = l.Time(j.planned)
+			}
+			starts = append(starts, ts)
+		}
+	}
+	t, bs := buildSpanTrace(l, s.jobs[0].submit, nodes, spans, s.plans, onStart)
+	t.Starts = starts
 	st.BusyNodeHours = bs.busyNodeSeconds / 3600
 	st.Utilisation = bs.utilisation(nodes)
 	if bs.truncated > 0 {
@@ -84,12 +100,12 @@ func (l *SWFLog) easyTrace(nodes int, planScale float64) (*Trace, EASYStats, err
 
 // easySchedule runs the re-simulation and returns the scheduler, whose jobs (sorted by
 // submit, each with its start and its position in the log) are the schedule.
-func (l *SWFLog) easySchedule(nodes int, planScale float64) (*easySim, EASYStats, error) {
+func (l *SWFLog) easySchedule(nodes int, planScale float64, depth int) (*easySim, EASYStats, error) {
 	var st EASYStats
 	if nodes <= 0 || nodes > maxTraceNodes {
 		return nil, st, fmt.Errorf("node count %d out of range", nodes)
 	}
-	s := &easySim{free: nodes, planScale: planScale}
+	s := &easySim{free: nodes, planScale: planScale, planDepth: depth}
 	for i, j := range l.Jobs {
 		size := j.ReqNodes
 		if size <= 0 {
@@ -139,6 +155,8 @@ type easyJob struct {
 	order            int   // position in the log
 	start            int64 // -1 until started
 	estEnd, end      int64 // start + req, start + run
+	how              StartKind
+	planned          int64 // the head's shadow time at the last pass that planned it with nodes free (0: none)
 }
 
 // easySim is the FCFS + EASY event loop. Indices are into jobs (sorted by submit).
@@ -151,10 +169,13 @@ type easySim struct {
 	backfilled int
 	planScale  float64    // > 0: record the head's reservation after each pass
 	plans      []easyPlan // by time
+	prevHead   int32      // the queue's head after the previous pass, -1 if none
+	planDepth  int        // queued jobs planned: 1 the head only, more a backfill pass's plan
 }
 
 func (s *easySim) run() {
 	s.ends.jobs = s.jobs
+	s.prevHead = -1
 	next := 0
 	for next < len(s.jobs) || s.ends.Len() > 0 {
 		now := int64(math.MaxInt64)
@@ -177,13 +198,21 @@ func (s *easySim) run() {
 		if s.planScale > 0 {
 			s.recordPlan(now)
 		}
+		s.prevHead = -1
+		if len(s.queue) > 0 {
+			s.prevHead = s.queue[0]
+		}
 	}
 }
 
 // schedule is one pass: FCFS starts, then EASY backfill around the head's reservation.
 func (s *easySim) schedule(now int64) {
 	for len(s.queue) > 0 && s.jobs[s.queue[0]].size <= s.free {
-		s.start(s.queue[0], now)
+		k, how := s.queue[0], StartBehindHead
+		if k == s.prevHead {
+			how = StartAsHead
+		}
+		s.start(k, now, cmp.Or(s.atSubmit(k, now), how))
 		s.queue = s.queue[1:]
 	}
 	if len(s.queue) < 2 || s.free == 0 {
@@ -203,7 +232,7 @@ func (s *easySim) schedule(now int64) {
 			if !endsInTime {
 				extra -= j.size
 			}
-			s.start(k, now)
+			s.start(k, now, cmp.Or(s.atSubmit(k, now), StartBackfill))
 			s.backfilled++
 			continue
 		}
@@ -227,9 +256,18 @@ func (s *easySim) reservation(now int64, need int) (shadow int64, extra int) {
 	return math.MaxInt64, 0
 }
 
-func (s *easySim) start(k int32, now int64) {
+// atSubmit is StartAtSubmit for a job submitted at now (it started in the
+// pass of its submit), else 0.
+func (s *easySim) atSubmit(k int32, now int64) StartKind {
+	if s.jobs[k].submit == now {
+		return StartAtSubmit
+	}
+	return 0
+}
+
+func (s *easySim) start(k int32, now int64, how StartKind) {
 	j := &s.jobs[k]
-	j.start, j.estEnd, j.end = now, now+j.req, now+j.run
+	j.start, j.estEnd, j.end, j.how = now, now+j.req, now+j.run, how
 	s.free -= j.size
 	i, _ := slices.BinarySearchFunc(s.running, k, s.runningCmp)
 	s.running = slices.Insert(s.running, i, k)

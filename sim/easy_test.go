@@ -19,7 +19,7 @@ func easyStarts(tb testing.TB, l *SWFLog, nodes int) ([]int64, *Trace, EASYStats
 	if err := tr.Validate(); err != nil {
 		tb.Fatal(err)
 	}
-	s, _, err := l.easySchedule(nodes, 0)
+	s, _, err := l.easySchedule(nodes, 0, 0)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -50,6 +50,15 @@ type Options struct {
 	// their lead, and the allocator sees planned nodes as short horizons. The replay
 	// also decides at each moment a lead begins (pool.NextMove).
 	Plan bool
+	// PlanHorizon is which planned nodes the allocator prices with a short
+	// horizon (pool.Config.PlanHorizon).
+	PlanHorizon pool.PlanHorizon
+	// KillLoss is progress a kill loses beyond R_down (pool.Config.KillLoss):
+	// a stated model input; 0 is the paper's model.
+	KillLoss time.Duration
+	// OnChange, if set, is given every change the pool records, in order
+	// (diagnostics: SurpriseExplainer.Observe).
+	OnChange func(pool.Change)
 	// Check verifies every plan with alloc.Check before committing it (tests; slower);
 	// a plan that fails, or any solver error, then ends the replay with that error.
 	Check bool
@@ -329,7 +338,7 @@ func (r *replayer) run(ctx context.Context) error {
 		return err
 	}
 	cfg := pool.Config{MaxTrainers: r.opt.MaxTrainers, AutoAdmit: r.opt.AutoAdmit, TFwd: r.opt.TFwd,
-		Objective: r.opt.Objective, Semantics: r.opt.Semantics, Curves: r.opt.Curves}
+		Objective: r.opt.Objective, Semantics: r.opt.Semantics, Curves: r.opt.Curves, PlanHorizon: r.opt.PlanHorizon, KillLoss: r.opt.KillLoss}
 	p, err := pool.New(cfg, st)
 	if err != nil {
 		return err
@@ -495,15 +504,11 @@ func (r *replayer) setPlan(at time.Time) {
 	}
 	var tp *TracePlan
 	tp, r.planIdx = planAt(r.tr.Plans, r.planIdx, at)
-	if tp == nil || len(tp.Nodes) == 0 {
+	if tp == nil || (len(tp.Nodes) == 0 && len(tp.Beyond) == 0) {
 		r.p.SetPlan(nil)
 		return
 	}
-	names := make([]string, len(tp.Nodes))
-	for i, n := range tp.Nodes {
-		names[i] = r.tr.Nodes[n]
-	}
-	r.p.SetPlan([]pool.Planned{{Job: "head", Nodes: names, Start: tp.Start}})
+	r.p.SetPlan(tp.planned(r.tr.Nodes))
 }
 
 // nextMove is, with a plan on, the moment the next Trainer's lead before a
@@ -533,6 +538,9 @@ func (r *replayer) nextPlanChange() (time.Time, bool) {
 // harvest drains the pool's change log, keeping the final state of Trainers that ended.
 func (r *replayer) harvest() {
 	for _, c := range r.p.Changes() {
+		if r.opt.OnChange != nil {
+			r.opt.OnChange(c)
+		}
 		if c.Kind == pool.Ended && c.Final != nil {
 			if i, ok := r.byID[c.Trainer]; ok {
 				r.done[i] = c.Final

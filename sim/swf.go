@@ -307,7 +307,7 @@ func (l *SWFLog) Recorded(nodes int) (*Trace, RecordedStats, error) {
 			spans = append(spans, jobSpan{start: s, end: s + j.Run, nodes: j.Nodes, submit: j.Submit, order: i})
 		}
 	}
-	t, bs := buildSpanTrace(l, t0, nodes, spans, nil)
+	t, bs := buildSpanTrace(l, t0, nodes, spans, nil, nil)
 	st.Jobs = len(spans)
 	st.Truncated = bs.truncated
 	st.LostNodeHours = bs.lostNodeSeconds / 3600
@@ -342,8 +342,8 @@ func (s spanBuildStats) utilisation(nodes int) float64 {
 
 // buildSpanTrace turns jobs' node holds into a Trace, assigning physical nodes by the
 // "idle shortest first" rule documented on SWFLog.Recorded. Spans must have end > start
-// and start ≥ t0.
-func buildSpanTrace(l *SWFLog, t0 int64, nodes int, spans []jobSpan, plans []easyPlan) (*Trace, spanBuildStats) {
+// and start ≥ t0. onStart, if set, is told each span's start and the nodes it takes.
+func buildSpanTrace(l *SWFLog, t0 int64, nodes int, spans []jobSpan, plans []easyPlan, onStart func(span int32, nodes []int32)) (*Trace, spanBuildStats) {
 	var st spanBuildStats
 	starts := make([]int32, len(spans))
 	ends := make([]int32, len(spans))
@@ -421,6 +421,9 @@ func buildSpanTrace(l *SWFLog, t0 int64, nodes int, spans []jobSpan, plans []eas
 			st.busyNodeSeconds += float64(got) * float64(sp.end-sp.start)
 			take := free[len(free)-got:]
 			held[k] = slices.Clone(take)
+			if onStart != nil {
+				onStart(k, held[k])
+			}
 			free = free[:len(free)-got]
 			for _, n := range take {
 				d.touch(n, idle[n])

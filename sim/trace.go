@@ -30,6 +30,10 @@ type Trace struct {
 	// EASY re-simulation, EASYTracePlanned); a replay with Options.Plan
 	// gives it to the pool as the live reconciler does.
 	Plans []TracePlan
+	// Starts is the re-simulated schedule's job starts in time order, when the
+	// trace knows them (EASYTracePlanned), to explain reclaims
+	// (SurpriseExplainer).
+	Starts []TraceStart
 }
 
 // Event is one instant of a Trace at which nodes changed state.
@@ -556,7 +560,7 @@ func writeNodes(w io.Writer, t *Trace) error {
 // are copied, and events where nothing changes are dropped. from is clamped to the trace.
 // The result shares no slices with t.
 func (t *Trace) Window(from int) *Trace {
-	out := &Trace{Nodes: slices.Clone(t.Nodes), Source: t.Source, Skipped: t.Skipped, Truncated: t.Truncated, Plans: t.Plans}
+	out := &Trace{Nodes: slices.Clone(t.Nodes), Source: t.Source, Skipped: t.Skipped, Truncated: t.Truncated, Plans: t.Plans, Starts: t.Starts}
 	if len(t.Events) == 0 {
 		return out
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/trainer"
 	"github.com/bftrainer/bftrainer/trainer/agent"
 )
@@ -61,6 +62,10 @@ type Config struct {
 		PlanEvery   Duration `toml:"plan_every"`
 		PlanTimeout Duration `toml:"plan_timeout"`
 		PlanLead    Duration `toml:"plan_lead"`
+		// PlanHorizon: which planned nodes the allocator also prices with
+		// a horizon ending at their planned start (pool.PlanHorizon):
+		// none, stable or priced.
+		PlanHorizon string `toml:"plan_horizon"`
 	} `toml:"reconciler"`
 	Metrics struct {
 		Textfile string `toml:"textfile"`
@@ -173,6 +178,7 @@ func defaults() Config {
 	c.Reconciler.Interval = Duration{5 * time.Second}
 	c.Reconciler.PlanEvery = Duration{5 * time.Second}
 	c.Reconciler.PlanTimeout = Duration{3 * time.Second}
+	c.Reconciler.PlanHorizon = "none"
 	c.Scheduler = map[string]string{}
 	for _, s := range schedulers() {
 		if s.Listing != nil {
@@ -332,6 +338,9 @@ func (c *Config) validate() error {
 	}
 	if c.Reconciler.PlanEvery.Duration < 0 || c.Reconciler.PlanTimeout.Duration <= 0 || c.Reconciler.PlanLead.Duration < 0 {
 		errs = append(errs, errors.New("reconciler.plan_every and plan_lead: want ≥ 0; plan_timeout: want > 0"))
+	}
+	if h := c.Reconciler.PlanHorizon; h != "none" && h != string(pool.PlanStable) && h != string(pool.PlanPriced) {
+		errs = append(errs, fmt.Errorf("reconciler.plan_horizon: %q, want none, stable or priced", h))
 	}
 	if c.Reconciler.MaxRounds < 1 {
 		errs = append(errs, errors.New("reconciler.max_rounds: want ≥ 1"))

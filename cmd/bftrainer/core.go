@@ -40,9 +40,10 @@ func options(cfg Config, log *log.Logger) sidecar.Options {
 		JournalFallback: cfg.JournalFallback,
 		Spool:           cfg.Spool,
 		RunnerState:     cfg.Trainer.StateDir,
-		Pool:            pool.Config{MaxTrainers: cfg.Pool.MaxTrainers, TFwd: cfg.Pool.TFwd, Objective: obj, Semantics: sem, Learner: cfg.learner()},
-		Solvers:         solvers(),
-		Solver:          cfg.Pool.Solver,
+		Pool: pool.Config{MaxTrainers: cfg.Pool.MaxTrainers, TFwd: cfg.Pool.TFwd, Objective: obj, Semantics: sem, Learner: cfg.learner(),
+			PlanHorizon: planHorizon(cfg.Reconciler.PlanHorizon)},
+		Solvers: solvers(),
+		Solver:  cfg.Pool.Solver,
 		SolverSettings: sidecar.SolverSettings{
 			TimeLimit: cfg.Pool.SolverTimeLimit.Duration, Path: cfg.Pool.SolverPath},
 		Schedulers:   schedulers(),

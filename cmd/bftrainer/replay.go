@@ -51,6 +51,16 @@ initial map) on the Summit trace, from its row 1000:
       --trace summit-trace-events.csv.gz --nodes summit-trace-nodes.csv \
       --workload jobs-hps-shufflenet-1000J.csv --out runs/hps
 
+With --schedule easy an SWF log is re-simulated with FCFS + EASY backfill,
+and --plan head|all gives the allocator the scheduler's plan (the head's
+reservation, or every queued job's planned start), from requested
+walltimes only; the summary splits reclaims into planned moves and
+surprise kills. A kill costs R_down, as a move, unless --kill-loss states
+what it loses more (docs/replay.md, "The scheduler's plan"):
+
+  bftrainer replay --trace theta_2022.swf --schedule easy --plan all \
+      --kill-loss 5m --workload jobs-hps-shufflenet-1000J.csv
+
 --out DIR writes steps.csv (one row per event, as the reference's
 step-logs.csv), trainers.csv (per-Trainer completion), timeline.svg (idle
 nodes and nodes per Trainer over time) and summary.json; with several
@@ -76,8 +86,11 @@ workloads). A progress bar is drawn on stderr when it is a terminal.`,
 				}},
 			choiceFlag("semantics", "NAME", []string{"default", "reference"}, "default", "bftrainer's model, or the paper's replayer"),
 			choiceFlag("schedule", "NAME", []string{"recorded", "easy"}, "recorded", "for an SWF log: its recorded schedule, or an FCFS + EASY-backfill re-simulation from submit times and requested walltimes"),
-			choiceFlag("plan", "on|off", []string{"off", "on"}, "off", "with --schedule easy: give the allocator the reservation EASY makes for the queue head, as squeue --start gives it live"),
-			&cli.Float64Flag{Name: "plan-walltime-scale", Value: 1, Usage: "with --plan on: plan from requested walltimes times `X` (2: a wrong plan; the schedule itself is unchanged)"},
+			choiceFlag("plan", "off|head|all", []string{"off", "on", "head", "all"}, "off", "with --schedule easy: give the allocator the scheduler's plan, as squeue --start gives it live: head (on is the same) the reservation EASY makes for the queue head; all also the starts a backfill pass plans for the queued jobs after it (up to --plan-depth), from requested walltimes only"),
+			choiceFlag("plan-horizon", "NAME", []string{"none", "stable", "priced"}, "none", "with a plan: which planned nodes the allocator prices with a horizon ending at their planned start — none (moves only; less rescale loss in every replay measured), stable (a planned start kept across a new plan), priced (every planned node)"),
+			&cli.DurationFlag{Name: "kill-loss", Usage: "progress (`DURATION` of training) a reclaim's kill loses beyond R_down — e.g. half a checkpoint interval; 0, the paper's model, charges a kill as a graceful shrink"},
+			&cli.IntFlag{Name: "plan-depth", Value: sim.DefaultPlanDepth, Usage: "with --plan all: queued jobs planned, the head included (`N`; Slurm's bf_max_job_test)"},
+			&cli.Float64Flag{Name: "plan-walltime-scale", Value: 1, Usage: "with --plan head|all: plan from requested walltimes times `X` (2: a wrong plan; the schedule itself is unchanged)"},
 			&cli.Float64Flag{Name: "tfwd", Value: sim.DefaultTFwd, Usage: "`SECONDS` a decision is worth over, for the fixed-horizon allocators (exact, the MILP ones, greedy); adaptive measures its own"},
 			&cli.StringFlag{Name: "max-trainers", Value: strconv.Itoa(sim.DefaultMaxTrainers), Usage: "Trainers running at once (`N`), or auto: admit the next queued Trainer when the allocator would give it nodes rather than grow the running ones"},
 			formatFlag(fmtTable, fmtJSON),
@@ -124,14 +137,23 @@ func replayInputs(c *cli.Context) (*sim.Trace, []sim.Job, error) {
 		}
 	}
 	easy := c.String("schedule") == "easy"
-	if c.String("plan") == "on" && !easy {
-		return nil, nil, usagef("--plan on needs --schedule easy (a recorded schedule has no plan)")
+	if c.String("plan") != "off" && !easy {
+		return nil, nil, usagef("--plan %s needs --schedule easy (a recorded schedule has no plan)", c.String("plan"))
+	}
+	if c.Duration("kill-loss") < 0 {
+		return nil, nil, usagef("--kill-loss %v, want ≥ 0", c.Duration("kill-loss"))
+	}
+	depth := 1
+	if c.String("plan") == "all" {
+		if depth = c.Int("plan-depth"); depth < 1 {
+			return nil, nil, usagef("--plan-depth %d, want ≥ 1", depth)
+		}
 	}
 	if path := c.String("trace"); path != "" && easy {
 		if c.IsSet("nodes") {
 			return nil, nil, usagef("--schedule easy takes the SWF header's machine size; drop --nodes")
 		}
-		if tr, _, err = sim.OpenEASYTrace(path, c.Float64("plan-walltime-scale")); err != nil {
+		if tr, _, err = sim.OpenEASYTracePlan(path, c.Float64("plan-walltime-scale"), depth); err != nil {
 			return nil, nil, err
 		}
 	} else if path != "" {
@@ -230,7 +252,7 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 		if out != "" && len(ss) > 1 {
 			dir = filepath.Join(out, names[i])
 		}
-		opt := sim.Options{Solver: s, Semantics: sem, TFwd: tfwd, MaxTrainers: maxJ, AutoAdmit: auto, Plan: c.String("plan") == "on",
+		opt := sim.Options{Solver: s, Semantics: sem, TFwd: tfwd, MaxTrainers: maxJ, AutoAdmit: auto, Plan: c.String("plan") != "off", PlanHorizon: planHorizon(c.String("plan-horizon")), KillLoss: c.Duration("kill-loss"),
 			Curves: pool.CurveMode(c.String("curves")), CurveNoise: curveNoise, CurveSeed: c.Uint64("seed")}
 		if isTerminal(c.App.ErrWriter) {
 			opt.Progress = sim.ProgressBar(c.App.ErrWriter, "replay "+names[i])
@@ -375,4 +397,12 @@ func writeFile(path string, fn func(io.Writer) error) error {
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// planHorizon is --plan-horizon as the pool takes it.
+func planHorizon(name string) pool.PlanHorizon {
+	if name == "none" {
+		return pool.PlanUnpriced
+	}
+	return pool.PlanHorizon(name)
 }

@@ -125,8 +125,8 @@ func writeLearned(w io.Writer, e alloc.CurveEstimate, reports int) {
 	}
 }
 
-// formatCosts is the R_up and R_down the allocator uses, and where they
-// come from: the submitted values, or the running median of the measured
+// formatCosts is the R_up and R_down the allocator uses (and, once one
+// is measured, what a reclaim costs), and where they come from: the submitted values, or the running median of the measured
 // costs with the submitted ones as a prior (pool.Trainer.RescaleUp).
 func formatCosts(t pool.Trainer) string {
 	one := func(used, given float64, measured int) string {
@@ -135,7 +135,11 @@ func formatCosts(t pool.Trainer) string {
 		}
 		return fmt.Sprintf("%.3gs (%d measured; submitted %gs)", used, measured, given)
 	}
-	return fmt.Sprintf("up %s, down %s", one(t.RescaleUp(), t.RUp, len(t.Measured.Up)), one(t.RescaleDown(), t.RDown, len(t.Measured.Down)))
+	s := fmt.Sprintf("up %s, down %s", one(t.RescaleUp(), t.RUp, len(t.Measured.Up)), one(t.RescaleDown(), t.RDown, len(t.Measured.Down)))
+	if n := len(t.Measured.Reclaim); n > 0 {
+		s += ", reclaim " + one(t.ReclaimDown(), t.RDown, n)
+	}
+	return s
 }
 
 // shownStatus is a Trainer's status as users read it: where rounds start
