@@ -163,7 +163,7 @@ func (p *Pool) envelope(t *Trainer, lo, top int) (alloc.Curve, bool) {
 		}
 		var c alloc.Curve
 		switch {
-		case u.Learn.Curve != nil && measured(u) && (settledCount(u) || p.cfg.Curves == CurvesLearned || !hasCurve(u.Curve)):
+		case p.planLearned(u):
 			_, c = p.estimate(u)
 		case p.cfg.Curves == CurvesGiven && hasCurve(u.Curve):
 			c = u.Curve
@@ -272,14 +272,20 @@ func settledCount(t *Trainer) bool {
 	return false
 }
 
+// planLearned reports whether the allocator sees t's learned estimate: it
+// has been measured and, if the user gave a curve that the allocator may
+// see, a count of it is measured past its settle window — restarts alone
+// are no reason to overrule the user.
+func (p *Pool) planLearned(t *Trainer) bool {
+	return p.cfg.Curves != CurvesLinear && measured(t) && (settledCount(t) || p.cfg.Curves == CurvesLearned || !hasCurve(t.Curve))
+}
+
 // planCurve is the curve the allocator sees for t.
 func (p *Pool) planCurve(t *Trainer) alloc.Curve {
 	switch {
 	case p.cfg.Curves == CurvesLinear:
 		return linearFrom(t.Curve)
-	case measured(t) && (settledCount(t) || p.cfg.Curves == CurvesLearned || !hasCurve(t.Curve)):
-		// A given curve stands until a count is measured past its settle
-		// window: restarts alone are no reason to overrule the user.
+	case p.planLearned(t):
 		_, c := p.estimate(t)
 		return c
 	case p.cfg.Curves == CurvesLearned || !hasCurve(t.Curve):
