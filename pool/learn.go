@@ -7,8 +7,9 @@ package pool
 //   - CurvesGiven (the default, live and in a replay): a Trainer submitted
 //     with a curve is planned with it until it has been measured, then with
 //     the learned estimate, the user's curve its prior; one submitted
-//     without a curve is planned with a provisional linear curve of one
-//     sample/s per node until its first measurement. The accounting (the
+//     without a curve is planned with an optimistic provisional curve, the
+//     envelope of the other running Trainers' (firstCurve), until its
+//     first measurement. The accounting (the
 //     pool's own estimate of Done between reports, rescale costs) uses the
 //     same curve. A replay measures nothing in this mode: it is today's
 //     replay exactly.
@@ -35,6 +36,7 @@ package pool
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/bftrainer/bftrainer/alloc"
@@ -121,15 +123,91 @@ func provisional(max int) alloc.Curve {
 	return alloc.Curve{Nodes: []int{1, max}, Throughput: []float64{1, float64(max)}}
 }
 
-// firstCount is the curve a learning Trainer is planned with until its
-// first measurement: one sample/s per node at its minimum count (at least
-// one) and nothing more, so that it starts small and its first measurement
-// anchors the rest — the smallest count is the one every other is judged
-// against (the speedup objective, the learner's model) and the cheapest to
-// measure; the estimate then grows it as far as it predicts it is worth.
-func firstCount(t *Trainer) alloc.Curve {
+// firstCurve is the curve a learning Trainer is planned with until its
+// first measurement. Nothing it did bounds its rate yet, so it is taken
+// optimistically (upper confidence), but no more than the pool's own
+// Trainers justify: at each count, the most any other running Trainer with
+// a curve that rests on something (measured, or given in CurvesGiven)
+// achieves there, held at that Trainer's per-node rate beyond its last
+// count — the learner's model says per-node efficiency never rises with n,
+// so that is the bound it allows (envelope). Its slot is taken already: a
+// prior below the others' would leave it without nodes, unmeasured, until
+// nodes are spare, and planning it small to measure it first costs a
+// second rescale of it and of the Trainers that make room. An optimistic
+// start costs one correction, made as soon as it is measured.
+//
+// Under the speedup objective every count is judged against one node,
+// which only a measurement at its smallest count tells: there it starts at
+// its minimum count (at least one node) and nothing more, at the same
+// optimistic level, and its estimate grows it from there. With no other
+// Trainer to go by, it is that count at one sample/s per node.
+func (p *Pool) firstCurve(t *Trainer) alloc.Curve {
 	n := max(t.Min, 1)
+	top := t.Max
+	if t.Learn.Curve != nil {
+		top = t.Learn.Curve.Max
+	}
+	top = max(top, n)
+	if p.cfg.Objective == alloc.Speedup {
+		top = n
+	}
+	if c, ok := p.envelope(t, n, top); ok {
+		return c
+	}
 	return alloc.Curve{Nodes: []int{n}, Throughput: []float64{float64(n)}}
+}
+
+// envelope is the upper envelope over lo..top of the curves the allocator
+// sees for the running Trainers other than t that rest on something, each
+// extended linearly beyond its last count; false if there is none.
+func (p *Pool) envelope(t *Trainer, lo, top int) (alloc.Curve, bool) {
+	var curves []alloc.Curve
+	counts := []int{lo, top}
+	for _, u := range p.running {
+		if u == t {
+			continue
+		}
+		var c alloc.Curve
+		switch {
+		case p.planLearned(u):
+			_, c = p.estimate(u)
+		case p.cfg.Curves == CurvesGiven && hasCurve(u.Curve):
+			c = u.Curve
+		default:
+			continue
+		}
+		if !hasCurve(c) {
+			continue
+		}
+		curves = append(curves, c)
+		for _, k := range c.Nodes {
+			if k > lo && k < top {
+				counts = append(counts, k)
+			}
+		}
+	}
+	if len(curves) == 0 {
+		return alloc.Curve{}, false
+	}
+	slices.Sort(counts)
+	counts = slices.Compact(counts)
+	env := alloc.Curve{}
+	for _, k := range counts {
+		best := 0.0
+		for _, c := range curves {
+			last := c.Nodes[len(c.Nodes)-1]
+			if k <= last {
+				best = max(best, alloc.Interp(c.Nodes, c.Throughput, k))
+			} else {
+				best = max(best, alloc.Interp(c.Nodes, c.Throughput, last)*float64(k)/float64(last))
+			}
+		}
+		if best > 0 {
+			env.Nodes = append(env.Nodes, k)
+			env.Throughput = append(env.Throughput, best)
+		}
+	}
+	return env, len(env.Nodes) > 0
 }
 
 // startLearning sets up a new Trainer's learner.
@@ -200,18 +278,24 @@ func settledCount(t *Trainer) bool {
 	return false
 }
 
+// planLearned reports whether the allocator sees t's learned estimate: it
+// has been measured and, if the user gave a curve that the allocator may
+// see, a count of it is measured past its settle window — restarts alone
+// are no reason to overrule the user.
+func (p *Pool) planLearned(t *Trainer) bool {
+	return p.cfg.Curves != CurvesLinear && measured(t) && (settledCount(t) || p.cfg.Curves == CurvesLearned || !hasCurve(t.Curve))
+}
+
 // planCurve is the curve the allocator sees for t.
 func (p *Pool) planCurve(t *Trainer) alloc.Curve {
 	switch {
 	case p.cfg.Curves == CurvesLinear:
 		return linearFrom(t.Curve)
-	case measured(t) && (settledCount(t) || p.cfg.Curves == CurvesLearned || !hasCurve(t.Curve)):
-		// A given curve stands until a count is measured past its settle
-		// window: restarts alone are no reason to overrule the user.
+	case p.planLearned(t):
 		_, c := p.estimate(t)
 		return c
 	case p.cfg.Curves == CurvesLearned || !hasCurve(t.Curve):
-		return firstCount(t)
+		return p.firstCurve(t)
 	}
 	return t.Curve
 }

@@ -112,8 +112,11 @@ func learnedWhy(pv *sidecar.Preview, a alloc.Assignment) string {
 		return "not exploring (" + pb.Reason + ": the plan found a better use)"
 	}
 	e, ok := pv.Pool.Estimate(a.ID)
-	if !ok || !e.Known() || a.To == 0 {
+	if !ok || a.To == 0 {
 		return ""
+	}
+	if !e.Known() {
+		return "nothing measured yet: planned optimistically, as the best other running Trainer (or 1 sample/s per node), until its first measurement"
 	}
 	measured := false
 	for _, p := range e.Points {

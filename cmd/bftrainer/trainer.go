@@ -115,7 +115,7 @@ func writeLearned(w io.Writer, e alloc.CurveEstimate, reports int) {
 		}
 	}
 	if !e.Known() {
-		fmt.Fprintf(w, "learned:       nothing yet (%d progress reports; planned as 1 sample/s per node)\n", reports)
+		fmt.Fprintf(w, "learned:       nothing yet (%d progress reports; planned as the best other running Trainer, or 1 sample/s per node)\n", reports)
 		return
 	}
 	fmt.Fprintf(w, "learned:       %d counts measured, noise %.1f %% per sample, %d progress reports\n", measured, 100*e.Noise, reports)
