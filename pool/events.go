@@ -289,6 +289,17 @@ func (p *Pool) End(at time.Time, id string, st Status, note string) error {
 // reports its target is finished; one that has reported is never finished
 // on the pool's estimate (it ends by a report or by its workers' exit).
 func (p *Pool) Progress(at time.Time, id string, samples float64) error {
+	return p.ProgressOn(at, id, samples, 0)
+}
+
+// ProgressOn is Progress of a report that says on how many nodes the
+// Trainer trained since its previous report (0: it does not say). A
+// report on another count than the Trainer holds — the workers still at
+// the old size, or re-forming at the new one (torchrun keeps training at
+// the old size until its next rendezvous) — is no observation of the
+// held count, and its settle window starts only at the first report on
+// it (Learning.Resumed).
+func (p *Pool) ProgressOn(at time.Time, id string, samples float64, nodes int) error {
 	t, ok := p.byID[id]
 	if !ok {
 		return fmt.Errorf("progress %q: %w", id, ErrUnknownTrainer)
@@ -301,7 +312,7 @@ func (p *Pool) Progress(at time.Time, id string, samples float64) error {
 	t.Done = samples
 	p.record(Change{Kind: Reported, Trainer: id, Cost: 0, Note: fmt.Sprintf("%.0f samples", samples)})
 	if t.Status == Running {
-		p.reported(t, samples)
+		p.reported(t, samples, nodes)
 	}
 	if t.Samples > 0 && samples >= t.Samples {
 		p.end(t, Finished, "reported its samples")

@@ -84,6 +84,9 @@ type Learning struct {
 	ReportAt   time.Time `json:"report_at,omitzero"`
 	ReportDone float64   `json:"report_done,omitempty"`
 	Reports    int       `json:"reports,omitempty"`
+	// ReportOn is the node count the last report said it trained on (0:
+	// it did not say; ProgressOn).
+	ReportOn int `json:"report_on,omitempty"`
 }
 
 // String formats l as its JSON (what the store saves), so that a printed
@@ -384,11 +387,20 @@ func (p *Pool) TrueRate(t *Trainer) float64 {
 // observation. Its settle window counts from the first report that showed
 // progress at the count (Learning.Resumed); until then an interval is
 // only a lower bound (Since 0), whatever time has passed since the
-// change.
-func (p *Pool) reported(t *Trainer, samples float64) {
+// change. A report on another count (on > 0, ProgressOn) is none, and
+// the window starts again.
+func (p *Pool) reported(t *Trainer, samples float64, on int) {
 	l := &t.Learn
 	n := len(t.Nodes)
-	if l.Reports > 0 && !l.ReportAt.Before(l.Steady) && n >= max(t.Min, 1) && samples >= l.ReportDone {
+	switch {
+	case on > 0 && on != n:
+		// Not (yet, or no longer) training at the count it holds.
+		l.Resumed = time.Time{}
+	case on > 0 && l.ReportOn != on:
+		// The interval spans the change to the held count: no rate of
+		// either; the window starts here.
+		l.Resumed = p.now
+	case l.Reports > 0 && !l.ReportAt.Before(l.Steady) && n >= max(t.Min, 1) && samples >= l.ReportDone:
 		if dt := p.now.Sub(l.ReportAt).Seconds(); dt > 0 {
 			since := 0.0
 			if !l.Resumed.IsZero() {
@@ -400,7 +412,7 @@ func (p *Pool) reported(t *Trainer, samples float64) {
 			l.Resumed = p.now
 		}
 	}
-	l.ReportAt, l.ReportDone = p.now, samples
+	l.ReportAt, l.ReportDone, l.ReportOn = p.now, samples, on
 	l.Reports++
 }
 

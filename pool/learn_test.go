@@ -213,3 +213,66 @@ func TestSettleCountsFromResume(t *testing.T) {
 		t.Fatalf("learned rate at 2 nodes %v, want 80", r)
 	}
 }
+
+// TestReportsOnAnotherCount: torchrun keeps training at the old size
+// after the pool grew the Trainer, until its next rendezvous, and then
+// stalls while it restarts. Reports that say the count they trained on
+// (ProgressOn) keep both out of the new count's rate: the old size's
+// reports are no observation, the interval across the restart is none,
+// and the settle window starts at the first report on the new count.
+func TestReportsOnAnotherCount(t *testing.T) {
+	const settle = 5
+	p := mustNew(t, pool.Config{TFwd: 100, Learner: alloc.CurveLearner{Settle: settle, MinSample: 1}})
+	p.Join(at(0), []string{"n1"}, "")
+	if err := p.Submit(at(0), pool.Spec{ID: "L", Min: 1, Max: 2}); err != nil {
+		t.Fatal(err)
+	}
+	p.Admit()
+	decide(t, p)
+	done := 0.0
+	report := func(s int, d float64, on int) {
+		t.Helper()
+		done += d
+		if err := p.ProgressOn(at(s), "L", done, on); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for s := 0; s <= 100; s += 10 {
+		report(s, 400, 1)
+	}
+	p.Join(at(101), []string{"n2"}, "")
+	decide(t, p)
+	if got := len(p.Running()[0].Nodes); got != 2 {
+		t.Fatalf("grown to %d nodes, want 2", got)
+	}
+	p.Changes()
+	for s := 102; s <= 115; s++ {
+		report(s, 40, 1) // still at world 1
+	}
+	report(126, 10, 2) // restarted at 2 after a 10 s stall; its first steps
+	for s := 128; s <= 150; s += 2 {
+		report(s, 160, 2) // 80/s
+	}
+	settled := 0
+	for _, c := range p.Changes() {
+		if c.Kind != pool.CurveUpdated {
+			continue
+		}
+		if c.Obs.Nodes != 2 {
+			t.Fatalf("an observation of %d nodes while the Trainer held 2: %+v", c.Obs.Nodes, c.Obs)
+		}
+		if c.Obs.Since >= settle {
+			settled++
+			if !near(c.Obs.Rate, 80) {
+				t.Fatalf("a settled observation at 2 nodes %+v: want only the steady 80/s", c.Obs)
+			}
+		}
+	}
+	if settled == 0 {
+		t.Fatal("no settled observation at 2 nodes after 24 s of steady progress")
+	}
+	e, _ := p.Estimate("L")
+	if r, _ := e.At(2); math.Abs(r/80-1) > 0.02 {
+		t.Fatalf("learned rate at 2 nodes %v, want 80", r)
+	}
+}

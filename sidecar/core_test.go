@@ -70,7 +70,7 @@ func TestFrontDoorChecks(t *testing.T) {
 	if _, err := c.Submit(ctx, execRequest("t1")); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("a second t1: %v, want ErrInvalid", err)
 	}
-	if _, err := c.Progress(ctx, "t1", -5); !errors.Is(err, ErrInvalid) {
+	if _, err := c.Progress(ctx, "t1", -5, 0); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("negative progress: %v, want ErrInvalid", err)
 	}
 	user = "bob"

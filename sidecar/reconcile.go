@@ -344,7 +344,13 @@ func (r *Reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string
 		if t, ok := p.Trainer(ev.Trainer); ok && !mayAct(ev.User, t.Owner, r.Admins) {
 			return reject(fmt.Errorf("progress %q: %s may not report for %s's trainer", ev.Trainer, ev.User, t.Owner))
 		}
-		if err := p.Progress(ev.At, ev.Trainer, ev.Value); err != nil {
+		var d progressDetail
+		if len(ev.Detail) > 0 {
+			if err := json.Unmarshal(ev.Detail, &d); err != nil || d.Nodes < 0 {
+				return reject(fmt.Errorf("bad progress detail %q", ev.Detail))
+			}
+		}
+		if err := p.ProgressOn(ev.At, ev.Trainer, ev.Value, d.Nodes); err != nil {
 			return reject(err)
 		}
 	case store.KindExit:

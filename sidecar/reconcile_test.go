@@ -110,7 +110,8 @@ func TestCheckedExitEnds(t *testing.T) {
 }
 
 // TestFoldAuthorization: only the owner, root, an admin — or the
-// reconciler itself (no user) — may cancel, end or report for a Trainer.
+// reconciler itself (no user) — may cancel, end or report for a Trainer;
+// a report whose detail does not parse is refused.
 func TestFoldAuthorization(t *testing.T) {
 	tests := []struct {
 		name, kind, user string
@@ -127,6 +128,8 @@ func TestFoldAuthorization(t *testing.T) {
 		{"owner ends", store.KindExit, "alice", `{"status":"finished"}`, 0, pool.Finished},
 		{"other reports the target", store.KindProgress, "bob", "", 1e9, pool.Running},
 		{"owner reports the target", store.KindProgress, "alice", "", 1e9, pool.Finished},
+		{"owner reports the target on its nodes", store.KindProgress, "alice", `{"nodes":1}`, 1e9, pool.Finished},
+		{"a report with a bad detail", store.KindProgress, "alice", `{"nodes":-1}`, 1e9, pool.Running},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

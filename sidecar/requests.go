@@ -40,6 +40,11 @@ type exitDetail struct {
 	Note   string      `json:"note,omitempty"`
 }
 
+// progressDetail is the detail of a progress event.
+type progressDetail struct {
+	Nodes int `json:"nodes,omitempty"` // the nodes it trained on since its previous report
+}
+
 // Receipt says how a request was taken.
 type Receipt struct {
 	ID      string // the Trainer's name (generated for a submission without one)
@@ -111,18 +116,30 @@ func (c *Core) Cancel(ctx context.Context, id string) (Receipt, error) {
 // Progress records a Trainer's report of the samples it has processed so
 // far (its total). Only its owner's processes (or root, or an admin) may
 // send one: refused at once otherwise, and by the fold for a spooled one.
-func (c *Core) Progress(ctx context.Context, id string, samples float64) (Receipt, error) {
+//
+// nodes, when > 0, is how many nodes the Trainer trained on since its
+// previous report (its detail `{"nodes":N}`): the curve learner then
+// tells a Trainer still at its old size, or restarting, from its rate
+// (pool.ProgressOn).
+func (c *Core) Progress(ctx context.Context, id string, samples float64, nodes int) (Receipt, error) {
 	if err := names.ValidateTrainer(id); err != nil {
 		return Receipt{}, invalid(err)
 	}
 	if samples < 0 || samples != samples {
 		return Receipt{}, invalid(fmt.Errorf("samples must be ≥ 0"))
 	}
+	if nodes < 0 {
+		return Receipt{}, invalid(fmt.Errorf("nodes must be ≥ 0"))
+	}
 	unchecked, err := c.authorise(ctx, id, "report progress for")
 	if err != nil {
 		return Receipt{}, err
 	}
-	rc, err := c.request(ctx, store.Event{At: c.o.Now(), Kind: store.KindProgress, Source: "trainer", Trainer: id, Value: samples, HasVal: true})
+	ev := store.Event{At: c.o.Now(), Kind: store.KindProgress, Source: "trainer", Trainer: id, Value: samples, HasVal: true}
+	if nodes > 0 {
+		ev.Detail, _ = json.Marshal(progressDetail{Nodes: nodes}) // cannot fail
+	}
+	rc, err := c.request(ctx, ev)
 	rc.Unchecked = unchecked
 	return rc, err
 }

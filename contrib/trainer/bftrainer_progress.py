@@ -35,7 +35,7 @@ __all__ = ["report", "flush", "enabled"]
 _lock = threading.Lock()
 _proc = None  # the running reporter, if any
 _last_start = float("-inf")  # monotonic time the last reporter was started
-_pending = None  # latest value not yet reported (skipped by the throttle)
+_pending = None  # latest (samples, nodes) not yet reported (skipped by the throttle)
 
 
 def _interval():
@@ -100,20 +100,26 @@ def _busy():
     return False
 
 
-def report(samples, force=False, interval=None):
-    """Report `samples` (cumulative, int) unless throttled. Returns True if a report was started."""
+def report(samples, force=False, interval=None, nodes=None):
+    """Report `samples` (cumulative, int) unless throttled. Returns True if a report was started.
+
+    `nodes`, if given, is how many nodes the job trains on now (torchrun: $GROUP_WORLD_SIZE):
+    bftrainer's curve learner then takes no rate from a job still at its old size after a
+    rescale, or restarting."""
     global _proc, _last_start, _pending
     if not enabled():
         return False
     with _lock:
-        _pending = int(samples)
+        _pending = (int(samples), int(nodes) if nodes else 0)
         if _busy():
             return False
         now = time.monotonic()
         if not force and now - _last_start < (_interval() if interval is None else interval):
             return False
         cmd = [os.environ["BFTRAINER_BIN"], "progress", os.environ["BFTRAINER_TRAINER"],
-               "--samples", str(_pending)]
+               "--samples", str(_pending[0])]
+        if _pending[1] > 0:
+            cmd += ["--nodes", str(_pending[1])]
         try:
             _proc = _spawn(cmd)
         except Exception:  # noqa: BLE001 - reporting must never break training
@@ -145,4 +151,4 @@ def flush(timeout=3.0):
             pending = _pending
         if pending is None:
             return
-        report(pending, force=True)
+        report(pending[0], force=True, nodes=pending[1])

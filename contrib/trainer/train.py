@@ -192,8 +192,8 @@ def main_elastic(args):
             continue  # a change or a failure was handled instead; state.step says where we are
         log.write(f"rank={rt.rank} world={rt.world} restart=0 epoch={rt.epoch} step={state.step} "
                   f"samples={state.samples} loss={last['loss']:.6f}")
-        if rt.rank == 0:
-            bftrainer_progress.report(state.samples, interval=args.report_interval)
+        if rt.rank == 0:  # one worker per node under the runtime
+            bftrainer_progress.report(state.samples, interval=args.report_interval, nodes=rt.world)
         if args.print_every > 0 and state.step % args.print_every == 0:
             print(f"step={state.step} samples={state.samples} world={rt.world} "
                   f"loss={last['loss']:.6f}", flush=True)
@@ -292,6 +292,7 @@ def main(argv=None):
     def finished():
         return (args.steps > 0 and step >= args.steps) or (args.samples > 0 and samples >= args.samples)
 
+    nodes = int(os.environ.get("GROUP_WORLD_SIZE", "0"))  # torchrun's agents: one per node
     print(f"start node={node} rank={rank} world={world} restart={restart} step={step} "
           f"samples={samples} ({'restored' if state is not None else 'fresh'})", flush=True)
     try:
@@ -309,7 +310,7 @@ def main(argv=None):
                 save()  # before the log line, so at most ckpt_every-1 logged steps are redone
             log.write(f"step={step} samples={samples} loss={loss.item():.6f}")
             if rank == 0:
-                bftrainer_progress.report(samples, interval=args.report_interval)
+                bftrainer_progress.report(samples, interval=args.report_interval, nodes=nodes)
             if args.print_every > 0 and step % args.print_every == 0:
                 print(f"step={step} samples={samples} world={world} loss={loss.item():.6f}",
                       flush=True)
