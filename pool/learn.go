@@ -87,6 +87,9 @@ type Learning struct {
 	// ReportOn is the node count the last report said it trained on (0:
 	// it did not say; ProgressOn).
 	ReportOn int `json:"report_on,omitempty"`
+	// ModelPrior is set when Curve.Prior is its model's curve (models.go),
+	// not the user's.
+	ModelPrior bool `json:"model_prior,omitempty"`
 }
 
 // String formats l as its JSON (what the store saves), so that a printed
@@ -143,8 +146,13 @@ func provisional(max int) alloc.Curve {
 // which only a measurement at its smallest count tells: there it starts at
 // its minimum count (at least one node) and nothing more, at the same
 // optimistic level, and its estimate grows it from there. With no other
-// Trainer to go by, it is that count at one sample/s per node.
+// Trainer to go by, it is that count at one sample/s per node. A Trainer
+// of a model the pool has seen is planned on its model's curve instead
+// (modelCurve).
 func (p *Pool) firstCurve(t *Trainer) alloc.Curve {
+	if c, ok := p.modelCurve(t); ok {
+		return c
+	}
 	n := max(t.Min, 1)
 	top := t.Max
 	if t.Learn.Curve != nil {
@@ -286,7 +294,7 @@ func settledCount(t *Trainer) bool {
 // see, a count of it is measured past its settle window — restarts alone
 // are no reason to overrule the user.
 func (p *Pool) planLearned(t *Trainer) bool {
-	return p.cfg.Curves != CurvesLinear && measured(t) && (settledCount(t) || p.cfg.Curves == CurvesLearned || !hasCurve(t.Curve))
+	return p.cfg.Curves != CurvesLinear && measured(t) && (settledCount(t) || p.cfg.Curves == CurvesLearned || !hasCurve(t.Curve)) && !(t.Learn.ModelPrior && !settledCount(t))
 }
 
 // planCurve is the curve the allocator sees for t.
@@ -348,6 +356,7 @@ func (p *Pool) Observe(id string, o alloc.CurveObs) error {
 	if t.Learn.Curve == nil {
 		return nil
 	}
+	p.adoptModel(t)
 	if err := p.learner.Observe(t.Learn.Curve, o); err != nil {
 		return fmt.Errorf("observe %q: %w", id, err)
 	}

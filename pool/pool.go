@@ -403,6 +403,7 @@ func (p *Pool) end(t *Trainer, st Status, note string) {
 	if i := slices.Index(p.queue, t); i >= 0 {
 		p.queue = slices.Delete(p.queue, i, i+1)
 	}
+	p.foldModel(t)
 	delete(p.byID, t.ID)
 	delete(p.est, t.ID)
 	final := *t

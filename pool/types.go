@@ -58,6 +58,9 @@ type Spec struct {
 	RDown    float64 // seconds lost per scale-down or reclaim, as submitted
 	Samples  float64 // samples to process; 0 means until it exits
 	Submit   time.Time
+	// Model names what it trains ("": unsaid); a learning Trainer is
+	// planned on the curve of the others of its model (models.go).
+	Model string
 }
 
 // Trainer is a Trainer's state in the pool.
@@ -174,4 +177,7 @@ type Totals struct {
 	// left the pool), by length: what the pool has observed of how long
 	// nodes stay idle (alloc.AdaptiveHorizon reads it).
 	Idle alloc.IdleHistory
+	// Models are the scaling shapes learned of the Trainers that ended,
+	// by model name (models.go).
+	Models []ModelCurve `json:",omitempty"`
 }

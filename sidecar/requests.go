@@ -26,12 +26,15 @@ type SubmitRequest struct {
 	RDown   float64      `json:"rescale_down_s"`
 	Samples float64      `json:"samples,omitempty"`
 	Launch  store.Launch `json:"launch"`
+	// Model names what it trains (optional): a learning Trainer is planned
+	// on the curve learned of the others of its model (pool/models.go).
+	Model string `json:"model,omitempty"`
 }
 
 // spec is what the pool takes from the request.
 func (r *SubmitRequest) spec(owner string, at time.Time) pool.Spec {
 	return pool.Spec{ID: r.ID, Owner: owner, Min: r.Min, Max: r.Max, Curve: r.Curve,
-		Weight: r.Weight, RUp: r.RUp, RDown: r.RDown, Samples: r.Samples, Submit: at}
+		Weight: r.Weight, RUp: r.RUp, RDown: r.RDown, Samples: r.Samples, Submit: at, Model: r.Model}
 }
 
 // exitDetail is the detail of an exit event.
@@ -64,6 +67,11 @@ func checkSubmit(cfg pool.Config, id string, req *SubmitRequest) error {
 	}
 	if err := trainer.CheckLaunch(req.Launch.Launcher, req.Launch.Spec); err != nil {
 		return err
+	}
+	if req.Model != "" {
+		if err := names.ValidateTrainer(req.Model); err != nil {
+			return fmt.Errorf("model %q: 1 to 64 letters, digits and - _ . (not first): %w", req.Model, names.ErrTrainer)
+		}
 	}
 	return cfg.CheckSpec(req.spec("", time.Time{}))
 }

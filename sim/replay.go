@@ -69,6 +69,10 @@ type Options struct {
 	// pool.CurvesLearned; 0 means DefaultCurveNoise, < 0 none. CurveSeed seeds it.
 	CurveNoise float64
 	CurveSeed  uint64
+	// Models gives each Trainer its job's model name (Job.Model), so that a
+	// learning Trainer is planned on the curve of the others of its model
+	// (pool/models.go); off, the Trainers have none, as before.
+	Models bool
 }
 
 // DefaultTFwd and DefaultMaxTrainers are the reference replayer's defaults (-Tfwd, -maxJ).
@@ -253,8 +257,12 @@ func (r *replayer) spec(j *Job) pool.Spec {
 	if r.opt.Objective == alloc.Metric {
 		c.Metric = j.Metric
 	}
-	return pool.Spec{ID: j.ID, Min: j.Min, Max: j.Max, Curve: c, RUp: j.RUp, RDown: j.RDown,
+	s := pool.Spec{ID: j.ID, Min: j.Min, Max: j.Max, Curve: c, RUp: j.RUp, RDown: j.RDown,
 		Samples: j.Samples, Submit: j.Submit}
+	if r.opt.Models {
+		s.Model = j.Model
+	}
+	return s
 }
 
 // initialState is the pool at t0: the first event's nodes idle since t0, every job

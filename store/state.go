@@ -27,6 +27,8 @@ type specJSON struct {
 	RUp    float64     `json:"rescale_up_s"`
 	RDown  float64     `json:"rescale_down_s"`
 	Launch Launch      `json:"launch"`
+	// Model names what it trains ("": unsaid).
+	Model string `json:"model,omitempty"`
 	// Measured are the rescale costs measured on its processes (the
 	// priors are the two above).
 	Measured pool.Costs `json:"measured,omitzero"`
@@ -183,7 +185,7 @@ func queryTrainers(ctx context.Context, tx *sql.Tx, where string, args ...any) (
 		if err := json.Unmarshal([]byte(spec), &sj); err != nil {
 			return nil, fmt.Errorf("trainer %q spec: %w", t.ID, err)
 		}
-		t.Curve, t.Weight, t.RUp, t.RDown, t.Launch, t.Measured, t.Learn = sj.Curve, sj.Weight, sj.RUp, sj.RDown, sj.Launch, sj.Measured, sj.Learn
+		t.Curve, t.Weight, t.RUp, t.RDown, t.Launch, t.Measured, t.Learn, t.Model = sj.Curve, sj.Weight, sj.RUp, sj.RDown, sj.Launch, sj.Measured, sj.Learn, sj.Model
 		out = append(out, t)
 	}
 	return out, rows.Err()
@@ -347,7 +349,7 @@ func saveTrainers(ctx context.Context, tx *sql.Tx, r *Round) error {
 		if !ok {
 			launch = existing[t.ID]
 		}
-		spec, err := json.Marshal(specJSON{Curve: t.Curve, Weight: t.Weight, RUp: t.RUp, RDown: t.RDown, Launch: launch, Measured: t.Measured, Learn: t.Learn})
+		spec, err := json.Marshal(specJSON{Curve: t.Curve, Weight: t.Weight, RUp: t.RUp, RDown: t.RDown, Launch: launch, Measured: t.Measured, Learn: t.Learn, Model: t.Model})
 		if err != nil {
 			return err
 		}

@@ -40,6 +40,7 @@ func (c *curvesCommand) Run(ctx context.Context, args []string) error {
 	noise := fs.Float64("noise", sim.DefaultCurveNoise, "relative standard deviation of each measured rate (learned)")
 	seed := fs.Uint64("seed", 1, "seed of the measurement noise")
 	only := fs.String("workload", "", "replay this workload only (hps-1000J, ImageNet-imgps-1001J, pollux-1000J)")
+	models := fs.Bool("models", true, "also replay learned with each Trainer's model name (mode=learned-models: planned on the curve of the others of its model)")
 	fs.Usage = func() {
 		fmt.Fprintf(c.stderr, "usage: bftrainer-bench curves [-data DIR] [-noise 0.05] [-seed 1] [-workload W]\n\n")
 		fs.PrintDefaults()
@@ -77,17 +78,27 @@ func (c *curvesCommand) Run(ctx context.Context, args []string) error {
 	}
 	for _, r := range rows {
 		given := 0.0
-		for _, mode := range []pool.CurveMode{pool.CurvesGiven, pool.CurvesLearned, pool.CurvesLinear} {
-			res, err := sim.Replay(ctx, r.tr, r.jobs, sim.Options{Solver: alloc.Adaptive{}, Objective: r.objective, Curves: mode, CurveNoise: *noise, CurveSeed: *seed})
+		type curvesMode struct {
+			name   string
+			mode   pool.CurveMode
+			models bool
+		}
+		modes := []curvesMode{{"given", pool.CurvesGiven, false}, {"learned", pool.CurvesLearned, false}, {"linear", pool.CurvesLinear, false}}
+		if *models {
+			modes = append(modes, curvesMode{"learned-models", pool.CurvesLearned, true})
+		}
+		for _, cm := range modes {
+			mode := cm.mode
+			res, err := sim.Replay(ctx, r.tr, r.jobs, sim.Options{Solver: alloc.Adaptive{}, Objective: r.objective, Curves: mode, CurveNoise: *noise, CurveSeed: *seed, Models: cm.models})
 			if err != nil {
-				return fmt.Errorf("curves: %s %s %s: %w", r.trace, r.workload, mode, err)
+				return fmt.Errorf("curves: %s %s %s: %w", r.trace, r.workload, cm.name, err)
 			}
 			m := res.Summary
 			if mode == pool.CurvesGiven {
 				given = m.MakespanH
 			}
 			fmt.Fprintf(c.stdout, "curves trace=%s workload=%s mode=%s makespan_h=%.2f mean_jct_h=%.2f e_ovh=%.3f explore_rescales=%d rescales=%d vs_given_pct=%+.2f finished=%d/%d wall_s=%.1f\n",
-				r.trace, r.workload, mode, m.MakespanH, m.MeanJCTH, m.EOvh, m.Probes, m.Rescales,
+				r.trace, r.workload, cm.name, m.MakespanH, m.MeanJCTH, m.EOvh, m.Probes, m.Rescales,
 				100*(m.MakespanH/given-1), m.Finished, m.Trainers, m.WallS)
 		}
 	}

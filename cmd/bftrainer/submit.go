@@ -34,7 +34,12 @@ between are interpolated, and the Trainer never gets more nodes than the
 last pair. It is optional: without it (give --max) the pool learns the
 curve from the Trainer's own progress reports (bftrainer progress, sent by
 contrib/trainer/train.py), and with it the given curve is a prior that the
-measurements refine; bftrainer trainer show prints what was learned. --rescale-up/--rescale-down are the seconds of progress a
+measurements refine; bftrainer trainer show prints what was learned.
+--model names what it trains: Trainers of one model are taken to scale
+alike (the same shape; the level, samples/s, may differ with batch size or
+data), so without --curve a Trainer of a model the pool has seen is
+planned on the shape learned of the others, until its own measurements
+take over. --rescale-up/--rescale-down are the seconds of progress a
 scale-up or scale-down costs (measure them; contrib/trainer shows how);
 with --launcher elastic they are priors, replaced by what the launcher
 measures on every rescale. The Trainer is yours: its processes run as you, and only you (or root) may
@@ -49,6 +54,7 @@ cancel it.`,
 			&cli.Float64Flag{Name: "rescale-up", Usage: "`SECONDS` of progress lost per scale-up"},
 			&cli.Float64Flag{Name: "rescale-down", Usage: "`SECONDS` of progress lost per scale-down or reclaim"},
 			&cli.Float64Flag{Name: "samples", Usage: "`SAMPLES` to process (0: until it exits)"},
+			&cli.StringFlag{Name: "model", Usage: "what it trains, `NAME` (letters, digits, - _ .): without --curve it is planned on the curve learned of the pool's other Trainers of NAME until measured"},
 			&cli.Float64Flag{Name: "weight", Value: 1, Usage: "priority `WEIGHT` on its objective"},
 			&cli.IntFlag{Name: "procs-per-node", Value: 1, Usage: "`N` processes per node (torchrun nproc_per_node, Horovod slots)"},
 			&cli.StringFlag{Name: "workdir", Usage: "working `DIR` on the nodes", DefaultText: "the current one"},
@@ -120,7 +126,7 @@ func submitRequest(c *cli.Context) (sidecar.SubmitRequest, error) {
 	}
 	return sidecar.SubmitRequest{ID: c.String("name"), Min: c.Int("min"), Max: c.Int("max"), Curve: curve,
 		Weight: c.Float64("weight"), RUp: c.Float64("rescale-up"), RDown: c.Float64("rescale-down"),
-		Samples: c.Float64("samples"), Launch: store.Launch{Launcher: c.String("launcher"), Spec: raw}}, nil
+		Samples: c.Float64("samples"), Model: c.String("model"), Launch: store.Launch{Launcher: c.String("launcher"), Spec: raw}}, nil
 }
 
 // parseCurve reads "1:10,2:19,4:36" into breakpoints with (0, 0) first.
