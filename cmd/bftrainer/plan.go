@@ -115,6 +115,9 @@ func learnedWhy(pv *sidecar.Preview, a alloc.Assignment) string {
 	if !ok || a.To == 0 {
 		return ""
 	}
+	if on, _ := pv.Pool.OnModelCurve(a.ID); on {
+		return "planned on the curve learned of other Trainers of its model, until a count of its own is measured settled"
+	}
 	if !e.Known() {
 		return "nothing measured yet: planned optimistically, as the best other running Trainer (or 1 sample/s per node), until its first measurement"
 	}

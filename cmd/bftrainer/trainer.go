@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"github.com/bftrainer/bftrainer/names"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/sidecar"
+	"github.com/bftrainer/bftrainer/store"
 	"github.com/bftrainer/bftrainer/trainer"
 )
 
@@ -87,6 +89,15 @@ func showAction(c *cli.Context, core *sidecar.Core, cfg Config) error {
 		given = "none given: learned from its progress"
 	}
 	fmt.Fprintf(w, "curve:         %s\n", given)
+	onModel := false
+	if tr.Model != "" {
+		line, on, err := modelLine(c.Context, core, tr)
+		if err != nil {
+			return err
+		}
+		onModel = on
+		fmt.Fprintf(w, "model:         %s\n", line)
+	}
 	fmt.Fprintf(w, "rescale cost:  %s\n", formatCosts(tr.Trainer))
 	fmt.Fprintf(w, "progress:      %.0f of %.0f samples, %.4g samples/s now\n", tr.Done, tr.Samples, tr.Rate)
 	fmt.Fprintf(w, "losses:        %.0f samples in %d rescales, %.0f in %d reclaims\n", tr.RescaleLoss, tr.Rescales, tr.PreemptLoss, tr.Preemptions)
@@ -99,20 +110,45 @@ func showAction(c *cli.Context, core *sidecar.Core, cfg Config) error {
 		fmt.Fprintf(w, "ended:         %s\n", tr.Ended.UTC().Format(time.RFC3339))
 	}
 	if s := tr.Learn.Curve; s != nil {
-		writeLearned(w, cfg.learner().Estimate(s), tr.Learn.Reports)
+		writeLearned(w, cfg.learner().Estimate(s), tr.Learn.Reports, onModel)
 	}
 	return nil
+}
+
+// modelLine says what a Trainer's model did for its plan, and whether it
+// is planned on its model's curve now.
+func modelLine(ctx context.Context, core *sidecar.Core, tr store.Trainer) (string, bool, error) {
+	on, n := false, 0
+	if tr.Status.Active() {
+		var err error
+		if on, n, err = core.OnModelCurve(ctx, tr.ID); err != nil {
+			return "", false, err
+		}
+	}
+	switch {
+	case on && n > 0:
+		return fmt.Sprintf("%s: planned on the curve learned of %d other Trainers of it, until it is measured", tr.Model, n), true, nil
+	case on:
+		return tr.Model + ": planned on the curve learned of other Trainers of it (its prior), until a count is measured settled", true, nil
+	case tr.Learn.ModelPrior:
+		return tr.Model + ": its learned curve's prior is the curve learned of other Trainers of it", false, nil
+	}
+	return tr.Model, false, nil
 }
 
 // writeLearned prints a learned curve: a summary line, then one row per
 // point: its node count, rate, relative SD, what it rests on, and for a
 // measured count the samples and settled seconds behind it.
-func writeLearned(w io.Writer, e alloc.CurveEstimate, reports int) {
+func writeLearned(w io.Writer, e alloc.CurveEstimate, reports int, onModel bool) {
 	measured := 0
 	for _, p := range e.Points {
 		if p.Source&alloc.FromMeasured != 0 {
 			measured++
 		}
+	}
+	if !e.Known() && onModel {
+		fmt.Fprintf(w, "learned:       nothing yet (%d progress reports; planned on its model's curve)\n", reports)
+		return
 	}
 	if !e.Known() {
 		fmt.Fprintf(w, "learned:       nothing yet (%d progress reports; planned as the best other running Trainer, or 1 sample/s per node)\n", reports)
