@@ -101,6 +101,7 @@ workloads). A progress bar is drawn on stderr when it is a terminal.`,
 			&cli.IntFlag{Name: "trainers", Value: demoTrainers, Usage: "`N` Trainers in the built-in workload"},
 			choiceFlag("curves", "MODE", []string{"given", "learned", "linear"}, "given",
 				"what the allocator knows of the curves: the workload's, learned from the throughput measured at the counts each Trainer ran (accounting on the true curves), or linear from the one-node throughput"),
+			&cli.BoolFlag{Name: "models", Usage: "give each Trainer its workload's model name (the model column; the Pollux-built workload's models): a learning Trainer is planned on the curve learned of the others of its model"},
 			&cli.Float64Flag{Name: "curve-noise", Value: sim.DefaultCurveNoise, Usage: "relative standard deviation (`FRACTION`) of each measured throughput with --curves learned (seeded by --seed)"},
 		},
 		Action: func(c *cli.Context) error {
@@ -253,7 +254,7 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 			dir = filepath.Join(out, names[i])
 		}
 		opt := sim.Options{Solver: s, Semantics: sem, TFwd: tfwd, MaxTrainers: maxJ, AutoAdmit: auto, Plan: c.String("plan") != "off", PlanHorizon: planHorizon(c.String("plan-horizon")), KillLoss: c.Duration("kill-loss"),
-			Curves: pool.CurveMode(c.String("curves")), CurveNoise: curveNoise, CurveSeed: c.Uint64("seed")}
+			Curves: pool.CurveMode(c.String("curves")), CurveNoise: curveNoise, CurveSeed: c.Uint64("seed"), Models: c.Bool("models")}
 		if isTerminal(c.App.ErrWriter) {
 			opt.Progress = sim.ProgressBar(c.App.ErrWriter, "replay "+names[i])
 		}
