@@ -31,6 +31,15 @@ var heldOutShapes = []struct {
 	{"knee", func(n float64) float64 { return min(n, 4+0.1*(n-4)) }},
 }
 
+// heldOutCases are the held-out workloads: each shape alone, and all
+// four mixed (indices into heldOutShapes).
+var heldOutCases = []struct {
+	name   string
+	shapes []int
+}{
+	{"amdahl", []int{0}}, {"peak", []int{1}}, {"flat", []int{2}}, {"knee", []int{3}}, {"mixed", []int{0, 1, 2, 3}},
+}
+
 // heldOutWorkload is n Trainers of the shapes above in turn, 36 s apart,
 // each at a one-node rate drawn from 200–5000 samples/s, with work for
 // an hour at 8 nodes of linear scaling.
@@ -68,13 +77,7 @@ func TestReplayCurvesHeldOut(t *testing.T) {
 		t.Skip("replays 5 workloads × 4 modes: not in -short")
 	}
 	tr := sim.GenerateTrace(sim.DefaultTraceModel(), 7)
-	cases := []struct {
-		name   string
-		shapes []int
-	}{
-		{"amdahl", []int{0}}, {"peak", []int{1}}, {"flat", []int{2}}, {"knee", []int{3}}, {"mixed", []int{0, 1, 2, 3}},
-	}
-	for _, c := range cases {
+	for _, c := range heldOutCases {
 		jobs := heldOutWorkload(40, tr.Events[0].Time, c.shapes, 7)
 		run := func(mode pool.CurveMode, noise float64) sim.Summary {
 			t.Helper()

@@ -20,13 +20,7 @@ func TestReplayCurvesHeldOutModels(t *testing.T) {
 		t.Skip("replays 5 workloads × 3 modes: not in -short")
 	}
 	tr := sim.GenerateTrace(sim.DefaultTraceModel(), 7)
-	cases := []struct {
-		name   string
-		shapes []int
-	}{
-		{"amdahl", []int{0}}, {"peak", []int{1}}, {"flat", []int{2}}, {"knee", []int{3}}, {"mixed", []int{0, 1, 2, 3}},
-	}
-	for _, c := range cases {
+	for _, c := range heldOutCases {
 		jobs := heldOutWorkload(40, tr.Events[0].Time, c.shapes, 7)
 		run := func(mode pool.CurveMode, models bool) sim.Summary {
 			t.Helper()
