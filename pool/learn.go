@@ -124,8 +124,12 @@ func hasCurve(c alloc.Curve) bool {
 }
 
 // provisional is the curve of a Trainer nothing is known of: one sample/s
-// per node, up to its maximum (what CheckSpec validates).
+// per node, up to its maximum (what CheckSpec validates; a single point
+// for a Trainer of one node at most).
 func provisional(max int) alloc.Curve {
+	if max <= 1 {
+		return alloc.Curve{Nodes: []int{1}, Throughput: []float64{1}}
+	}
 	return alloc.Curve{Nodes: []int{1, max}, Throughput: []float64{1, float64(max)}}
 }
 

@@ -276,3 +276,28 @@ func TestReportsOnAnotherCount(t *testing.T) {
 		t.Fatalf("learned rate at 2 nodes %v, want 80", r)
 	}
 }
+
+// TestOneNodeTrainerWithoutCurve: a Trainer of one node at most can be
+// submitted without a curve (its provisional curve is a single point) and
+// learns its rate there.
+func TestOneNodeTrainerWithoutCurve(t *testing.T) {
+	p := mustNew(t, pool.Config{TFwd: 100, Learner: alloc.CurveLearner{Settle: 5, MinSample: 1}})
+	p.Join(at(0), []string{"n1", "n2"}, "")
+	if err := p.Submit(at(0), pool.Spec{ID: "one", Min: 1, Max: 1}); err != nil {
+		t.Fatalf("submit with --max 1 and no curve: %v", err)
+	}
+	p.Admit()
+	decide(t, p)
+	if got := len(p.Running()[0].Nodes); got != 1 {
+		t.Fatalf("holds %d nodes, want 1", got)
+	}
+	for s := 0; s <= 60; s += 10 {
+		if err := p.Progress(at(s), "one", float64(25*s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e, _ := p.Estimate("one")
+	if r, _ := e.At(1); math.Abs(r/25-1) > 0.02 {
+		t.Fatalf("learned rate at 1 node %v, want 25", r)
+	}
+}
