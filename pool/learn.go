@@ -76,6 +76,9 @@ type Learning struct {
 	ReportAt   time.Time `json:"report_at,omitzero"`
 	ReportDone float64   `json:"report_done,omitempty"`
 	Reports    int       `json:"reports,omitempty"`
+	// LogReadings are the launcher's readings of its progress log
+	// (readings.go), a second source that reports win over.
+	LogReadings
 }
 
 // String formats l as its JSON (what the store saves), so that a printed
@@ -247,7 +250,11 @@ func (p *Pool) setCount(t *Trainer) { t.Learn.Steady = p.now }
 // Trainer that does not learn ignores it. The learner discounts the part
 // of it within its settle window after a rescale (alloc.CurveLearner:
 // such a count is a lower bound until it is measured settled).
-func (p *Pool) Observe(id string, o alloc.CurveObs) error {
+func (p *Pool) Observe(id string, o alloc.CurveObs) error { return p.observe(id, o, "") }
+
+// observe is Observe of an observation from source (SourceReport,
+// SourceLog; "" in a replay), which the history row says.
+func (p *Pool) observe(id string, o alloc.CurveObs, source string) error {
 	t, ok := p.byID[id]
 	if !ok {
 		return fmt.Errorf("observe %q: %w", id, ErrUnknownTrainer)
@@ -259,7 +266,7 @@ func (p *Pool) Observe(id string, o alloc.CurveObs) error {
 		return fmt.Errorf("observe %q: %w", id, err)
 	}
 	obs := o
-	p.record(Change{Kind: CurveUpdated, Trainer: id, To: o.Nodes, Obs: &obs})
+	p.record(Change{Kind: CurveUpdated, Trainer: id, To: o.Nodes, Obs: &obs, Source: source})
 	return nil
 }
 
@@ -298,7 +305,7 @@ func (p *Pool) reported(t *Trainer, samples float64) {
 	if l.Reports > 0 && !l.ReportAt.Before(l.Steady) && n >= max(t.Min, 1) && samples >= l.ReportDone {
 		if dt := p.now.Sub(l.ReportAt).Seconds(); dt > 0 {
 			since := l.ReportAt.Sub(l.Steady).Seconds()
-			_ = p.Observe(t.ID, alloc.CurveObs{Nodes: n, Rate: (samples - l.ReportDone) / dt, Duration: dt, Since: since})
+			_ = p.observe(t.ID, alloc.CurveObs{Nodes: n, Rate: (samples - l.ReportDone) / dt, Duration: dt, Since: since}, SourceReport)
 		}
 	}
 	l.ReportAt, l.ReportDone = p.now, samples
