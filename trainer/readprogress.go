@@ -144,6 +144,7 @@ func (r *Runner) ReadProgress(ctx context.Context) ([]Progress, []Action) {
 		}()
 	}
 	wg.Wait()
+	after := time.Now()
 	var out []Progress
 	var acts []Action
 	say := func(rd *read, err error, note string) {
@@ -181,8 +182,8 @@ func (r *Runner) ReadProgress(ctx context.Context) ([]Progress, []Action) {
 		}
 		pw.Said = ""
 		p := Progress{Trainer: rd.id, Node: rd.node, At: got.At, Samples: got.Samples, World: got.World}
-		if p.At.After(now) {
-			p.At = now // a node clock ahead of ours
+		if p.At.After(after) {
+			p.At = after // a node clock ahead of ours
 		}
 		p.Backward = pw.Last != nil && p.Samples < pw.Last.Samples
 		last := p // clamped: a line from the future does not hide the next ones
