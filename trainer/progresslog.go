@@ -186,29 +186,14 @@ func unixNumber(s string) (time.Time, bool) {
 	return t, err == nil
 }
 
-// maxUnix is the last second of year 9999: a later time cannot be saved
-// (JSON's RFC 3339).
-const maxUnix = 253402300799
-
-// parseTime reads Unix seconds with an optional fraction
-// ("1795984786.971", Python's time.time() printed) exactly.
+// parseTime reads Unix seconds (wire.ParseUnix) no later than year
+// 9999: a later time cannot be saved (JSON's RFC 3339).
 func parseTime(s string) (time.Time, error) {
-	sec, frac, _ := strings.Cut(s, ".")
-	a, err := strconv.ParseInt(sec, 10, 64)
-	if err != nil || a <= 0 || a > maxUnix {
+	t, err := wire.ParseUnix(s)
+	if err != nil || t.Unix() <= 0 || t.Year() > 9999 {
 		return time.Time{}, errors.New("not Unix seconds")
 	}
-	var ns int64
-	if frac != "" {
-		if len(frac) > 9 {
-			frac = frac[:9]
-		}
-		frac += strings.Repeat("0", 9-len(frac))
-		if ns, err = strconv.ParseInt(frac, 10, 64); err != nil || ns < 0 {
-			return time.Time{}, errors.New("not Unix seconds")
-		}
-	}
-	return time.Unix(a, ns), nil
+	return t, nil
 }
 
 // LastReading is the latest complete line of a log's end that reads as

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/bftrainer/bftrainer/trainer/wire"
@@ -128,22 +127,10 @@ func (r *Runner) ReadProgress(ctx context.Context) ([]Progress, []Action) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	par := r.Parallel
-	if par <= 0 {
-		par = 16
-	}
-	sem := make(chan struct{}, par)
-	var wg sync.WaitGroup
-	for _, rd := range reads {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			rd.tail, rd.err = r.tail(rctx, rd.node, rd.id, rd.rec)
-		}()
-	}
-	wg.Wait()
+	r.parallel(len(reads), func(i int) {
+		rd := reads[i]
+		rd.tail, rd.err = r.tail(rctx, rd.node, rd.id, rd.rec)
+	})
 	after := time.Now()
 	var out []Progress
 	var acts []Action

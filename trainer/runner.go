@@ -343,24 +343,31 @@ type nodeResult struct {
 // results in the nodes' order.
 func (r *Runner) each(nodes []string, op func(node string) nodeResult) []nodeResult {
 	out := make([]nodeResult, len(nodes))
-	n := r.Parallel
-	if n <= 0 {
-		n = 16
+	r.parallel(len(nodes), func(i int) {
+		out[i] = op(nodes[i])
+		out[i].node = nodes[i]
+	})
+	return out
+}
+
+// parallel runs op(0) … op(n-1), Parallel at a time, and waits for all.
+func (r *Runner) parallel(n int, op func(i int)) {
+	par := r.Parallel
+	if par <= 0 {
+		par = 16
 	}
-	sem := make(chan struct{}, n)
+	sem := make(chan struct{}, par)
 	var wg sync.WaitGroup
-	for i, node := range nodes {
+	for i := range n {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			out[i] = op(node)
-			out[i].node = node
+			op(i)
 		}()
 	}
 	wg.Wait()
-	return out
 }
 
 // start runs a launch on a node through t.

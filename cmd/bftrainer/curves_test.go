@@ -60,30 +60,7 @@ func learnsCurve(t *testing.T, fromLog bool) {
 	}
 	e.run(t, append(append(submit, "--"), train...)...)
 
-	// settled waits, running a reconciler round a second, until the
-	// learner holds k settled samples at n nodes.
-	settled := func(n, k int) {
-		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			e.run(t, "reconcile", "--no-scheduler")
-			row, ok, err := db.Trainer(ctx, tr)
-			if err != nil || !ok {
-				t.Fatal(ok, err)
-			}
-			if s := row.Learn.Curve; s != nil {
-				for _, c := range s.Counts {
-					if c.Nodes == n && !c.Unsettled && len(c.Rates) >= k {
-						return
-					}
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no %d settled samples at %d nodes within 60 s; learned %s", k, n, row.Learn)
-			}
-			time.Sleep(time.Second)
-		}
-	}
+	settled := func(n, k int) { t.Helper(); waitSettled(t, e, db, tr, n, k) }
 	// logged waits, a reconciler round a second, until the progress log
 	// itself shows settled steps at world n over at least the learner's
 	// sample length: on busy cores a restart's first steps come late, and
@@ -223,5 +200,30 @@ func checkSources(t *testing.T, db *store.DB, tr string, row store.Trainer, from
 	}
 	if !strings.Contains(show, fmt.Sprintf("observed from")) || !strings.Contains(show, "  "+want+" ") {
 		t.Errorf("trainer show does not say the observations came from %q:\n%s", want, show)
+	}
+}
+
+// waitSettled waits, running a reconciler round a second, until the
+// learner holds k settled samples of the Trainer at n nodes (at most 60 s).
+func waitSettled(t *testing.T, e trainerEnv, db *store.DB, tr string, n, k int) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		e.run(t, "reconcile", "--no-scheduler")
+		row, ok, err := db.Trainer(context.Background(), tr)
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		if s := row.Learn.Curve; s != nil {
+			for _, c := range s.Counts {
+				if c.Nodes == n && !c.Unsettled && len(c.Rates) >= k {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %d settled samples at %d nodes within 60 s; learned %s", k, n, row.Learn)
+		}
+		time.Sleep(time.Second)
 	}
 }

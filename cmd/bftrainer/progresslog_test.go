@@ -6,7 +6,6 @@ import (
 	"math"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/bftrainer/bftrainer/alloc"
 )
@@ -29,29 +28,7 @@ func TestExecLearnsFromLog(t *testing.T) {
 	loop := `i=0; while :; do i=$((i+1)); echo "$(date +%s.%N) node=n1 rank=0 world=1 step=$i samples=$((i*64))" >> p.log; sleep 0.05; done`
 	e.run(t, "trainer", "submit", "--name", tr, "--launcher", "exec", "--min", "1", "--max", "1", "--curve", "1:1", "--workdir", e.work,
 		"--progress-log", "p.log", "--", "/bin/sh", "-c", loop)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		e.run(t, "reconcile", "--no-scheduler")
-		row, ok, err := db.Trainer(ctx, tr)
-		if err != nil || !ok {
-			t.Fatal(ok, err)
-		}
-		settled := 0
-		if s := row.Learn.Curve; s != nil {
-			for _, c := range s.Counts {
-				if c.Nodes == 1 && !c.Unsettled {
-					settled = len(c.Rates)
-				}
-			}
-		}
-		if settled >= 4 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no 4 settled samples at 1 node within 60 s; learned %s", row.Learn)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	waitSettled(t, e, db, tr, 1, 4)
 	e.run(t, "trainer", "cancel", tr)
 	row, _, err := db.Trainer(ctx, tr)
 	if err != nil {

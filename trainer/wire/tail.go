@@ -3,7 +3,9 @@ package wire
 import (
 	"errors"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // TailRequest asks a node agent for the end of a Trainer's progress log
@@ -39,4 +41,25 @@ func ValidateLogPath(p string) error {
 		return errors.New("progress log: path " + p + " is not absolute")
 	}
 	return nil
+}
+
+// ParseUnix reads "seconds.fraction" (date +%s.%N, Python's time.time()
+// printed) exactly: a float64 would round the nanoseconds.
+func ParseUnix(s string) (time.Time, error) {
+	sec, frac, _ := strings.Cut(s, ".")
+	a, err := strconv.ParseInt(sec, 10, 64)
+	if err != nil {
+		return time.Time{}, err
+	}
+	var ns int64
+	if frac != "" {
+		if len(frac) > 9 {
+			frac = frac[:9]
+		}
+		frac += strings.Repeat("0", 9-len(frac))
+		if ns, err = strconv.ParseInt(frac, 10, 64); err != nil || ns < 0 {
+			return time.Time{}, errors.New("bad fraction of a second")
+		}
+	}
+	return time.Unix(a, ns), nil
 }
