@@ -73,14 +73,19 @@ func (a *Agent) tailAs(ctx context.Context, own owner, path string) (wire.Tail, 
 	cmd.Env = []string{"PATH=" + safePath}
 	cmd.Dir = "/"
 	cmd.Stdin = strings.NewReader(path)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
+	// The reader runs as the owner, who may tamper with it: its answer
+	// is bounded (the tail in base64, and room for the rest).
+	out, errb := &capped{n: 2*wire.MaxTail + 4096}, &capped{n: 4096}
+	cmd.Stdout, cmd.Stderr = out, errb
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(own.uid), Gid: uint32(own.gid), Groups: own.groups}}
 	cmd.WaitDelay = time.Second
 	if err := cmd.Run(); err != nil {
 		return wire.Tail{}, fmt.Errorf("read %s as uid %d: %w: %s", path, own.uid, err, strings.TrimSpace(errb.String()))
 	}
 	var t wire.Tail
+	if out.over {
+		return wire.Tail{}, fmt.Errorf("read %s: answer longer than %d bytes", path, out.n)
+	}
 	if err := json.Unmarshal(out.Bytes(), &t); err != nil {
 		return wire.Tail{}, fmt.Errorf("read %s: unreadable answer: %w", path, err)
 	}
@@ -131,4 +136,20 @@ func readTailMain(stdin io.Reader, stdout io.Writer) error {
 		return err
 	}
 	return json.NewEncoder(stdout).Encode(t)
+}
+
+// capped keeps the first n bytes written to it and notes the rest.
+type capped struct {
+	bytes.Buffer
+	n    int
+	over bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := c.n - c.Len(); len(p) > room {
+		c.over = true
+		c.Buffer.Write(p[:max(0, room)])
+		return len(p), nil
+	}
+	return c.Buffer.Write(p)
 }
