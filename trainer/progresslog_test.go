@@ -3,6 +3,7 @@ package trainer
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -260,4 +261,53 @@ func TestReadProgress(t *testing.T) {
 func TestSSHReadProgress(t *testing.T) {
 	r, a, _ := sshRunner(t, 1)
 	readScenario(t, r, a.N("n1"))
+}
+
+// TestReadBackoff: failed reads in a row space the next ones out.
+func TestReadBackoff(t *testing.T) {
+	at := time.Unix(1795984786, 0)
+	pw := &progressWatch{Tried: at}
+	for fails, wait := range []time.Duration{5, 10, 20, 40, 80, 80} {
+		pw.Fails = fails
+		if pw.due(at.Add(wait*time.Second-time.Millisecond), 5*time.Second) || !pw.due(at.Add(wait*time.Second), 5*time.Second) {
+			t.Errorf("after %d failures: not due exactly %v s after the last read", fails, wait)
+		}
+	}
+}
+
+// TestSSHReadUnreachable: a read on a node whose sshd is down is said once
+// as a progress-log action with its error, spaced out while it fails, and
+// reads again once the node answers.
+func TestSSHReadUnreachable(t *testing.T) {
+	r, a, s := sshRunner(t, 1)
+	r.ReadEvery = time.Nanosecond
+	ctx := context.Background()
+	node := a.N("n1")
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	since := time.Now().Add(-time.Minute)
+	w := execWant(t, "pu", []string{"/bin/sleep", "300"}, node)
+	w.Since = since
+	w.Spec, _ = json.Marshal(Spec{Argv: []string{"/bin/sleep", "300"}, Workdir: dir, ProgressLog: &ProgressLog{Path: "p.log"}})
+	ops(t, r.Apply(ctx, []Want{w}))
+	t.Cleanup(func() { s.Start(); r.Apply(context.Background(), nil) })
+	appendFile(t, filepath.Join(dir, "p.log"), logLine(since.Add(time.Second), 1, 64))
+	s.Stop()
+	ps, acts := r.ReadProgress(ctx)
+	var ae *AgentError
+	if len(ps) != 0 || len(acts) != 1 || acts[0].Op != "progress-log" || !errors.As(acts[0].Err, &ae) || !ae.Unreachable {
+		t.Fatalf("a read on a dead node: %+v %+v", ps, acts)
+	}
+	r.ReadEvery = time.Hour // the next read waits two hours now
+	if ps, acts := r.ReadProgress(ctx); len(ps)+len(acts) != 0 {
+		t.Fatalf("read again within the doubled interval: %+v %+v", ps, acts)
+	}
+	r.ReadEvery = time.Nanosecond
+	if ps, acts := r.ReadProgress(ctx); len(ps) != 0 || len(acts) != 0 {
+		t.Fatalf("the same failure said again: %+v %+v", ps, acts)
+	}
+	s.Start()
+	if ps, _ := r.ReadProgress(ctx); len(ps) != 1 || ps[0].Samples != 64 {
+		t.Fatalf("once the node answers: %+v", ps)
+	}
 }

@@ -34,6 +34,14 @@ type progressWatch struct {
 	Tried time.Time   `json:"tried,omitzero"`  // the last read, by this machine's clock
 	Last  *Progress   `json:"last,omitempty"`  // the last reading returned
 	Said  string      `json:"said,omitempty"`  // the last failure or note returned, not repeated
+	Fails int         `json:"fails,omitempty"` // failed reads in a row: each doubles the wait, up to 16 times
+}
+
+// due reports whether the log is to be read now: every after the last
+// read, longer after failures (a node that hangs does not hold every
+// round for the read's timeout).
+func (pw *progressWatch) due(now time.Time, every time.Duration) bool {
+	return now.Sub(pw.Tried) >= every<<min(pw.Fails, 4)
 }
 
 // watchProgress notes, at each Apply, the Trainer's progress log (from its
@@ -79,7 +87,9 @@ func (rec *Record) start() time.Time {
 // and does not report itself, each at most once per ReadEvery, on the
 // first of its nodes with a running launch — over the node transport, by
 // the node agent as the Trainer's owner (node-agent tail) — all at once
-// and within ReadTimeout. It returns the new readings: the latest
+// and within ReadTimeout (a Trainer whose reads fail is read less often:
+// each failure in a row doubles its interval, up to 16 times). It returns
+// the new readings: the latest
 // complete line (ProgressLog.LastReading) when it is later than the last
 // one returned and not older than the Trainer's run (a log left by an
 // earlier run of the same path is not this run's progress). A failure or
@@ -108,7 +118,7 @@ func (r *Runner) ReadProgress(ctx context.Context) ([]Progress, []Action) {
 	for _, id := range slices.Sorted(maps.Keys(s.st.Trainers)) {
 		rec := s.st.Trainers[id]
 		pw := rec.Progress
-		if rec.Exited || pw == nil || pw.Off || now.Sub(pw.Tried) < every {
+		if rec.Exited || pw == nil || pw.Off || !pw.due(now, every) {
 			continue
 		}
 		for _, n := range pw.Nodes {
@@ -149,9 +159,11 @@ func (r *Runner) ReadProgress(ctx context.Context) ([]Progress, []Action) {
 		pw := rd.rec.Progress
 		pw.Tried = now
 		if rd.err != nil {
+			pw.Fails++
 			say(rd, rd.err, "")
 			continue
 		}
+		pw.Fails = 0
 		if rd.tail.Missing {
 			pw.Said = ""
 			continue
