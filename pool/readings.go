@@ -34,9 +34,10 @@ type LogReadings struct {
 // curve from the previous reading at an unchanged count, the finish at
 // the target — except for a Trainer that has reported itself: reports
 // win, and the reading is ignored (used reports false). A count that went
-// down (a restart from a checkpoint) is no observation; the next one is
-// measured from it.
-func (p *Pool) ProgressRead(at time.Time, id string, samples float64) (used bool, err error) {
+// down (a restart from a checkpoint) is no observation, nor is the
+// interval to a reading marked restart (the workers restarted in between:
+// the log's world size changed); the next one is measured from it.
+func (p *Pool) ProgressRead(at time.Time, id string, samples float64, restart bool) (used bool, err error) {
 	t, ok := p.byID[id]
 	if !ok {
 		return false, fmt.Errorf("progress %q: %w", id, ErrUnknownTrainer)
@@ -52,7 +53,7 @@ func (p *Pool) ProgressRead(at time.Time, id string, samples float64) (used bool
 	t.Done = samples
 	p.record(Change{Kind: Reported, Trainer: id, Note: fmt.Sprintf("%.0f samples (progress log)", samples), Source: SourceLog})
 	if t.Status == Running {
-		p.read(t, at, samples)
+		p.read(t, at, samples, restart)
 	}
 	if t.Samples > 0 && samples >= t.Samples {
 		p.end(t, Finished, "its progress log reached its samples")
@@ -63,11 +64,12 @@ func (p *Pool) ProgressRead(at time.Time, id string, samples float64) (used bool
 }
 
 // read folds a reading into t's learning: the samples since the previous
-// reading, if its count did not change in between, are an observation.
-func (p *Pool) read(t *Trainer, at time.Time, samples float64) {
+// reading, if its count did not change and its workers did not restart in
+// between, are an observation.
+func (p *Pool) read(t *Trainer, at time.Time, samples float64, restart bool) {
 	l := &t.Learn
 	n := len(t.Nodes)
-	if l.Readings > 0 && !l.ReadAt.Before(l.Steady) && n >= max(t.Min, 1) && samples >= l.ReadDone {
+	if l.Readings > 0 && !restart && !l.ReadAt.Before(l.Steady) && n >= max(t.Min, 1) && samples >= l.ReadDone {
 		if dt := at.Sub(l.ReadAt).Seconds(); dt > 0 {
 			since := l.ReadAt.Sub(l.Steady).Seconds()
 			_ = p.observe(t.ID, alloc.CurveObs{Nodes: n, Rate: (samples - l.ReadDone) / dt, Duration: dt, Since: since}, SourceLog)

@@ -33,7 +33,7 @@ func TestLearnFromLogReadings(t *testing.T) {
 	p.Changes()
 	read := func(s int, samples float64) {
 		t.Helper()
-		if used, err := p.ProgressRead(at(s), "L", samples); err != nil || !used {
+		if used, err := p.ProgressRead(at(s), "L", samples, false); err != nil || !used {
 			t.Fatalf("reading at t%d: used %v, %v", s, used, err)
 		}
 	}
@@ -53,8 +53,18 @@ func TestLearnFromLogReadings(t *testing.T) {
 			t.Fatalf("observation %+v from %q: want 40/s over 10 s, from the log", o, src[i])
 		}
 	}
+	// A reading marked restart (the workers restarted at another size in
+	// between, the count already past the last one): no observation.
+	if _, err := p.ProgressRead(at(60), "L", 2400, true); err != nil {
+		t.Fatal(err)
+	}
+	read(70, 2800)
+	obs, _ = curveObs(p.Changes())
+	if len(obs) != 1 || obs[0].Since != 60 || !near(obs[0].Rate, 40) {
+		t.Fatalf("after a restart: %+v; want only t60→t70", obs)
+	}
 	l, _ := p.Trainer("L")
-	if l.Done != 1400 || l.Learn.Readings != 5 || l.Learn.Reports != 0 {
+	if l.Done != 2800 || l.Learn.Readings != 7 || l.Learn.Reports != 0 {
 		t.Fatalf("done %v, readings %d, reports %d", l.Done, l.Learn.Readings, l.Learn.Reports)
 	}
 }
@@ -71,7 +81,7 @@ func TestReportsWinOverReadings(t *testing.T) {
 	p.Admit()
 	decide(t, p)
 	p.Changes()
-	if _, err := p.ProgressRead(at(10), "B", 400); err != nil {
+	if _, err := p.ProgressRead(at(10), "B", 400, false); err != nil {
 		t.Fatal(err)
 	}
 	// Its first report, 100 samples/s after the reading: not paired.
@@ -81,7 +91,7 @@ func TestReportsWinOverReadings(t *testing.T) {
 	if obs, _ := curveObs(p.Changes()); len(obs) != 0 {
 		t.Fatalf("a reading and a report paired: %+v", obs)
 	}
-	if used, err := p.ProgressRead(at(15), "B", 99999); err != nil || used {
+	if used, err := p.ProgressRead(at(15), "B", 99999, false); err != nil || used {
 		t.Fatalf("a reading after a report: used %v, %v", used, err)
 	}
 	if err := p.Progress(at(21), "B", 900); err != nil {
@@ -107,14 +117,14 @@ func TestReadingFinishes(t *testing.T) {
 	}
 	p.Admit()
 	decide(t, p)
-	if _, err := p.ProgressRead(at(1), "F", 10); err != nil {
+	if _, err := p.ProgressRead(at(1), "F", 10, false); err != nil {
 		t.Fatal(err)
 	}
 	p.Join(at(60), []string{"n3"}, "") // the estimate passes 1000
 	if f, ok := p.Trainer("F"); !ok || f.Status != pool.Running {
 		t.Fatalf("ended on the estimate: %+v", f)
 	}
-	if _, err := p.ProgressRead(at(70), "F", 1000); err != nil {
+	if _, err := p.ProgressRead(at(70), "F", 1000, false); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := p.Trainer("F"); ok {

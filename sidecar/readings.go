@@ -20,7 +20,7 @@ func (r *Reconciler) readProgress(ctx context.Context, pr progressReader) {
 	reads, acts := pr.ReadProgress(ctx)
 	evs := r.actionEvents(acts)
 	for _, p := range reads {
-		d, _ := json.Marshal(map[string]any{"world": p.World, "backward": p.Backward})
+		d, _ := json.Marshal(readingDetail{World: p.World, Backward: p.Backward, Restart: p.Restart})
 		evs = append(evs, store.Event{At: p.At, Kind: store.KindProgress, Source: launcherSource, Context: "progress-log",
 			Trainer: p.Trainer, Nodes: []string{p.Node}, Value: p.Samples, HasVal: true, Detail: d})
 	}
@@ -36,9 +36,18 @@ func (r *Reconciler) readProgress(ctx context.Context, pr progressReader) {
 // Trainer that ended meanwhile is dropped quietly, and one of a Trainer
 // that reports itself is ignored by the pool (reports win).
 func (r *Reconciler) foldReading(p *pool.Pool, ev store.Event) *store.Event {
-	if _, err := p.ProgressRead(ev.At, ev.Trainer, ev.Value); err != nil && !errors.Is(err, pool.ErrUnknownTrainer) {
+	var d readingDetail
+	json.Unmarshal(ev.Detail, &d) // an unreadable detail: no restart known
+	if _, err := p.ProgressRead(ev.At, ev.Trainer, ev.Value, d.Restart); err != nil && !errors.Is(err, pool.ErrUnknownTrainer) {
 		r.Log.Printf("event %d (progress-log): %v", ev.ID, err)
 		return &store.Event{At: ev.At, Kind: store.KindError, Source: "reconciler", Context: ev.Kind, Trainer: ev.Trainer, Error: err.Error()}
 	}
 	return nil
+}
+
+// readingDetail is a reading's progress event detail.
+type readingDetail struct {
+	World    int  `json:"world"`
+	Backward bool `json:"backward"`
+	Restart  bool `json:"restart"`
 }

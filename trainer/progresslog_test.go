@@ -163,8 +163,10 @@ func TestReadTail(t *testing.T) {
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
 
 // logLine is one train.py-style line at a time.
-func logLine(at time.Time, step int, samples float64) string {
-	return fmt.Sprintf("%d.%03d", at.Unix(), at.Nanosecond()/1e6) + " node=x rank=0 world=1 step=" + itoa(step) + " samples=" + itoa(int(samples)) + "\n"
+func logLine(at time.Time, step int, samples float64) string { return worldLine(at, 1, step, samples) }
+
+func worldLine(at time.Time, world, step int, samples float64) string {
+	return fmt.Sprintf("%d.%03d node=x rank=0 world=%d step=%d samples=%d\n", at.Unix(), at.Nanosecond()/1e6, world, step, int(samples))
 }
 
 func appendFile(tb testing.TB, path, s string) {
@@ -238,8 +240,17 @@ func readScenario(t *testing.T, r *Runner, node string) {
 	}
 	// Restarted from the checkpoint at step 5: fewer samples, said.
 	appendFile(t, path, logLine(since.Add(30*time.Second), 6, 384))
-	if ps, _ = read("restart"); len(ps) != 1 || ps[0].Samples != 384 || !ps[0].Backward {
+	if ps, _ = read("restart"); len(ps) != 1 || ps[0].Samples != 384 || !ps[0].Backward || !ps[0].Restart {
 		t.Fatalf("after a restart: %+v", ps)
+	}
+	// Restarted at another size, already past the last count: a restart.
+	appendFile(t, path, worldLine(since.Add(35*time.Second), 2, 10, 640))
+	if ps, _ = read("world"); len(ps) != 1 || ps[0].Backward || !ps[0].Restart || ps[0].World != 2 {
+		t.Fatalf("at another world size: %+v", ps)
+	}
+	appendFile(t, path, worldLine(since.Add(36*time.Second), 2, 11, 704))
+	if ps, _ = read("same world"); len(ps) != 1 || ps[0].Restart {
+		t.Fatalf("at the same world size: %+v", ps)
 	}
 	// It reports itself now: its log is not read any more.
 	w.Reports = true

@@ -22,6 +22,10 @@ type Progress struct {
 	// Backward: fewer samples than the reading before — the program
 	// restarted from a checkpoint.
 	Backward bool
+	// Restart: the workers restarted since the reading before (Backward,
+	// or the lines' world size changed): no rate spans the two, since
+	// the restart's dead time lies between them.
+	Restart bool
 }
 
 // progressWatch is what the runner keeps of a Trainer's progress log, in
@@ -185,6 +189,7 @@ func (r *Runner) ReadProgress(ctx context.Context) ([]Progress, []Action) {
 			p.At = after // a node clock ahead of ours
 		}
 		p.Backward = pw.Last != nil && p.Samples < pw.Last.Samples
+		p.Restart = p.Backward || pw.Last != nil && p.World != 0 && pw.Last.World != 0 && p.World != pw.Last.World
 		last := p // clamped: a line from the future does not hide the next ones
 		pw.Last = &last
 		out = append(out, p)
