@@ -90,6 +90,9 @@ type Learning struct {
 	// ModelPrior is set when Curve.Prior is its model's curve (models.go),
 	// not the user's.
 	ModelPrior bool `json:"model_prior,omitempty"`
+	// LogReadings are the launcher's readings of its progress log
+	// (readings.go), a second source that reports win over.
+	LogReadings
 }
 
 // String formats l as its JSON (what the store saves), so that a printed
@@ -352,7 +355,11 @@ func (p *Pool) setCount(t *Trainer) { t.Learn.Steady, t.Learn.Resumed = p.now, t
 // Trainer that does not learn ignores it. The learner discounts the part
 // of it within its settle window after a rescale (alloc.CurveLearner:
 // such a count is a lower bound until it is measured settled).
-func (p *Pool) Observe(id string, o alloc.CurveObs) error {
+func (p *Pool) Observe(id string, o alloc.CurveObs) error { return p.observe(id, o, "") }
+
+// observe is Observe of an observation from source (SourceReport,
+// SourceLog; "" in a replay), which the history row says.
+func (p *Pool) observe(id string, o alloc.CurveObs, source string) error {
 	t, ok := p.byID[id]
 	if !ok {
 		return fmt.Errorf("observe %q: %w", id, ErrUnknownTrainer)
@@ -365,7 +372,7 @@ func (p *Pool) Observe(id string, o alloc.CurveObs) error {
 		return fmt.Errorf("observe %q: %w", id, err)
 	}
 	obs := o
-	p.record(Change{Kind: CurveUpdated, Trainer: id, To: o.Nodes, Obs: &obs})
+	p.record(Change{Kind: CurveUpdated, Trainer: id, To: o.Nodes, Obs: &obs, Source: source})
 	return nil
 }
 
@@ -419,7 +426,7 @@ func (p *Pool) reported(t *Trainer, samples float64, on int) {
 			if !l.Resumed.IsZero() {
 				since = max(0, l.ReportAt.Sub(l.Resumed).Seconds())
 			}
-			_ = p.Observe(t.ID, alloc.CurveObs{Nodes: n, Rate: (samples - l.ReportDone) / dt, Duration: dt, Since: since})
+			_ = p.observe(t.ID, alloc.CurveObs{Nodes: n, Rate: (samples - l.ReportDone) / dt, Duration: dt, Since: since}, SourceReport)
 		}
 		if l.Resumed.IsZero() && samples > l.ReportDone {
 			l.Resumed = p.now

@@ -57,6 +57,7 @@ type Change struct {
 	Final   *Trainer // end: the Trainer's final state
 	Note    string
 	Obs     *alloc.CurveObs // curve: the observation
+	Source  string          // curve, progress: where the samples came from (SourceReport, SourceLog)
 	Probe   *Probe          // rescale: the learner's probe it carried out
 }
 
@@ -321,10 +322,11 @@ func due(t *Trainer) bool {
 	return t.Samples > 0 && !reports(t) && t.Done >= t.Samples*(1-1e-9)
 }
 
-// reports reports whether t has sent a progress report: it then finishes
+// reports reports whether t has sent a progress report (or its progress
+// log was read: readings.go): it then finishes
 // only by a report reaching its target or by its workers' exit, never on
 // the pool's estimate between reports.
-func reports(t *Trainer) bool { return t.Learn.Reports > 0 }
+func reports(t *Trainer) bool { return t.Learn.Reports > 0 || t.Learn.Readings > 0 }
 
 // NextCompletion returns when the first running Trainer will reach its
 // samples if nothing changes (the rescale cost it owes, charged at the next

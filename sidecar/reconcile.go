@@ -36,6 +36,14 @@ type checker interface {
 	Check(ctx context.Context) ([]trainer.Exit, []trainer.Action)
 }
 
+// progressReader is a Runner that also reads Trainers' progress logs
+// (trainer.Runner.ReadProgress): each round asks it right after the
+// check; its readings become progress events of source "launcher",
+// folded in the same round.
+type progressReader interface {
+	ReadProgress(ctx context.Context) ([]trainer.Progress, []trainer.Action)
+}
+
 // nodeLister reads the batch scheduler's own view of node states. States
 // are the scheduler's words; "idle" means exactly idle (for Slurm: not
 // COMPLETING, not drained, responding).
@@ -192,6 +200,9 @@ func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 	if c, ok := r.Runner.(checker); ok && r.Runner != nil {
 		gone = r.check(ctx, c)
 	}
+	if pr, ok := r.Runner.(progressReader); ok && r.Runner != nil {
+		r.readProgress(ctx, pr)
+	}
 	if r.Spool != nil {
 		left, err := r.Spool.ingest(ctx, r.DB, r.Now())
 		if err != nil {
@@ -339,6 +350,9 @@ func (r *Reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string
 			return reject(err)
 		}
 	case store.KindProgress:
+		if ev.Source == launcherSource {
+			return r.foldReading(p, ev)
+		}
 		// A progress report can finish a Trainer (its samples reached):
 		// only its owner's processes (or root) may send one.
 		if t, ok := p.Trainer(ev.Trainer); ok && !mayAct(ev.User, t.Owner, r.Admins) {
@@ -627,7 +641,11 @@ func changeEvents(cs []pool.Change, now time.Time) (out []store.Event, ended []p
 			e.Detail, _ = json.Marshal(d)
 		case pool.CurveUpdated:
 			e.Kind, e.Value, e.HasVal = store.KindCurve, c.Obs.Rate, true
-			e.Detail, _ = json.Marshal(map[string]any{"nodes": c.Obs.Nodes, "seconds": c.Obs.Duration, "since": c.Obs.Since})
+			d := map[string]any{"nodes": c.Obs.Nodes, "seconds": c.Obs.Duration, "since": c.Obs.Since}
+			if c.Source != "" {
+				d["source"] = c.Source
+			}
+			e.Detail, _ = json.Marshal(d)
 		case pool.Ended:
 			e.Kind = store.KindEnd
 			e.Detail, _ = json.Marshal(exitDetail{Status: c.Status, Note: c.Note})
@@ -661,7 +679,8 @@ func (r *Reconciler) apply(ctx context.Context, st pool.State, saved, fresh map[
 		if !ok {
 			l = saved[t.ID]
 		}
-		w := trainer.Want{ID: t.ID, Owner: t.Owner, Launcher: l.Launcher, Spec: l.Spec, Min: t.Min, Max: t.Max, Since: t.Submit, Taken: taken}
+		w := trainer.Want{ID: t.ID, Owner: t.Owner, Launcher: l.Launcher, Spec: l.Spec, Min: t.Min, Max: t.Max, Since: t.Submit, Taken: taken,
+			Reports: t.Learn.Reports > 0}
 		for _, n := range t.Nodes {
 			w.Nodes = append(w.Nodes, n.Name)
 		}

@@ -43,7 +43,12 @@ type Runner struct {
 	NodeBin    string   // BFTRAINER_BIN in Trainer processes (bftrainer's path on the nodes)
 	NodeConfig string   // BFTRAINER_CONFIG in Trainer processes; "" leaves it out
 	Parallel   int      // node operations at once; 0 means 16
-	Log        *log.Logger
+	// ReadEvery is how often a Trainer's progress log is read at most
+	// (ReadProgress); 0 means 5 s, negative never.
+	ReadEvery time.Duration
+	// ReadTimeout bounds the reads of one ReadProgress; 0 means 5 s.
+	ReadTimeout time.Duration
+	Log         *log.Logger
 }
 
 // runState is the state file.
@@ -65,6 +70,9 @@ type Record struct {
 	Nodes map[string]*Launched `json:"nodes,omitempty"`
 	Roles map[string]*Launched `json:"roles,omitempty"`
 	State json.RawMessage      `json:"state,omitempty"` // the launcher's own
+	// Progress is where its progress log is read, and the last reading
+	// (readprogress.go); nil when its spec declares none.
+	Progress *progressWatch `json:"progress,omitempty"`
 }
 
 // Launched is one launch asked for.
@@ -190,6 +198,7 @@ func (r *Runner) Apply(ctx context.Context, want []Want) []Action {
 			s.acts = append(s.acts, Action{Trainer: w.ID, Op: "start", Err: fmt.Errorf("launch spec: %w", err)})
 			continue
 		}
+		rec.watchProgress(w)
 		t := s.run(w.ID, rec, w)
 		s.acts = append(s.acts, l.Apply(ctx, t)...)
 		s.save()
@@ -334,24 +343,31 @@ type nodeResult struct {
 // results in the nodes' order.
 func (r *Runner) each(nodes []string, op func(node string) nodeResult) []nodeResult {
 	out := make([]nodeResult, len(nodes))
-	n := r.Parallel
-	if n <= 0 {
-		n = 16
+	r.parallel(len(nodes), func(i int) {
+		out[i] = op(nodes[i])
+		out[i].node = nodes[i]
+	})
+	return out
+}
+
+// parallel runs op(0) … op(n-1), Parallel at a time, and waits for all.
+func (r *Runner) parallel(n int, op func(i int)) {
+	par := r.Parallel
+	if par <= 0 {
+		par = 16
 	}
-	sem := make(chan struct{}, n)
+	sem := make(chan struct{}, par)
 	var wg sync.WaitGroup
-	for i, node := range nodes {
+	for i := range n {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			out[i] = op(node)
-			out[i].node = node
+			op(i)
 		}()
 	}
 	wg.Wait()
-	return out
 }
 
 // start runs a launch on a node through t.

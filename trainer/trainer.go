@@ -38,6 +38,10 @@ type Want struct {
 	// gracefully (elastic) stops them at once there instead. Shared by
 	// every Want of a round: read only.
 	Taken []string
+	// Reports: the Trainer has reported its progress itself (bftrainer
+	// progress). Its progress log, if it declares one, is then not read:
+	// reports win.
+	Reports bool
 }
 
 // Action is one thing done (or that would be done) to a Trainer's
@@ -91,6 +95,10 @@ type Spec struct {
 	Workdir      string            `json:"workdir,omitempty"` // directory to run in (shared across nodes)
 	Env          map[string]string `json:"env,omitempty"`     // extra environment
 	ProcsPerNode int               `json:"procs_per_node,omitempty"`
+	// ProgressLog, when set, is a file the program appends its progress
+	// to, which the runner reads (progresslog.go): its throughput
+	// without a `bftrainer progress` call.
+	ProgressLog *ProgressLog `json:"progress_log,omitempty"`
 }
 
 // Slots returns processes per node (Horovod's slots, torchrun's
@@ -106,6 +114,14 @@ func ValidateSpec(s Spec) error {
 	}
 	if s.ProcsPerNode < 0 || s.ProcsPerNode > 1024 {
 		return fmt.Errorf("launch: procs per node %d out of range", s.ProcsPerNode)
+	}
+	if p := s.ProgressLog; p != nil {
+		if err := p.Check(); err != nil {
+			return fmt.Errorf("launch: %w", err)
+		}
+		if _, err := p.Resolve(s.Workdir); err != nil {
+			return fmt.Errorf("launch: %w", err)
+		}
 	}
 	return nil
 }

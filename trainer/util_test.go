@@ -3,6 +3,7 @@ package trainer
 import (
 	"os"
 	"strings"
+	"syscall"
 
 	"github.com/bftrainer/bftrainer/trainer/trainertest"
 )
@@ -28,3 +29,5 @@ func lines(s string) []string {
 	}
 	return out
 }
+
+func mkfifo(path string) error { return syscall.Mkfifo(path, 0o644) }

@@ -85,27 +85,32 @@ type Config struct {
 // killed: the [trainer] section, with each launcher's own settings in
 // [trainer.launcher.NAME] (decoded by the launcher: trainer.Kind).
 type TrainerConfig struct {
-	Transport       string   `toml:"transport"` // none, local, ssh
-	SSH             string   `toml:"ssh"`
-	SSHConfig       string   `toml:"ssh_config"`
-	SSHIdentity     string   `toml:"ssh_identity"`
-	SSHUser         string   `toml:"ssh_user"`
-	ConnectTimeout  Duration `toml:"connect_timeout"`
-	CommandTimeout  Duration `toml:"command_timeout"`
-	RemoteBftrainer string   `toml:"remote_bftrainer"`
-	RemoteConfig    string   `toml:"remote_config"`
-	Registry        string   `toml:"registry"`
-	LogDir          string   `toml:"log_dir"`
-	StateDir        string   `toml:"state_dir"`
-	Controller      string   `toml:"controller"`
-	Parallel        int      `toml:"parallel"`
-	KillWait        Duration `toml:"kill_wait"`
-	Containment     string   `toml:"containment"` // auto, cgroup, off
-	CgroupRoot      string   `toml:"cgroup_root"`
-	PidsMax         int64    `toml:"pids_max"`
-	MemoryMax       string   `toml:"memory_max"`
-	DeviceGlob      string   `toml:"device_glob"`
-	AllowRootOwner  bool     `toml:"allow_root_owner"`
+	Transport      string   `toml:"transport"` // none, local, ssh
+	SSH            string   `toml:"ssh"`
+	SSHConfig      string   `toml:"ssh_config"`
+	SSHIdentity    string   `toml:"ssh_identity"`
+	SSHUser        string   `toml:"ssh_user"`
+	ConnectTimeout Duration `toml:"connect_timeout"`
+	CommandTimeout Duration `toml:"command_timeout"`
+	// ProgressLogEvery and ProgressLogTimeout: how often a Trainer's
+	// declared progress log is read at most, and the bound on one round's
+	// reads.
+	ProgressLogEvery   Duration `toml:"progress_log_every"`
+	ProgressLogTimeout Duration `toml:"progress_log_timeout"`
+	RemoteBftrainer    string   `toml:"remote_bftrainer"`
+	RemoteConfig       string   `toml:"remote_config"`
+	Registry           string   `toml:"registry"`
+	LogDir             string   `toml:"log_dir"`
+	StateDir           string   `toml:"state_dir"`
+	Controller         string   `toml:"controller"`
+	Parallel           int      `toml:"parallel"`
+	KillWait           Duration `toml:"kill_wait"`
+	Containment        string   `toml:"containment"` // auto, cgroup, off
+	CgroupRoot         string   `toml:"cgroup_root"`
+	PidsMax            int64    `toml:"pids_max"`
+	MemoryMax          string   `toml:"memory_max"`
+	DeviceGlob         string   `toml:"device_glob"`
+	AllowRootOwner     bool     `toml:"allow_root_owner"`
 	// Launcher holds the [trainer.launcher.NAME] tables until each
 	// launcher decodes its own.
 	Launcher map[string]toml.Primitive `toml:"launcher"`
@@ -195,6 +200,8 @@ func defaults() Config {
 	t.SSHUser = "root"
 	t.ConnectTimeout = Duration{10 * time.Second}
 	t.CommandTimeout = Duration{60 * time.Second}
+	t.ProgressLogEvery = Duration{5 * time.Second}
+	t.ProgressLogTimeout = Duration{5 * time.Second}
 	t.Registry = runStateDir + "/bftrainer/nodes"
 	t.LogDir = localStateDir + "/log/bftrainer/trainers"
 	t.StateDir = localStateDir + "/lib/bftrainer/runner"
@@ -375,6 +382,9 @@ func (t *TrainerConfig) validate() []error {
 	}
 	if t.ConnectTimeout.Duration < time.Second || t.CommandTimeout.Duration < time.Second {
 		errs = append(errs, errors.New("trainer: connect_timeout and command_timeout must be at least 1s"))
+	}
+	if t.ProgressLogEvery.Duration < 0 || t.ProgressLogTimeout.Duration < time.Second {
+		errs = append(errs, errors.New("trainer: progress_log_every must be ≥ 0 (0: never read), progress_log_timeout at least 1s"))
 	}
 	if t.Parallel < 1 || t.KillWait.Duration <= 0 {
 		errs = append(errs, errors.New("trainer: parallel must be ≥ 1, kill_wait > 0"))

@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/pool"
+	"github.com/bftrainer/bftrainer/store"
 	"github.com/bftrainer/bftrainer/trainer/trainertest"
 )
 
@@ -20,14 +24,23 @@ import (
 // two-node rate. The learned rate at each count it ran is within 15 % of
 // the throughput its own progress log shows there (steps after the settle
 // window, rank 0's job-wide samples over time).
-func TestTorchrunLearnsCurve(t *testing.T) {
+func TestTorchrunLearnsCurve(t *testing.T) { learnsCurve(t, false) }
+
+// TestTorchrunLearnsCurveFromLog: the same, with a train.py that never
+// runs bftrainer progress (--no-report): the Trainer declares its progress
+// log (--progress-log, train.py's --log as is) and the runner reads it over
+// ssh on the Trainer's first node; every observation says it came from
+// the log.
+func TestTorchrunLearnsCurveFromLog(t *testing.T) { learnsCurve(t, true) }
+
+func learnsCurve(t *testing.T, fromLog bool) {
 	if testing.Short() {
 		t.Skip("runs a real elastic torchrun job (under a minute)")
 	}
 	trainertest.NeedTorch(t)
 	root := trainertest.RepoRoot(t)
 	const settle, sample = 8.0, 2.0
-	e := newTrainerEnv(t, "ssh", 2, fmt.Sprintf("allow_root_owner = true\n[trainer.launcher.torchrun]\ncommand = [\"/usr/bin/python3\", %q]\nstore_ports = \"@STORE_PORTS@\"\n[pool]\ncurve_settle = %g\ncurve_sample = %g\n",
+	e := newTrainerEnv(t, "ssh", 2, fmt.Sprintf("allow_root_owner = true\nprogress_log_every = \"1s\"\n[trainer.launcher.torchrun]\ncommand = [\"/usr/bin/python3\", %q]\nstore_ports = \"@STORE_PORTS@\"\n[pool]\ncurve_settle = %g\ncurve_sample = %g\n",
 		filepath.Join(root, "contrib/trainer/fast_torchrun.py"), settle, sample))
 	tr := uniq("lc")
 	killLeftovers(t, tr)
@@ -37,35 +50,17 @@ func TestTorchrunLearnsCurve(t *testing.T) {
 	ctx := context.Background()
 
 	e.run(t, "node", "join", "n1")
-	e.run(t, "trainer", "submit", "--name", tr, "--min", "1", "--max", "2", "--workdir", e.work,
-		"--env", "PYTHONDONTWRITEBYTECODE=1", "--env", "BFTRAINER_PROGRESS_INTERVAL=1", "--",
-		"/usr/bin/python3", filepath.Join(root, "contrib/trainer/train.py"), "--steps", "100000",
-		"--ckpt-dir", filepath.Join(e.work, "ckpt"), "--log", log, "--sleep", "0.1", "--print-every", "0", "--pg-timeout", "10")
-
-	// settled waits, running a reconciler round a second, until the
-	// learner holds k settled samples at n nodes.
-	settled := func(n, k int) {
-		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			e.run(t, "reconcile", "--no-scheduler")
-			row, ok, err := db.Trainer(ctx, tr)
-			if err != nil || !ok {
-				t.Fatal(ok, err)
-			}
-			if s := row.Learn.Curve; s != nil {
-				for _, c := range s.Counts {
-					if c.Nodes == n && !c.Unsettled && len(c.Rates) >= k {
-						return
-					}
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no %d settled samples at %d nodes within 60 s; learned %s", k, n, row.Learn)
-			}
-			time.Sleep(time.Second)
-		}
+	submit := []string{"trainer", "submit", "--name", tr, "--min", "1", "--max", "2", "--workdir", e.work,
+		"--env", "PYTHONDONTWRITEBYTECODE=1", "--env", "BFTRAINER_PROGRESS_INTERVAL=1"}
+	train := []string{"/usr/bin/python3", filepath.Join(root, "contrib/trainer/train.py"), "--steps", "100000",
+		"--ckpt-dir", filepath.Join(e.work, "ckpt"), "--log", log, "--sleep", "0.1", "--print-every", "0", "--pg-timeout", "10"}
+	if fromLog {
+		submit = append(submit, "--progress-log", "progress.log") // relative: below --workdir
+		train = append(train, "--no-report")
 	}
+	e.run(t, append(append(submit, "--"), train...)...)
+
+	settled := func(n, k int) { t.Helper(); waitSettled(t, e, db, tr, n, k) }
 	// logged waits, a reconciler round a second, until the progress log
 	// itself shows settled steps at world n over at least the learner's
 	// sample length: on busy cores a restart's first steps come late, and
@@ -101,6 +96,7 @@ func TestTorchrunLearnsCurve(t *testing.T) {
 	show := e.run(t, "trainer", "show", tr)
 	t.Logf("trainer show:\n%s", show)
 	measured := measuredRates(readSteps(t, log), settle)
+	checkSources(t, db, tr, row, fromLog, show)
 	for _, n := range []int{1, 2} {
 		got, sd := est.At(n)
 		want, ok := measured[n]
@@ -173,4 +169,61 @@ func settledWindows(steps []trainertest.Step, settle float64) map[int]logWindow 
 	}
 	flush()
 	return sum
+}
+
+// checkSources checks where the Trainer's samples came from: its own
+// reports only, or (fromLog) its progress log only, in the pool's counts,
+// in every curve row of the history and in trainer show.
+func checkSources(t *testing.T, db *store.DB, tr string, row store.Trainer, fromLog bool, show string) {
+	t.Helper()
+	want := pool.SourceReport
+	if fromLog {
+		want = pool.SourceLog
+		if row.Learn.Reports != 0 || row.Learn.Readings == 0 {
+			t.Errorf("%d reports, %d progress-log readings: want readings only", row.Learn.Reports, row.Learn.Readings)
+		}
+	} else if row.Learn.Reports == 0 || row.Learn.Readings != 0 {
+		t.Errorf("%d reports, %d progress-log readings: want reports only", row.Learn.Reports, row.Learn.Readings)
+	}
+	evs, err := db.Events(context.Background(), store.Filter{Kinds: []string{store.KindCurve}, Trainer: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) == 0 {
+		t.Fatal("no curve rows in the history")
+	}
+	for _, ev := range evs {
+		var d struct{ Source string }
+		if json.Unmarshal(ev.Detail, &d); d.Source != want {
+			t.Fatalf("curve row %d from %q, want %q: %s", ev.ID, d.Source, want, ev.Detail)
+		}
+	}
+	if !strings.Contains(show, fmt.Sprintf("observed from")) || !strings.Contains(show, "  "+want+" ") {
+		t.Errorf("trainer show does not say the observations came from %q:\n%s", want, show)
+	}
+}
+
+// waitSettled waits, running a reconciler round a second, until the
+// learner holds k settled samples of the Trainer at n nodes (at most 60 s).
+func waitSettled(t *testing.T, e trainerEnv, db *store.DB, tr string, n, k int) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		e.run(t, "reconcile", "--no-scheduler")
+		row, ok, err := db.Trainer(context.Background(), tr)
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		if s := row.Learn.Curve; s != nil {
+			for _, c := range s.Counts {
+				if c.Nodes == n && !c.Unsettled && len(c.Rates) >= k {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %d settled samples at %d nodes within 60 s; learned %s", k, n, row.Learn)
+		}
+		time.Sleep(time.Second)
+	}
 }

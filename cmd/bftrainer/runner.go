@@ -57,17 +57,28 @@ func newRunner(cfg Config) (sidecar.Runner, error) {
 		}
 	}
 	return &trainer.Runner{
-		Nodes:      timed{nodes, t.CommandTimeout.Duration},
-		Controller: timed{local, t.CommandTimeout.Duration},
-		Launchers:  launchers,
-		StateDir:   t.StateDir,
-		Address:    addr,
-		Self:       self,
-		NodeBin:    nodeBin,
-		NodeConfig: nodeConfig,
-		Parallel:   t.Parallel,
-		Log:        newLogger(os.Stderr),
+		Nodes:       timed{nodes, t.CommandTimeout.Duration},
+		Controller:  timed{local, t.CommandTimeout.Duration},
+		Launchers:   launchers,
+		StateDir:    t.StateDir,
+		Address:     addr,
+		Self:        self,
+		NodeBin:     nodeBin,
+		NodeConfig:  nodeConfig,
+		Parallel:    t.Parallel,
+		ReadEvery:   readEvery(t.ProgressLogEvery.Duration),
+		ReadTimeout: t.ProgressLogTimeout.Duration,
+		Log:         newLogger(os.Stderr),
 	}, nil
+}
+
+// readEvery is trainer.progress_log_every as the runner takes it (0:
+// never).
+func readEvery(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // nodeTransport is how the node agents are reached (transport "local" or
@@ -207,7 +218,7 @@ func nodeAgentCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "node-agent",
 		Usage:     "per-node Trainer operations, run as root on the node by the reconciler (ssh or local)",
-		ArgsUsage: "start | stop NODE TRAINER | kill-all [--fence] NODE | clean NODE | unfence NODE | list NODE | containment",
+		ArgsUsage: "start | stop NODE TRAINER | kill-all [--fence] NODE | clean NODE | unfence NODE | list NODE | tail NODE TRAINER | containment",
 		Hidden:    true,
 		Description: `Not for people: the reconciler runs it on a node, as root, over ssh (or
 locally). "start" reads the launch as JSON on standard input and starts the
@@ -222,7 +233,7 @@ how this node contains Trainer processes.`,
 				return cli.ShowCommandHelp(c.Lineage()[1], "node-agent")
 			}
 			a := &agent.Agent{}
-			if len(args) == 0 || args[0] != "supervise" {
+			if len(args) == 0 || (args[0] != "supervise" && args[0] != "read-tail") {
 				cfg, err := configFrom(c)
 				if err != nil {
 					return err

@@ -39,11 +39,24 @@ measurements refine; bftrainer trainer show prints what was learned.
 alike (the same shape; the level, samples/s, may differ with batch size or
 data), so without --curve a Trainer of a model the pool has seen is
 planned on the shape learned of the others, until its own measurements
-take over. --rescale-up/--rescale-down are the seconds of progress a
-scale-up or scale-down costs (measure them; contrib/trainer shows how);
-with --launcher elastic they are priors, replaced by what the launcher
-measures on every rescale. The Trainer is yours: its processes run as you, and only you (or root) may
-cancel it.`,
+take over.
+
+--progress-log FILE names a file the program appends its progress to, one
+line per step (contrib/trainer/train.py's --log, as is): the runner reads
+its latest complete line on the Trainer's first node, each round at most
+every trainer.progress_log_every, and learns from it as from progress
+reports — for a program that cannot call bftrainer progress. A line is a
+JSON object with "time" (Unix seconds) and "samples" (or --samples-key),
+or Unix seconds then key=value words (train.py's); with --samples-per-step
+a line's "step" counts that many samples. Where the program also reports
+itself (bftrainer progress), its reports win: the log is no longer read.
+A relative FILE is below --workdir.
+
+--rescale-up/--rescale-down are the seconds of progress a scale-up or
+scale-down costs (measure them; contrib/trainer shows how); with
+--launcher elastic they are priors, replaced by what the launcher
+measures on every rescale. The Trainer is yours: its processes run as
+you, and only you (or root) may cancel it.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "name", Usage: "Trainer `NAME` (letters, digits, - _ .); default: generated"},
 			choiceFlag("launcher", "NAME", trainer.Kinds(), trainer.Torchrun, "how its processes are started"),
@@ -59,6 +72,9 @@ cancel it.`,
 			&cli.IntFlag{Name: "procs-per-node", Value: 1, Usage: "`N` processes per node (torchrun nproc_per_node, Horovod slots)"},
 			&cli.StringFlag{Name: "workdir", Usage: "working `DIR` on the nodes", DefaultText: "the current one"},
 			&cli.StringSliceFlag{Name: "env", Usage: "extra environment `KEY=VALUE` (repeatable)"},
+			&cli.StringFlag{Name: "progress-log", Usage: "`FILE` on its nodes the program appends its progress to (one line per step), read by the runner"},
+			&cli.StringFlag{Name: "samples-key", Usage: "with --progress-log, the `KEY` of a line's samples done", DefaultText: "samples"},
+			&cli.Float64Flag{Name: "samples-per-step", Usage: "with --progress-log, `SAMPLES` per step, for lines that count steps, not samples"},
 		},
 		Action: coreAction(func(c *cli.Context, core *sidecar.Core, cfg Config) error {
 			req, err := submitRequest(c)
@@ -110,6 +126,15 @@ func submitRequest(c *cli.Context) (sidecar.SubmitRequest, error) {
 		workdir, _ = os.Getwd()
 	}
 	spec := trainer.Spec{Argv: c.Args().Slice(), Workdir: workdir, ProcsPerNode: c.Int("procs-per-node")}
+	switch {
+	case c.IsSet("progress-log"):
+		spec.ProgressLog = &trainer.ProgressLog{Path: c.String("progress-log"), SamplesKey: c.String("samples-key"), SamplesPerStep: c.Float64("samples-per-step")}
+		if err := spec.ProgressLog.Check(); err != nil {
+			return req, usageError{err}
+		}
+	case c.IsSet("samples-key") || c.IsSet("samples-per-step"):
+		return req, usagef("--samples-key and --samples-per-step need --progress-log")
+	}
 	for _, kv := range c.StringSlice("env") {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -110,7 +112,11 @@ func showAction(c *cli.Context, core *sidecar.Core, cfg Config) error {
 		fmt.Fprintf(w, "ended:         %s\n", tr.Ended.UTC().Format(time.RFC3339))
 	}
 	if s := tr.Learn.Curve; s != nil {
-		writeLearned(w, cfg.learner().Estimate(s), tr.Learn.Reports, onModel)
+		from, err := observedFrom(c, core, tr)
+		if err != nil {
+			return err
+		}
+		writeLearned(w, cfg.learner().Estimate(s), tr.Learn, from, onModel)
 	}
 	return nil
 }
@@ -136,10 +142,52 @@ func modelLine(ctx context.Context, core *sidecar.Core, tr store.Trainer) (strin
 	return tr.Model, false, nil
 }
 
+// observedFrom counts, per node count, the curve learner's observations
+// of the Trainer by their source (the history's curve rows since its
+// submission): "report" (bftrainer progress), "log" (its progress log, read
+// by the runner).
+func observedFrom(c *cli.Context, core *sidecar.Core, tr store.Trainer) (map[int]map[string]int, error) {
+	evs, err := core.Events(c.Context, store.Filter{Kinds: []string{store.KindCurve}, Trainer: tr.ID, Since: tr.Submit})
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]map[string]int{}
+	for _, ev := range evs {
+		var d struct {
+			Nodes  int    `json:"nodes"`
+			Source string `json:"source"`
+		}
+		if json.Unmarshal(ev.Detail, &d) != nil {
+			continue
+		}
+		if d.Source == "" {
+			d.Source = pool.SourceReport // rows from before sources were recorded
+		}
+		if out[d.Nodes] == nil {
+			out[d.Nodes] = map[string]int{}
+		}
+		out[d.Nodes][d.Source]++
+	}
+	return out, nil
+}
+
+// formatFrom is one count's observations by source: "log 12, report 3".
+func formatFrom(m map[string]int) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, src := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", src, m[src]))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // writeLearned prints a learned curve: a summary line, then one row per
-// point: its node count, rate, relative SD, what it rests on, and for a
-// measured count the samples and settled seconds behind it.
-func writeLearned(w io.Writer, e alloc.CurveEstimate, reports int, onModel bool) {
+// point: its node count, rate, relative SD, what it rests on, for a
+// measured count the samples and settled seconds behind it, and where its
+// observations came from (observedFrom).
+func writeLearned(w io.Writer, e alloc.CurveEstimate, l pool.Learning, from map[int]map[string]int, onModel bool) {
 	measured := 0
 	for _, p := range e.Points {
 		if p.Source&alloc.FromMeasured != 0 {
@@ -147,17 +195,17 @@ func writeLearned(w io.Writer, e alloc.CurveEstimate, reports int, onModel bool)
 		}
 	}
 	if !e.Known() && onModel {
-		fmt.Fprintf(w, "learned:       nothing yet (%d progress reports; planned on its model's curve)\n", reports)
+		fmt.Fprintf(w, "learned:       nothing yet (%d progress reports, %d progress-log readings; planned on its model's curve)\n", l.Reports, l.Readings)
 		return
 	}
 	if !e.Known() {
-		fmt.Fprintf(w, "learned:       nothing yet (%d progress reports; planned as the best other running Trainer, or 1 sample/s per node)\n", reports)
+		fmt.Fprintf(w, "learned:       nothing yet (%d progress reports, %d progress-log readings; planned as the best other running Trainer, or 1 sample/s per node)\n", l.Reports, l.Readings)
 		return
 	}
-	fmt.Fprintf(w, "learned:       %d counts measured, noise %.1f %% per sample, %d progress reports\n", measured, 100*e.Noise, reports)
-	fmt.Fprintf(w, "  nodes  samples/s  sd_%%   source            samples  seconds\n")
+	fmt.Fprintf(w, "learned:       %d counts measured, noise %.1f %% per sample, %d progress reports, %d progress-log readings\n", measured, 100*e.Noise, l.Reports, l.Readings)
+	fmt.Fprintf(w, "  nodes  samples/s  sd_%%   source            samples  seconds  observed from\n")
 	for _, p := range e.Points {
-		fmt.Fprintf(w, "  %-5d  %-9.4g  %-5.1f  %-16s  %-7.3g  %.0f\n", p.Nodes, p.Rate, 100*p.SD, p.Source, p.Samples, p.Seconds)
+		fmt.Fprintf(w, "  %-5d  %-9.4g  %-5.1f  %-16s  %-7.3g  %-7.0f  %s\n", p.Nodes, p.Rate, 100*p.SD, p.Source, p.Samples, p.Seconds, formatFrom(from[p.Nodes]))
 	}
 }
 

@@ -83,6 +83,9 @@ def parse_args(argv=None):
     p.add_argument("--no-fence", action="store_true",
                    help="keep training even if a newer worker group wrote the checkpoint")
     p.add_argument("--print-every", type=int, default=10, help="print to stdout every N steps")
+    p.add_argument("--no-report", action="store_true",
+                   help="never run `bftrainer progress`: bftrainer learns the progress from --log "
+                        "instead (trainer submit --progress-log)")
     p.add_argument("--report-interval", type=float, default=None,
                    help="seconds between progress reports (default: $BFTRAINER_PROGRESS_INTERVAL or 5)")
     p.add_argument("--elastic", action="store_true",
@@ -192,7 +195,7 @@ def main_elastic(args):
             continue  # a change or a failure was handled instead; state.step says where we are
         log.write(f"rank={rt.rank} world={rt.world} restart=0 epoch={rt.epoch} step={state.step} "
                   f"samples={state.samples} loss={last['loss']:.6f}")
-        if rt.rank == 0:  # one worker per node under the runtime
+        if rt.rank == 0 and not args.no_report:  # one worker per node under the runtime
             bftrainer_progress.report(state.samples, interval=args.report_interval, nodes=rt.world)
         if args.print_every > 0 and state.step % args.print_every == 0:
             print(f"step={state.step} samples={state.samples} world={rt.world} "
@@ -205,7 +208,7 @@ def main_elastic(args):
     log.write(f"rank={rank} world={rt.world} restart=0 epoch={rt.epoch} step={state.step} "
               f"samples={state.samples} done")
     print(f"done step={state.step} samples={state.samples}", flush=True)
-    if rank == 0:
+    if rank == 0 and not args.no_report:
         bftrainer_progress.report(state.samples, force=True)
         bftrainer_progress.flush()
     return 0
@@ -309,7 +312,7 @@ def main(argv=None):
             if rank == 0 and step % args.ckpt_every == 0:
                 save()  # before the log line, so at most ckpt_every-1 logged steps are redone
             log.write(f"step={step} samples={samples} loss={loss.item():.6f}")
-            if rank == 0:
+            if rank == 0 and not args.no_report:
                 bftrainer_progress.report(samples, interval=args.report_interval, nodes=nodes)
             if args.print_every > 0 and step % args.print_every == 0:
                 print(f"step={step} samples={samples} world={world} loss={loss.item():.6f}",
@@ -334,7 +337,7 @@ def main(argv=None):
 
     log.write(f"step={step} samples={samples} done")
     print(f"done step={step} samples={samples}", flush=True)
-    if rank == 0:
+    if rank == 0 and not args.no_report:
         bftrainer_progress.report(samples, force=True)
         bftrainer_progress.flush()
     dist.destroy_process_group()

@@ -157,17 +157,31 @@ func (a *Agent) Report() ModeReport {
 
 // Main runs one node-agent command — start (launch JSON on stdin), stop
 // NODE TRAINER, kill-all [--fence] NODE, clean NODE, unfence NODE, list
-// NODE, containment, or the internal supervise — and writes its JSON
+// NODE, tail NODE TRAINER (request on stdin), containment, or the
+// internal supervise and read-tail — and writes its JSON
 // answer to stdout.
 func (a *Agent) Main(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("node-agent: want start, stop, kill-all, clean, unfence, list or containment")
+		return errors.New("node-agent: want start, stop, kill-all, clean, unfence, list, tail or containment")
 	}
 	var out any
 	var err error
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "supervise":
 		return supervisor.Main(stdin, os.NewFile(3, "ack"), os.Stderr)
+	case "read-tail":
+		return readTailMain(stdin, stdout)
+	case "tail":
+		if len(rest) != 2 {
+			return errors.New("node-agent tail: want NODE TRAINER (the request on standard input)")
+		}
+		var req wire.TailRequest
+		dec := json.NewDecoder(io.LimitReader(stdin, wire.MaxLaunch))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return fmt.Errorf("node-agent tail: read request: %w", err)
+		}
+		out, err = a.Tail(ctx, rest[0], rest[1], req)
 	case "start":
 		if len(rest) != 0 {
 			return errors.New("node-agent start: the launch comes on standard input")

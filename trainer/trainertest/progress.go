@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bftrainer/bftrainer/trainer/wire"
 )
 
 // Step is one line of contrib/trainer/train.py's progress log, one per
@@ -87,23 +89,8 @@ func ReadSteps(path string) ([]Step, error) {
 	return out, sc.Err()
 }
 
-// ParseUnix reads "seconds.fraction" (date +%s.%N, Python's time.time())
-// exactly: a float64 would round the nanoseconds.
-func ParseUnix(s string) (time.Time, error) {
-	sec, frac, _ := strings.Cut(s, ".")
-	a, err := strconv.ParseInt(sec, 10, 64)
-	if err != nil {
-		return time.Time{}, err
-	}
-	var ns int64
-	if frac != "" {
-		frac = (frac + "000000000")[:9]
-		if ns, err = strconv.ParseInt(frac, 10, 64); err != nil {
-			return time.Time{}, err
-		}
-	}
-	return time.Unix(a, ns), nil
-}
+// ParseUnix reads "seconds.fraction" exactly (wire.ParseUnix).
+func ParseUnix(s string) (time.Time, error) { return wire.ParseUnix(s) }
 
 // RepoRoot is the module's top directory (contrib/ and cmd/ live there).
 func RepoRoot(tb testing.TB) string {
