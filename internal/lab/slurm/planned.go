@@ -188,9 +188,6 @@ func PlannedReclaim(ctx context.Context, c *Cluster, o PlannedOptions) (r Planne
 			r.Kills = append(r.Kills, k)
 		}
 	}
-	if r.Preempts, err = c.In.Events(ctx, store.Filter{Kinds: []string{store.KindPreempt}, Trainer: r.Trainer.Name}); err != nil {
-		return r, err
-	}
 	if len(r.Moves) > 0 {
 		if r.Off, err = c.offAt(ctx, r.Trainer.Name, r.Moves, r.Taken); err != nil {
 			return r, err
@@ -221,7 +218,21 @@ func PlannedReclaim(ctx context.Context, c *Cluster, o PlannedOptions) (r Planne
 	if err != nil {
 		return r, fmt.Errorf("the Trainer's change from world 3 to 1 (%s): %w", r.Trainer.Log, err)
 	}
-	return r, nil
+	// The reconciler records a reclaim's preempt when it folds the
+	// prologs' leave, after B began: with the plan off, wait (bounded)
+	// for rows covering B's nodes; what is there then is the answer.
+	var qerr error
+	Poll(ctx, 30*time.Second, func() (bool, error) {
+		if r.Preempts, qerr = c.In.Events(ctx, store.Filter{Kinds: []string{store.KindPreempt}, Trainer: r.Trainer.Name}); qerr != nil {
+			return false, qerr
+		}
+		var off []string
+		for _, p := range r.Preempts {
+			off = append(off, p.Nodes...)
+		}
+		return o.Plan || !slices.ContainsFunc(r.Taken, func(n string) bool { return !slices.Contains(off, n) }), nil
+	})
+	return r, qerr
 }
 
 // offAt is when the Trainer was off the nodes: the last of its move rows
