@@ -27,7 +27,7 @@ import (
 // (MeasureChange).
 func TestSlurmPlannedMove(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a real Slurm cluster and an elastic Trainer (about 2.5 minutes)")
+		t.Skip("starts a real Slurm cluster and an elastic Trainer (about 2 minutes)")
 	}
 	if err := Need(); err != nil {
 		t.Skip(err)
