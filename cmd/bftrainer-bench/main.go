@@ -39,7 +39,8 @@ commands:
   rescale  seconds a real torchrun Trainer loses per scale-up, scale-down
            and reclaim, and the reclaim kill path (root, python3-torch)
   slurm    bftrainer as a real Slurm cluster's hooks: main-job start delay,
-           reclaim, and Slurm's own scavenger partition side by side
+           reclaim, Slurm's own scavenger partition side by side, and an
+           elastic Trainer moved off by the plan vs killed (issue 15)
   reclaim  the node prolog's kill against Trainers that try to escape it,
            cgroup and degraded containment (root)
 

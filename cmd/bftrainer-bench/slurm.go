@@ -30,6 +30,7 @@ import (
 //	slurm scavenger reclaim_ms=<x> main_job_start_delay_ms=<y> trainer_node_seconds=<z> …
 //	slurm bftrainer reclaim_ms=<x> main_job_start_delay_ms=<y> trainer_node_seconds=<z> …
 //	slurm goals hooks_added_p99_ms=<x> reclaim_speedup=<y> …
+//	slurm planned_reclaim lead_s=<x> lost_s=<y> vs_surprise_lost_s=<z> moves=<m> kills=<k> …
 //
 // The hook cost (-cost-runs, first; measureCost in slurmcost.go) is three
 // clusters side by side in the same run, the same slurm.conf but for the
@@ -53,6 +54,18 @@ import (
 // reclaimed by bftrainer, once preempted by Slurm (PreemptMode=REQUEUE,
 // GraceTime=0), whose reclaim is timed in slurmctld's log from the
 // preemption to the main job's allocation.
+//
+// The planned reclaim (-planned, last; slurm.PlannedReclaim, issue 15) is
+// an elastic Trainer (train.py on bftrainer's elastic runtime) on three
+// nodes and a main job planned by Slurm's backfill pass on two of them,
+// run in pairs: once with the plan read (the Trainer is moved off
+// before the job lands), once with it ignored (the job's prologs kill).
+// lead_s is how long before the main job's first line the Trainer was
+// off its nodes; lost_s and vs_surprise_lost_s the training seconds
+// the change cost the Trainer with the plan and without it
+// (slurm.MeasureChange, from its progress log); moves and kills the
+// plan-on arms' history rows for the main job, surprise_kills the
+// plan-off arms' kills.
 type slurmCommand struct {
 	stdout, stderr io.Writer
 }
@@ -67,6 +80,7 @@ func (c *slurmCommand) Run(ctx context.Context, args []string) error {
 	rounds := fs.Int("rounds", 1, "side-by-side rounds, bftrainer then the scavenger partition (about 2.5 minutes each; 0: skip)")
 	window := fs.Duration("window", 60*time.Second, "side by side: Trainer progress is counted for this long from the main job's sbatch")
 	hold := fs.Duration("hold", 20*time.Second, "side by side: how long the main job runs")
+	planned := fs.Int("planned", 1, "planned reclaim: pairs of runs with the scheduler's plan read and ignored (about 2 minutes each; 0: skip)")
 	keep := fs.Bool("keep", false, "keep the cluster's directory (database, logs) when done")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -114,6 +128,39 @@ func (c *slurmCommand) Run(ctx context.Context, args []string) error {
 		logf("what the cluster says:\n%s", cl.Debug(context.Background()))
 		return fmt.Errorf("slurm: %w", err)
 	}
+	if err := c.measurePlanned(ctx, cl, logf, *planned); err != nil {
+		logf("what the cluster says:\n%s", cl.Debug(context.Background()))
+		return fmt.Errorf("slurm: planned reclaim: %w", err)
+	}
+	return nil
+}
+
+// measurePlanned runs pairs of planned reclaims, plan on then off, and
+// prints their line.
+func (c *slurmCommand) measurePlanned(ctx context.Context, cl *slurm.Cluster, logf func(string, ...any), pairs int) error {
+	if pairs <= 0 {
+		return nil
+	}
+	var on, off []slurm.PlannedResult
+	for i := 0; i < pairs; i++ {
+		for _, plan := range []bool{true, false} {
+			logf("planned reclaim, pair %d of %d, plan %v", i+1, pairs, plan)
+			if err := cl.Reset(ctx); err != nil {
+				return err
+			}
+			r, err := slurm.PlannedReclaim(ctx, cl, slurm.PlannedOptions{Plan: plan})
+			if err != nil {
+				return err
+			}
+			logf("plan %v: lead %.1f s, %.3f s lost, %d moves, %d kills", plan, r.Lead.Seconds(), r.Change.Lost, len(r.Moves), len(r.Kills))
+			if plan {
+				on = append(on, r)
+			} else {
+				off = append(off, r)
+			}
+		}
+	}
+	fmt.Fprintln(c.stdout, slurm.PlannedLine(on, off))
 	return nil
 }
 

@@ -44,6 +44,10 @@ type install struct {
 	// removed at the end; "" where there is no cgroup2 mount.
 	cgroups string
 	service *service
+	// planLead, when set, has the reconciler read the scheduler's plan
+	// (the cell's schedule file, every second) and move Trainers off
+	// hosts reserved within it.
+	planLead time.Duration
 }
 
 // hookLine is the queue's prolog or epilog line for context, as
@@ -57,7 +61,7 @@ func (in *install) hookLine(context string) string {
 // configuration, makes it the queue's prolog and epilog and starts the
 // reconciler service. Cleanup stops the service and kills every process
 // of the install, and gives the queue back the recorder's hooks.
-func newInstall(t *testing.T, c *Cell, rec *Recorder) *install {
+func newInstall(t *testing.T, c *Cell, rec *Recorder, opts ...func(*install)) *install {
 	t.Helper()
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "bftge-bft.")
@@ -73,6 +77,9 @@ func newInstall(t *testing.T, c *Cell, rec *Recorder) *install {
 		registry: filepath.Join(shm, "nodes"), work: filepath.Join(dir, "work"), tag: fmt.Sprintf("ge%d", os.Getpid()%10000)}
 	if m, err := agent.CgroupMount(); err == nil {
 		in.cgroups = filepath.Join(m, "bftrainer-lab-"+in.tag)
+	}
+	for _, o := range opts {
+		o(in)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -128,6 +135,11 @@ func newInstall(t *testing.T, c *Cell, rec *Recorder) *install {
 }
 
 func (in *install) configText() string {
+	plan, schedule := "", ""
+	if in.planLead > 0 {
+		plan = fmt.Sprintf("plan_every = \"1s\"\nplan_lead = %q\n", in.planLead.String())
+		schedule = fmt.Sprintf("schedule = %q\n", in.cell.ScheduleFile())
+	}
 	return fmt.Sprintf(`# Written by internal/lab/gridengine for its test cell.
 database = %q
 spool = %q
@@ -148,10 +160,10 @@ spawn_reconciler = "never"
 idle_wait = "60s"
 poll = "200ms"
 interval = "1s"
-
+%s
 [scheduler]
 qhost = "/usr/bin/qhost"
-
+%s
 [trainer]
 transport = "local"
 registry = %q
@@ -162,7 +174,7 @@ command_timeout = "30s"
 kill_wait = "5s"
 cgroup_root = %q
 allow_root_owner = true
-`, in.db, filepath.Join(in.dir, "spool"), in.hooksLog, in.registry, filepath.Join(in.dir, "log", "trainers"), filepath.Join(in.dir, "runner"), in.cgroups)
+`, in.db, filepath.Join(in.dir, "spool"), in.hooksLog, plan, schedule, in.registry, filepath.Join(in.dir, "log", "trainers"), filepath.Join(in.dir, "runner"), in.cgroups)
 }
 
 // run runs the CLI as root on the qmaster's host.

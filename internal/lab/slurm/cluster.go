@@ -134,7 +134,8 @@ func (c *Cluster) Run(ctx context.Context, args ...string) (string, error) {
 	return c.In.Run(ctx, args...)
 }
 
-// Torch is a torchrun Trainer running contrib/trainer/train.py on CPU.
+// Torch is a Trainer running contrib/trainer/train.py on CPU (torchrun
+// or the elastic runtime).
 type Torch struct {
 	Name string
 	Dir  string // its working directory: checkpoints, torchrun's logs
@@ -150,15 +151,27 @@ var torchCurve = []string{"1:157", "2:307", "3:460", "4:610", "5:760", "6:910", 
 // Trainers' owner (through the spool) and runs a reconciler, as the
 // site's `bftrainer reconcile --watch` would.
 func (c *Cluster) SubmitTorch(ctx context.Context, short string, min, max int) (*Torch, error) {
+	return c.submitTrain(ctx, "torchrun", short, min, max, "6", "8")
+}
+
+// SubmitElastic submits the same Trainer on bftrainer's elastic runtime
+// (--launcher elastic: its workers stay alive across a change; a
+// planned shrink leaves at a step boundary). Its rescale costs are
+// priors the launcher's measurements replace.
+func (c *Cluster) SubmitElastic(ctx context.Context, short string, min, max int) (*Torch, error) {
+	return c.submitTrain(ctx, "elastic", short, min, max, "1", "1")
+}
+
+func (c *Cluster) submitTrain(ctx context.Context, launcher, short string, min, max int, up, down string) (*Torch, error) {
 	name := c.In.Name(short)
 	t := &Torch{Name: name, Dir: filepath.Join(c.In.Work, name)}
 	t.Log = filepath.Join(t.Dir, "progress.log")
 	if err := c.ownedDir(t.Dir); err != nil {
 		return nil, err
 	}
-	err := c.submit(ctx, "trainer", "submit", "--name", name, "--launcher", "torchrun",
+	err := c.submit(ctx, "trainer", "submit", "--name", name, "--launcher", launcher,
 		"--min", strconv.Itoa(min), "--max", strconv.Itoa(max), "--curve", strings.Join(torchCurve[:max], ","),
-		"--rescale-up", "6", "--rescale-down", "8", "--workdir", t.Dir, "--env", "PYTHONDONTWRITEBYTECODE=1", "--",
+		"--rescale-up", up, "--rescale-down", down, "--workdir", t.Dir, "--env", "PYTHONDONTWRITEBYTECODE=1", "--",
 		"/usr/bin/python3", filepath.Join(c.In.Work, "train.py"), "--ckpt-dir", filepath.Join(t.Dir, "ckpt"),
 		"--log", t.Log, "--steps", "1000000", "--sleep", "0.2", "--pg-timeout", "10")
 	return t, err

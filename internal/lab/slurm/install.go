@@ -43,6 +43,7 @@ type Install struct {
 	StateDir    string // the runner's state
 	Work        string // shared scratch (mode 1777): Trainer programs, checkpoints, progress logs
 	Sinfo       string // sinfo with the lab's SLURM_CONF (the controller hooks get none)
+	Squeue      string // squeue likewise: the plan's reader (Settings.Plan)
 	// Journal is the hooks' journal (beside the database); JournalFallback
 	// its fallback, on another filesystem (/dev/shm) where there is one.
 	Journal, JournalFallback string
@@ -67,7 +68,13 @@ type Settings struct {
 	Torchrun       []string // "" means the keep-alive shim in Work
 	Extra          string   // appended verbatim at the end (inside [trainer])
 	Sinfo          string   // the listing program; "" means Install.Sinfo
-	Raw            string   // when set, the whole file (a corrupt configuration)
+	// Plan reads the scheduler's plan (scheduler.squeue = Install.Squeue,
+	// every second) and moves Trainers off planned nodes PlanLead ahead
+	// (0: the reconciler's default, from the Trainer's R_down); off, the
+	// plan is not read at all.
+	Plan     bool
+	PlanLead time.Duration
+	Raw      string // when set, the whole file (a corrupt configuration)
 }
 
 // newInstall builds bftrainer from the module at repo into dir/bin and
@@ -92,6 +99,7 @@ func newInstall(ctx context.Context, repo, dir, labConf string) (_ *Install, err
 		StateDir:        filepath.Join(dir, "runner"),
 		Work:            filepath.Join(dir, "work"),
 		Sinfo:           filepath.Join(dir, "bin", "sinfo"),
+		Squeue:          filepath.Join(dir, "bin", "squeue"),
 		Journal:         filepath.Join(dir, "db", "journal"),
 		JournalFallback: filepath.Join(dir, "journal-fallback"),
 		Tag:             "s" + hex.EncodeToString(tag),
@@ -147,9 +155,11 @@ func newInstall(ctx context.Context, repo, dir, labConf string) (_ *Install, err
 	}
 	// The controller hooks get no SLURM_CONF (notes/slurm.md); a site's
 	// sinfo reads /etc/slurm/slurm.conf, the lab's lives in its directory.
-	wrapper := fmt.Sprintf("#!/bin/sh\nSLURM_CONF=%s exec /usr/bin/sinfo \"$@\"\n", labConf)
-	if err := os.WriteFile(in.Sinfo, []byte(wrapper), 0o755); err != nil {
-		return nil, err
+	for _, w := range []string{in.Sinfo, in.Squeue} {
+		wrapper := fmt.Sprintf("#!/bin/sh\nSLURM_CONF=%s exec /usr/bin/%s \"$@\"\n", labConf, filepath.Base(w))
+		if err := os.WriteFile(w, []byte(wrapper), 0o755); err != nil {
+			return nil, err
+		}
 	}
 	for _, f := range []string{"train.py", "bftrainer_progress.py", "fast_torchrun.py", "store.py"} {
 		b, err := os.ReadFile(filepath.Join(repo, "contrib", "trainer", f))
@@ -160,7 +170,40 @@ func newInstall(ctx context.Context, repo, dir, labConf string) (_ *Install, err
 			return nil, err
 		}
 	}
+	// The elastic runtime, where the elastic launcher's pythonpath says
+	// (as make install puts it below PREFIX/lib): readable by the owner.
+	if err := copyPython(filepath.Join(repo, "python", "bftrainer_elastic"), filepath.Join(in.ElasticPath(), "bftrainer_elastic")); err != nil {
+		return nil, err
+	}
 	return in, nil
+}
+
+// ElasticPath is the elastic launcher's pythonpath: the directory holding
+// a copy of python/bftrainer_elastic.
+func (in *Install) ElasticPath() string { return filepath.Join(in.Work, "python") }
+
+// copyPython copies the .py files of the package directory src to dst.
+func copyPython(src, dst string) error {
+	files, err := filepath.Glob(filepath.Join(src, "*.py"))
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("no Python files in %s", src)
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dst, filepath.Base(f)), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // tmpfsDir makes a directory on /dev/shm when that is a tmpfs.
@@ -253,6 +296,13 @@ func (in *Install) configText(s Settings) string {
 	for _, a := range s.Torchrun {
 		torchrun = append(torchrun, strconv.Quote(a))
 	}
+	squeue, plan := "", ""
+	if s.Plan {
+		squeue, plan = in.Squeue, "plan_every = \"1s\"\n"
+		if s.PlanLead > 0 {
+			plan += fmt.Sprintf("plan_lead = %q\n", s.PlanLead.String())
+		}
+	}
 	ssh := ""
 	if s.SSHConfig != "" {
 		ssh = fmt.Sprintf("ssh_config = %q\nconnect_timeout = \"3s\"\n", s.SSHConfig)
@@ -278,11 +328,11 @@ spawn_reconciler = %q
 idle_wait = "60s"
 poll = "500ms"
 interval = "2s"
-
+%s
 [scheduler]
 sinfo = %q
-# The plan (squeue --start) is off unless a test turns it on (planmove_test.go).
-squeue = ""
+# The plan (squeue --start) is off unless a scenario turns it on (Settings.Plan).
+squeue = %q
 
 [trainer]
 transport = %q
@@ -302,9 +352,14 @@ allow_root_owner = %t
 command = [%s]
 store_ports = "%d-%d"
 join_timeout = "120s"
-`, in.DB, in.JournalFallback, in.Spool, s.Solver, in.HooksLog, s.Spawn, sinfo, s.Transport, ssh, in.Bin, in.Config,
+
+# The same ports: both launchers take only ports nobody listens on.
+[trainer.launcher.elastic]
+pythonpath = %q
+store_ports = "%d-%d"
+`, in.DB, in.JournalFallback, in.Spool, s.Solver, in.HooksLog, s.Spawn, plan, sinfo, squeue, s.Transport, ssh, in.Bin, in.Config,
 		in.Registry, in.LogDir, in.StateDir, in.CgroupRoot, s.AllowRootOwner, s.Extra,
-		strings.Join(torchrun, ", "), in.ports[0], in.ports[1])
+		strings.Join(torchrun, ", "), in.ports[0], in.ports[1], in.ElasticPath(), in.ports[0], in.ports[1])
 }
 
 // env is the environment of a bftrainer command: no BFTRAINER_CONFIG (the

@@ -3,36 +3,38 @@ package slurm
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/bftrainer/bftrainer/store"
 	"github.com/bftrainer/bftrainer/trainer/trainertest"
 )
 
-// TestSlurmPlannedMove: the scheduler's plan moves Trainers off before a
-// main job lands. On three nodes, job A holds mlab1 with a 1-minute limit
-// (it runs to its limit); two one-node Trainers hold mlab2 and mlab3. Job
-// B needs all three nodes, so it waits for A, and Slurm's backfill pass
-// plans it at A's limit on mlab[1-3]. The reconciler service reads that
-// plan (squeue --start) and, within its 30 s lead, shrinks both Trainers
-// off before B starts: B's own check finds nothing of them on any node,
-// the history shows a move for each and neither a kill nor a preempt for
-// B. It prints `slurm planned_reclaim lead_s=…`: how long before B's first
-// line the Trainers were off its nodes.
+// TestSlurmPlannedMove: the scheduler's plan moves a live Trainer off
+// before a main job lands, and the same scenario with the plan ignored
+// is a kill (PlannedReclaim: an elastic train.py on three of four nodes;
+// job A holds the fourth to its 1-minute limit; job B needs A's node and
+// two of the Trainer's, so it waits for A and Slurm's backfill pass plans
+// it). Plan on: the reconciler service reads the plan (squeue --start)
+// and, within its 30 s lead, shrinks the Trainer off B's two nodes
+// before B starts; B's own check finds nothing of it on any node; the
+// history shows a move and neither a kill nor a preempt for B. Plan
+// off: B's prologs kill the Trainer's workers there, and the history
+// says so. In both the Trainer trains on, on the node it kept, while B
+// runs. It prints `slurm planned_reclaim lead_s=… lost_s=…
+// vs_surprise_lost_s=…`: how long before B's first line the Trainer was
+// off its nodes, and the training seconds each arm's change cost
+// (MeasureChange).
 func TestSlurmPlannedMove(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a real Slurm cluster (about 2 minutes)")
+		t.Skip("starts a real Slurm cluster and an elastic Trainer (about 2 minutes)")
 	}
 	if err := Need(); err != nil {
 		t.Skip(err)
 	}
+	trainertest.NeedTorch(t)
 	ctx := context.Background()
-	c, err := Up(ctx, ClusterOptions{Repo: trainertest.RepoRoot(t), Nodes: 3, Prefix: "mlab", RootOwner: true, Logf: t.Logf})
+	c, err := Up(ctx, ClusterOptions{Repo: trainertest.RepoRoot(t), Nodes: 4, Prefix: "mlab", RootOwner: true, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,114 +46,75 @@ func TestSlurmPlannedMove(t *testing.T) {
 			t.Errorf("stopping the cluster: %v", err)
 		}
 	})
-	// squeue, like sinfo, with the lab's SLURM_CONF; the plan read every
-	// second, Trainers moved 30 s ahead.
-	squeue := filepath.Join(filepath.Dir(c.In.Sinfo), "squeue")
-	if err := os.WriteFile(squeue, []byte(fmt.Sprintf("#!/bin/sh\nSLURM_CONF=%s exec /usr/bin/squeue \"$@\"\n", c.Lab.Conf)), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	s := c.Settings
-	text := c.In.configText(s)
-	text = strings.Replace(text, "[reconciler]\n", "[reconciler]\nplan_every = \"1s\"\nplan_lead = \"30s\"\n", 1)
-	text = strings.Replace(text, "squeue = \"\"\n", fmt.Sprintf("squeue = %q\n", squeue), 1)
-	s.Raw = text
-	if err := c.Configure(s); err != nil {
-		t.Fatal(err)
-	}
-
-	a, err := c.Lab.Submit(ctx, JobSpec{Nodes: 1, NodeList: "mlab1", Held: true, Name: "a", Args: []string{"--time=1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Release()
-	if _, err := a.WaitChecked(ctx, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Run(ctx, "sync"); err != nil {
-		t.Fatal(err)
-	}
-	var trainers []string
-	for _, short := range []string{"s1", "s2"} {
-		name, err := c.SubmitSleeper(ctx, short)
+	var arms [2]PlannedResult
+	for i, plan := range []bool{true, false} {
+		r, err := PlannedReclaim(ctx, c, PlannedOptions{Plan: plan})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("plan %v: %v", plan, err)
 		}
-		trainers = append(trainers, name)
+		arms[i] = r
+		checkPlannedArm(t, r)
 	}
-	svc, err := c.StartService(time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Kill()
-	err = Poll(ctx, time.Minute, func() (bool, error) {
-		held, err := c.In.Held(ctx)
-		return err == nil && len(held[trainers[0]]) == 1 && len(held[trainers[1]]) == 1, err
-	})
-	if err != nil {
-		t.Fatalf("the Trainers did not take mlab2 and mlab3: %v", err)
-	}
-	b, err := c.Lab.Submit(ctx, JobSpec{Nodes: 3, Held: true, Watch: true, Name: "b", Args: []string{"--time=1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Release()
-	rb, err := b.WaitChecked(ctx, 3*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range c.Lab.Nodes {
-		if p := rb.Procs[n]; p != "none" {
-			t.Errorf("job %s found Trainer processes on %s: %s", b.ID, n, p)
-		}
-	}
-	if len(rb.Found) > 0 {
-		t.Errorf("job %s's watch found Trainer processes: %v", b.ID, rb.Found)
-	}
-	moves, err := c.In.Events(ctx, store.Filter{Kinds: []string{store.KindMove}, Job: b.ID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var moved []string
-	last := time.Time{}
-	for _, m := range moves {
-		moved = append(moved, m.Trainer)
-		last = later(last, m.At)
-		t.Logf("move: %s off %v at %s (%s)", m.Trainer, m.Nodes, m.At.Format(time.RFC3339Nano), m.Detail)
-	}
-	slices.Sort(moved)
-	if want := slices.Sorted(slices.Values(trainers)); !slices.Equal(moved, want) {
-		t.Fatalf("moves for job %s by %v, want one by each of %v", b.ID, moved, want)
-	}
-	// Off the nodes means the runner stopped them there: its stop actions.
-	stops, err := c.In.Events(ctx, store.Filter{Kinds: []string{store.KindAction}, Since: last.Add(-time.Second)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	off := last
-	for _, e := range stops {
-		if e.Context == "stop" && slices.Contains(trainers, e.Trainer) {
-			off = later(off, e.At)
-		}
-	}
-	kills, err := c.In.Events(ctx, store.Filter{Kinds: []string{store.KindKill, store.KindPreempt}, Job: b.ID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range kills {
-		if k.Kind == store.KindPreempt || k.Value > 0 {
-			t.Errorf("job %s's start %s %v (value %v): want nothing left to kill", b.ID, k.Kind, k.Nodes, k.Value)
-		}
-	}
-	lead := rb.First.Sub(off)
-	if lead <= 0 {
-		t.Errorf("the Trainers were off at %s, after job %s began at %s", off, b.ID, rb.First)
-	}
-	fmt.Printf("slurm planned_reclaim lead_s=%.1f moves=%d kills=0 nodes=%d\n", lead.Seconds(), len(moves), len(c.Lab.Nodes)-1)
+	fmt.Println(PlannedLine(arms[:1], arms[1:]))
 }
 
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
+// checkPlannedArm checks what one arm must show: B found its nodes
+// free, a move and no kill with the plan on, a kill and no move with
+// it off, and the Trainer training on its kept node while B ran.
+func checkPlannedArm(t *testing.T, r PlannedResult) {
+	t.Helper()
+	for _, n := range r.Taken {
+		if p := r.Report.Procs[n]; p != "none" {
+			t.Errorf("plan %v: job %s found Trainer processes on %s: %q", r.Plan, r.Main.ID, n, p)
+		}
 	}
-	return a
+	if len(r.Report.Found) > 0 {
+		t.Errorf("plan %v: job %s's watch found Trainer processes: %v", r.Plan, r.Main.ID, r.Report.Found)
+	}
+	for _, m := range r.Moves {
+		t.Logf("plan %v: move: %s off %v at %s (%s)", r.Plan, m.Trainer, m.Nodes, m.At.Format(time.RFC3339Nano), m.Detail)
+	}
+	for _, k := range append(slices.Clone(r.Kills), r.Preempts...) {
+		t.Logf("plan %v: %s: %s on %v, value %v at %s", r.Plan, k.Kind, k.Trainer, k.Nodes, k.Value, k.At.Format(time.RFC3339Nano))
+	}
+	t.Logf("plan %v: change %+v; %d steps on %s after B began", r.Plan, r.Change, r.After, r.Kept)
+	if r.Plan {
+		var moved []string
+		for _, m := range r.Moves {
+			if m.Trainer != r.Trainer.Name {
+				t.Errorf("plan on: a move for job %s by %s, want only %s", r.Main.ID, m.Trainer, r.Trainer.Name)
+			}
+			moved = append(moved, m.Nodes...)
+		}
+		slices.Sort(moved)
+		if !slices.Equal(moved, r.Taken) {
+			t.Errorf("plan on: moves for job %s off %v, want off %v", r.Main.ID, moved, r.Taken)
+		}
+		if len(r.Kills) > 0 || len(r.Preempts) > 0 {
+			t.Errorf("plan on: job %s's prologs killed (%d rows) or the Trainer was preempted (%d): want nothing left to kill", r.Main.ID, len(r.Kills), len(r.Preempts))
+		}
+		if r.Lead <= 0 {
+			t.Errorf("plan on: the Trainer was off at %s, after job %s began at %s", r.Off, r.Main.ID, r.Report.First)
+		}
+	} else {
+		if len(r.Moves) > 0 {
+			t.Errorf("plan off: %d moves for job %s, want none (no plan read)", len(r.Moves), r.Main.ID)
+		}
+		var killed []string
+		for _, k := range r.Kills {
+			killed = append(killed, k.Nodes...)
+		}
+		slices.Sort(killed)
+		var preempted []string
+		for _, p := range r.Preempts {
+			preempted = append(preempted, p.Nodes...)
+		}
+		slices.Sort(preempted)
+		if !slices.Equal(killed, r.Taken) || !slices.Equal(preempted, r.Taken) {
+			t.Errorf("plan off: job %s's prologs killed on %v, the Trainer preempted off %v; want both %v", r.Main.ID, killed, preempted, r.Taken)
+		}
+	}
+	if r.After < 2 {
+		t.Errorf("plan %v: %d steps on %s after job %s began, want the Trainer to train on", r.Plan, r.After, r.Kept, r.Main.ID)
+	}
 }

@@ -17,10 +17,12 @@ func ReadSteps(path string) ([]Step, error) { return trainertest.ReadSteps(path)
 
 // Round is one training step as all its ranks logged it.
 type Round struct {
-	At    time.Time // the first rank's line
-	Step  int
-	World int
-	Nodes []string // sorted
+	At      time.Time // the first rank's line
+	Done    time.Time // the last rank's line: the step is complete
+	Step    int
+	World   int
+	Samples float64  // the job's samples once the step was done
+	Nodes   []string // sorted
 }
 
 // rounds groups the steps logged at or after since into complete rounds:
@@ -37,9 +39,12 @@ func rounds(steps []Step, since time.Time) []Round {
 		k := key{s.Step, s.World}
 		r := byKey[k]
 		if r == nil {
-			r = &Round{At: s.At, Step: s.Step, World: s.World}
+			r = &Round{At: s.At, Step: s.Step, World: s.World, Samples: s.Samples}
 			byKey[k] = r
 			order = append(order, k)
+		}
+		if s.At.After(r.Done) {
+			r.Done = s.At
 		}
 		if !slices.Contains(r.Nodes, s.Node) {
 			r.Nodes = append(r.Nodes, s.Node)
@@ -146,4 +151,75 @@ func samplesGained(steps []Step, from, to time.Time) float64 {
 		}
 	}
 	return max(0, by.Samples-before.Samples)
+}
+
+// Change is what one change of a Trainer's world cost, read from its
+// progress log (MeasureChange).
+type Change struct {
+	From, To int
+	LastOld  Round   // the last complete step at the old world before the new one's first line
+	FirstNew Round   // the first complete step beyond it at the new world
+	Redone   int     // steps trained again at the new world (LastOld's and earlier)
+	Rate     float64 // samples per second at the new world, over the k steps measured
+	// Lost is the training time the change cost, in seconds of the new
+	// world: how far the samples done at FirstNew fall short of what the
+	// new world alone, training on from LastOld without the change,
+	// would have done by then, at Rate:
+	//   (FirstNew.Done − LastOld.Done) − (FirstNew.Samples − LastOld.Samples) / Rate.
+	// With nothing redone and no world in between, that is the gap
+	// between the two steps less one ordinary step at the new size
+	// (docs/trainers.md §6). A stall, a formation and the step in flight
+	// count; samples a restore took back count at Rate; progress a world
+	// in between made is credited at Rate. Never below 0.
+	Lost float64
+}
+
+// MeasureChange measures a change from world from to world to, in the
+// rounds logged at or after since, once k complete steps beyond the old
+// world's last are logged at the new world (ok false before that).
+func MeasureChange(steps []Step, since time.Time, from, to, k int) (c Change, ok bool) {
+	k = max(k, 2)
+	var firstLine time.Time
+	for _, s := range steps {
+		if !s.Done && s.World == to && !s.At.Before(since) && (firstLine.IsZero() || s.At.Before(firstLine)) {
+			firstLine = s.At
+		}
+	}
+	if firstLine.IsZero() {
+		return c, false
+	}
+	rs := rounds(steps, since)
+	found := false
+	for _, r := range rs {
+		if r.World == from && r.Done.Before(firstLine) && (!found || r.Done.After(c.LastOld.Done)) {
+			c.LastOld, found = r, true
+		}
+	}
+	if !found {
+		return c, false
+	}
+	var beyond []Round
+	for _, r := range rs {
+		if r.World != to || r.At.Before(firstLine) {
+			continue
+		}
+		if r.Step <= c.LastOld.Step {
+			c.Redone++
+		} else {
+			beyond = append(beyond, r)
+		}
+	}
+	if len(beyond) < k {
+		return c, false
+	}
+	slices.SortFunc(beyond, func(a, b Round) int { return a.Step - b.Step })
+	first, last := beyond[0], beyond[k-1]
+	span := last.Done.Sub(first.Done).Seconds()
+	if span <= 0 || last.Samples <= first.Samples {
+		return c, false
+	}
+	c.From, c.To, c.FirstNew = from, to, first
+	c.Rate = (last.Samples - first.Samples) / span
+	c.Lost = max(0, first.Done.Sub(c.LastOld.Done).Seconds()-(first.Samples-c.LastOld.Samples)/c.Rate)
+	return c, true
 }
