@@ -49,9 +49,7 @@ func (c *planCommand) Run(ctx context.Context, args []string) error {
 	}
 	var rows []row
 	for _, k := range []time.Duration{0, *kill} {
-		for _, r := range []row{{1, "off", k}, {1, "head", k}, {1, "all", k}, {2, "head", k}, {2, "all", k}} {
-			rows = append(rows, r)
-		}
+		rows = append(rows, []row{{1, "off", k}, {1, "head", k}, {1, "all", k}, {2, "head", k}, {2, "all", k}}...)
 	}
 	for _, run := range rows {
 		depth := 1

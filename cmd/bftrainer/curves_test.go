@@ -198,7 +198,7 @@ func checkSources(t *testing.T, db *store.DB, tr string, row store.Trainer, from
 			t.Fatalf("curve row %d from %q, want %q: %s", ev.ID, d.Source, want, ev.Detail)
 		}
 	}
-	if !strings.Contains(show, fmt.Sprintf("observed from")) || !strings.Contains(show, "  "+want+" ") {
+	if !strings.Contains(show, "observed from") || !strings.Contains(show, "  "+want+" ") {
 		t.Errorf("trainer show does not say the observations came from %q:\n%s", want, show)
 	}
 }
