@@ -155,74 +155,13 @@ func TestGivenCurveStandsUntilSettled(t *testing.T) {
 	}
 }
 
-// TestSettleCountsFromResume: a restart that outlasts the settle window
-// (torchrun re-forming its world on a loaded machine) and then runs slowly
-// for its first steps is no settled rate of the new count: the window
-// counts from the first report that shows progress there, so the stall
-// and the warm-up are lower bounds, and the count's settled rate is what
-// it runs at afterwards.
-func TestSettleCountsFromResume(t *testing.T) {
-	const settle = 5
-	p := mustNew(t, pool.Config{TFwd: 100, Learner: alloc.CurveLearner{Settle: settle, MinSample: 1}})
-	p.Join(at(0), []string{"n1"}, "")
-	if err := p.Submit(at(0), pool.Spec{ID: "L", Min: 1, Max: 2}); err != nil {
-		t.Fatal(err)
-	}
-	p.Admit()
-	decide(t, p)
-	for s := 0; s <= 100; s += 10 {
-		if err := p.Progress(at(s), "L", float64(40*s)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	p.Join(at(101), []string{"n2"}, "")
-	decide(t, p)
-	if got := len(p.Running()[0].Nodes); got != 2 {
-		t.Fatalf("grown to %d nodes, want 2", got)
-	}
-	p.Changes()
-	done := 4000.0
-	report := func(s int, d float64) {
-		t.Helper()
-		done += d
-		if err := p.Progress(at(s), "L", done); err != nil {
-			t.Fatal(err)
-		}
-	}
-	report(102, 0)  // restarting
-	report(110, 0)  // still restarting, past the settle window
-	report(112, 10) // the first steps, slow: 5/s
-	for s := 114; s <= 140; s += 2 {
-		report(s, 160) // 80/s
-	}
-	settled := 0
-	for _, c := range p.Changes() {
-		if c.Kind != pool.CurveUpdated || c.Obs.Nodes != 2 || c.Obs.Since < settle {
-			continue
-		}
-		settled++
-		if !near(c.Obs.Rate, 80) {
-			t.Fatalf("a settled observation at 2 nodes %+v: want only the steady 80/s", c.Obs)
-		}
-	}
-	if settled == 0 {
-		t.Fatal("no settled observation at 2 nodes after 28 s of steady progress")
-	}
-	e, _ := p.Estimate("L")
-	if r, _ := e.At(2); math.Abs(r/80-1) > 0.02 {
-		t.Fatalf("learned rate at 2 nodes %v, want 80", r)
-	}
-}
-
-// TestReportsOnAnotherCount: torchrun keeps training at the old size
-// after the pool grew the Trainer, until its next rendezvous, and then
-// stalls while it restarts. Reports that say the count they trained on
-// (ProgressOn) keep both out of the new count's rate: the old size's
-// reports are no observation, the interval across the restart is none,
-// and the settle window starts at the first report on the new count.
-func TestReportsOnAnotherCount(t *testing.T) {
-	const settle = 5
-	p := mustNew(t, pool.Config{TFwd: 100, Learner: alloc.CurveLearner{Settle: settle, MinSample: 1}})
+// grownLearner is a learning Trainer "L" that ran at 40 samples/s on one
+// node for 100 s (reports every 10 s that say so) and was grown to two at
+// t101; report sends its reports from then on, each d more samples, on
+// the count given (0: not said).
+func grownLearner(t *testing.T, settle float64) (p *pool.Pool, report func(s int, d float64, on int)) {
+	t.Helper()
+	p = mustNew(t, pool.Config{TFwd: 100, Learner: alloc.CurveLearner{Settle: settle, MinSample: 1}})
 	p.Join(at(0), []string{"n1"}, "")
 	if err := p.Submit(at(0), pool.Spec{ID: "L", Min: 1, Max: 2}); err != nil {
 		t.Fatal(err)
@@ -230,7 +169,7 @@ func TestReportsOnAnotherCount(t *testing.T) {
 	p.Admit()
 	decide(t, p)
 	done := 0.0
-	report := func(s int, d float64, on int) {
+	report = func(s int, d float64, on int) {
 		t.Helper()
 		done += d
 		if err := p.ProgressOn(at(s), "L", done, on); err != nil {
@@ -246,34 +185,68 @@ func TestReportsOnAnotherCount(t *testing.T) {
 		t.Fatalf("grown to %d nodes, want 2", got)
 	}
 	p.Changes()
-	for s := 102; s <= 115; s++ {
-		report(s, 40, 1) // still at world 1
-	}
-	report(126, 10, 2) // restarted at 2 after a 10 s stall; its first steps
-	for s := 128; s <= 150; s += 2 {
-		report(s, 160, 2) // 80/s
-	}
-	settled := 0
-	for _, c := range p.Changes() {
-		if c.Kind != pool.CurveUpdated {
-			continue
-		}
-		if c.Obs.Nodes != 2 {
-			t.Fatalf("an observation of %d nodes while the Trainer held 2: %+v", c.Obs.Nodes, c.Obs)
-		}
-		if c.Obs.Since >= settle {
-			settled++
-			if !near(c.Obs.Rate, 80) {
-				t.Fatalf("a settled observation at 2 nodes %+v: want only the steady 80/s", c.Obs)
+	return p, report
+}
+
+// TestSettleAfterARestart: after a grow, a Trainer's restart and its first
+// slow steps are no settled rate of the new count, however long they
+// take. Without the count in its reports, the settle window counts from
+// the first report that shows progress after the change (a restart that
+// outlasts the window: torchrun re-forming its world on a loaded machine).
+// With it (ProgressOn), reports on the old size — torchrun keeps training
+// there until its next rendezvous, then stalls while it restarts — are no
+// observation, the interval across the restart is none, and the window
+// starts at the first report on the new count.
+func TestSettleAfterARestart(t *testing.T) {
+	const settle = 5
+	for _, tt := range []struct {
+		name    string
+		reports func(report func(s int, d float64, on int))
+	}{
+		{"count not said", func(report func(int, float64, int)) {
+			report(102, 0, 0)  // restarting
+			report(110, 0, 0)  // still restarting, past the settle window
+			report(112, 10, 0) // the first steps, slow: 5/s
+			for s := 114; s <= 140; s += 2 {
+				report(s, 160, 0) // 80/s
 			}
-		}
-	}
-	if settled == 0 {
-		t.Fatal("no settled observation at 2 nodes after 24 s of steady progress")
-	}
-	e, _ := p.Estimate("L")
-	if r, _ := e.At(2); math.Abs(r/80-1) > 0.02 {
-		t.Fatalf("learned rate at 2 nodes %v, want 80", r)
+		}},
+		{"count said", func(report func(int, float64, int)) {
+			for s := 102; s <= 115; s++ {
+				report(s, 40, 1) // still at world 1
+			}
+			report(126, 10, 2) // restarted at 2 after a 10 s stall; its first steps
+			for s := 128; s <= 150; s += 2 {
+				report(s, 160, 2) // 80/s
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, report := grownLearner(t, settle)
+			tt.reports(report)
+			settled := 0
+			for _, c := range p.Changes() {
+				if c.Kind != pool.CurveUpdated {
+					continue
+				}
+				if c.Obs.Nodes != 2 {
+					t.Fatalf("an observation of %d nodes while the Trainer held 2: %+v", c.Obs.Nodes, c.Obs)
+				}
+				if c.Obs.Since >= settle {
+					settled++
+					if !near(c.Obs.Rate, 80) {
+						t.Fatalf("a settled observation at 2 nodes %+v: want only the steady 80/s", c.Obs)
+					}
+				}
+			}
+			if settled == 0 {
+				t.Fatal("no settled observation at 2 nodes after the steady progress")
+			}
+			e, _ := p.Estimate("L")
+			if r, _ := e.At(2); math.Abs(r/80-1) > 0.02 {
+				t.Fatalf("learned rate at 2 nodes %v, want 80", r)
+			}
+		})
 	}
 }
 
