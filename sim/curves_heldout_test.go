@@ -67,39 +67,47 @@ func heldOutWorkload(n int, start time.Time, shapes []int, seed uint64) []sim.Jo
 
 // TestReplayCurvesHeldOut replays, on a generated trace, workloads of
 // made-up curves (each shape alone, and all mixed) with the curves given,
-// learned (exact and 5 % noise) and linear. Every Trainer finishes given
-// and learned (linear may not, within the trace: its makespan is then the
-// hours replayed), probes stay within 5 % of rescales, and learning from exact
-// measurements is within 15 % of the given makespan on each; run with -v for
-// the table (the figures docs/curves.md quotes).
+// learned (exact and 5 % noise; and with 5 % noise and the Trainers' model
+// names, one per shape, each Trainer at its own one-node rate: the same
+// shape at another level) and linear. Every Trainer finishes given and
+// learned (linear may not, within the trace: its makespan is then the
+// hours replayed), probes stay within 5 % of rescales, and learning from
+// exact measurements, and with models, is within 15 % of the given
+// makespan on each; run with -v for the table (the figures docs/curves.md
+// quotes).
 func TestReplayCurvesHeldOut(t *testing.T) {
 	if testing.Short() {
-		t.Skip("replays 5 workloads × 4 modes: not in -short")
+		t.Skip("replays 5 workloads × 5 modes: not in -short")
 	}
 	tr := sim.GenerateTrace(sim.DefaultTraceModel(), 7)
 	for _, c := range heldOutCases {
 		jobs := heldOutWorkload(40, tr.Events[0].Time, c.shapes, 7)
-		run := func(mode pool.CurveMode, noise float64) sim.Summary {
+		run := func(mode pool.CurveMode, noise float64, models bool) sim.Summary {
 			t.Helper()
-			res, err := sim.Replay(context.Background(), tr, jobs, sim.Options{Solver: alloc.Adaptive{}, Curves: mode, CurveNoise: noise, CurveSeed: 1})
+			res, err := sim.Replay(context.Background(), tr, jobs, sim.Options{Solver: alloc.Adaptive{}, Curves: mode, CurveNoise: noise, CurveSeed: 1, Models: models})
 			if err != nil {
 				t.Fatal(err)
 			}
 			s := res.Summary
 			if s.Finished != len(jobs) && mode != pool.CurvesLinear {
-				t.Fatalf("%s %s: %d of %d finished", c.name, mode, s.Finished, len(jobs))
+				t.Fatalf("%s %s (models %v): %d of %d finished", c.name, mode, models, s.Finished, len(jobs))
 			}
 			if float64(s.Probes) > 0.05*float64(s.Rescales) {
-				t.Fatalf("%s %s: %d probes in %d rescales", c.name, mode, s.Probes, s.Rescales)
+				t.Fatalf("%s %s (models %v): %d probes in %d rescales", c.name, mode, models, s.Probes, s.Rescales)
 			}
 			return s
 		}
-		given, exact, noisy, linear := run(pool.CurvesGiven, 0), run(pool.CurvesLearned, -1), run(pool.CurvesLearned, 0), run(pool.CurvesLinear, 0)
+		given, exact, noisy, linear := run(pool.CurvesGiven, 0, false), run(pool.CurvesLearned, -1, false), run(pool.CurvesLearned, 0, false), run(pool.CurvesLinear, 0, false)
+		models := run(pool.CurvesLearned, 0, true)
 		pct := func(s sim.Summary) float64 { return 100 * (s.MakespanH/given.MakespanH - 1) }
-		t.Logf("heldout %-6s given_h=%.2f learned_h=%.2f (%+.2f %%) exact_h=%.2f (%+.2f %%) linear_h=%.2f (%+.2f %%, %d/%d finished) explore=%d/%d",
-			c.name, given.MakespanH, noisy.MakespanH, pct(noisy), exact.MakespanH, pct(exact), linear.MakespanH, pct(linear), linear.Finished, len(jobs), noisy.Probes, noisy.Rescales)
+		t.Logf("heldout %-6s given_h=%.2f learned_h=%.2f (%+.2f %%) exact_h=%.2f (%+.2f %%) models_h=%.2f (%+.2f %%) linear_h=%.2f (%+.2f %%, %d/%d finished) explore=%d/%d, with models %d/%d",
+			c.name, given.MakespanH, noisy.MakespanH, pct(noisy), exact.MakespanH, pct(exact), models.MakespanH, pct(models), linear.MakespanH, pct(linear), linear.Finished, len(jobs),
+			noisy.Probes, noisy.Rescales, models.Probes, models.Rescales)
 		if pct(exact) > 15 {
 			t.Errorf("%s: learned from exact measurements %+.1f %% on the given makespan", c.name, pct(exact))
+		}
+		if pct(models) > 15 {
+			t.Errorf("%s: learned with models %+.1f %% on the given makespan", c.name, pct(models))
 		}
 	}
 }
