@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bftrainer/bftrainer/hooks"
+	"github.com/bftrainer/bftrainer/journal"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
 	"github.com/bftrainer/bftrainer/trainer"
@@ -258,6 +259,68 @@ func TestSyncRacingLeave(t *testing.T) {
 			t.Logf("%d %s %s %s %v %s", e.ID, e.At.Format("15:04:05.000000"), e.Kind, e.Source, e.Nodes, e.Detail)
 		}
 		t.Fatalf("n2 is %q, want idle (joined %v)", got, joined)
+	}
+}
+
+// prologLister is a scheduler whose node is allocated to job 7, and
+// whose prolog for it writes the hook's record to the journal while the
+// round's start check asks: the race of a prolog with a round.
+type prologLister struct {
+	j *journal.Journal
+}
+
+func (l prologLister) NodeStates(_ context.Context, nodes []string) (map[string]string, error) {
+	if _, err := l.j.Write(journal.Record{Events: []store.Event{{Kind: store.KindLeave, Source: "slurm", Job: "7", Nodes: []string{"n1"}}}}); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, n := range nodes {
+		out[n] = "alloc"
+	}
+	return out, nil
+}
+
+// TestStartCheckRacingProlog: when the start check finds a node allocated
+// because the job's prolog is recording its leave that very moment, the
+// history keeps the prolog's leave, with its job, and no start-check
+// leave without one; nothing is started on the node.
+func TestStartCheckRacingProlog(t *testing.T) {
+	ctx := context.Background()
+	db := MustDB(t)
+	submitted(t, db)
+	if _, err := db.SQL().Exec("UPDATE events SET at = ? WHERE kind = 'join'", time.Now().Add(-time.Hour).UTC().Format(store.TimeFormat)); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "journal")
+	if err := journal.Create(dir, -1); err != nil {
+		t.Fatal(err)
+	}
+	j := &journal.Journal{Dir: dir}
+	run := &fenceRunner{}
+	r := &Reconciler{DB: db, Journal: j, Runner: run, Pool: pool.Config{TFwd: 10}, Scheduler: prologLister{j}, StartCheck: time.Minute, MaxRounds: 5}
+	if err := r.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range run.wants {
+		for _, l := range w {
+			if slices.Contains(l.Nodes, "n1") {
+				t.Fatalf("the runner was asked to start on n1: %+v", run.wants)
+			}
+		}
+	}
+	leaves, err := db.Events(ctx, store.Filter{Kinds: []string{store.KindLeave}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jobs []string
+	for _, e := range leaves {
+		jobs = append(jobs, e.Source+":"+e.Job)
+	}
+	if !slices.Equal(jobs, []string{"slurm:7"}) {
+		t.Fatalf("leaves (source:job) %q, want only the prolog's, slurm:7", jobs)
+	}
+	if got := nodeState(t, db, "n1"); got != pool.Busy {
+		t.Fatalf("n1 is %q, want busy", got)
 	}
 }
 

@@ -233,12 +233,16 @@ func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 	history = append(history, changes...)
 	st := p.State()
 	if leave := r.startCheck(ctx, snap.State, st, gone, now); leave != nil {
-		// The scheduler uses nodes the pool would lend: record what it
-		// says, as an input, and decide again on it rather than start
-		// anything.
+		// The scheduler uses nodes the pool would lend: decide again
+		// rather than start anything. A hook that recorded the job since
+		// this round began (its prolog racing the check) is the record,
+		// with the job; the rest is recorded as the check saw it.
+		leave.Nodes = r.recordedSince(ctx, applied, leave.Nodes)
 		r.Log.Printf("start check: %v not idle; deciding again without them", leave.Nodes)
-		if _, err := r.DB.Append(ctx, *leave); err != nil {
-			return false, err
+		if len(leave.Nodes) > 0 {
+			if _, err := r.DB.Append(ctx, *leave); err != nil {
+				return false, err
+			}
 		}
 		return true, nil
 	}
@@ -584,6 +588,30 @@ func (r *Reconciler) startCheck(ctx context.Context, before, after pool.State, g
 	}
 	d, _ := json.Marshal(map[string]any{"states": seen})
 	return &store.Event{At: now, Kind: store.KindLeave, Source: "reconciler", Context: "start-check", Nodes: busy, Detail: d}
+}
+
+// recordedSince returns the nodes of busy that no leave recorded after
+// the event applied names: the hooks' records are ingested again first,
+// so that a prolog that ran while the round decided is found.
+func (r *Reconciler) recordedSince(ctx context.Context, applied int64, busy []string) []string {
+	if r.Journal != nil {
+		if _, err := r.Journal.Ingest(ctx, r.DB, r.Now()); err != nil {
+			r.Log.Printf("%v", err)
+		}
+	}
+	if r.Spool != nil {
+		if _, err := r.Spool.ingest(ctx, r.DB, r.Now()); err != nil {
+			r.Log.Printf("spool: %v", err)
+		}
+	}
+	evs, err := r.DB.Events(ctx, store.Filter{AfterID: applied, Kinds: []string{store.KindLeave}})
+	if err != nil {
+		r.Log.Printf("start check: %v", err)
+		return busy
+	}
+	return slices.DeleteFunc(busy, func(n string) bool {
+		return slices.ContainsFunc(evs, func(e store.Event) bool { return slices.Contains(e.Nodes, n) })
+	})
 }
 
 // decide makes the round's decision with pool.Decide (the replay's own step;
