@@ -29,7 +29,11 @@ import (
 // (sim.PolluxWorkload: 1000 Trainers, two single-node hours of work each).
 // Allocators: exact (the paper's fixed T_fwd of 10 s), heuristic, greedy
 // and adaptive, 10 Trainers at once; then adaptive admitting by value
-// (max_trainers=auto), rows of their own.
+// (max_trainers=auto), rows of their own. Before each row's replays, its
+// lossless bound (sim.LosslessBound: no rescale or reclaim costs anything),
+// which no allocator with 10 Trainers beats:
+//
+//	bound trace=<t> workload=<w> max_trainers=10 makespan_h=…
 //
 // Then the paired-start sweep: hps-1000J and ImageNet-imgps-1001J moved to
 // start at Summit events 1000, 2000, …, 16000, replayed with adaptive,
@@ -85,6 +89,7 @@ func (c *yieldCommand) Run(ctx context.Context, args []string) error {
 		}
 	}
 	for _, r := range rows {
+		c.bound(r)
 		for _, s := range allocators {
 			if err := c.row(ctx, r, s, false); err != nil {
 				return err
@@ -155,6 +160,17 @@ func (c *yieldCommand) rows(data string, summit *sim.Trace) ([]yieldRow, error) 
 	}
 	rows = append(rows, yieldRow{"summit", "pollux-1000J", summit.Window(sim.StartEvent(summit, pollux)), pollux})
 	return rows, nil
+}
+
+// bound prints the row's lossless bound (sim.LosslessBound), a makespan no
+// allocator running 10 Trainers at once beats.
+func (c *yieldCommand) bound(r yieldRow) {
+	h, ok := sim.LosslessBound(r.tr, r.jobs, sim.DefaultMaxTrainers)
+	if !ok {
+		fmt.Fprintf(c.stdout, "bound trace=%s workload=%s max_trainers=%d makespan_h=none (the trace ends first)\n", r.trace, r.workload, sim.DefaultMaxTrainers)
+		return
+	}
+	fmt.Fprintf(c.stdout, "bound trace=%s workload=%s max_trainers=%d makespan_h=%.2f\n", r.trace, r.workload, sim.DefaultMaxTrainers, h)
 }
 
 // row replays one allocator on one row and prints its line.
