@@ -187,6 +187,11 @@ func appendFile(tb testing.TB, path, s string) {
 func readScenario(t *testing.T, r *Runner, node string) {
 	ctx := context.Background()
 	r.ReadEvery = time.Nanosecond
+	// The scenario is about what a read finds, not how long it may take:
+	// on saturated cores an ssh read took over the 5 s default (burner CI
+	// run, "tail … signal: killed"). TestSSHReadUnreachable tests failing
+	// reads.
+	r.ReadTimeout = time.Minute
 	dir := t.TempDir()
 	os.Chmod(dir, 0o755)
 	path := filepath.Join(dir, "progress.log")
