@@ -75,6 +75,7 @@ func underFault(t *testing.T, c *slurm.Cluster, tag string, inject func(t *testi
 	clear := inject(t)
 	jobs := runMain(t, c, watched...)
 	clear()
+	held := lockHeld(c.In.DB + ".lock")
 	out := must[string](t)(c.Run(ctx, "reconcile"))
 	for _, j := range jobs {
 		recordedOnce(t, c, j, must[slurm.JobInfo](t)(c.Lab.Job(ctx, j.ID)))
@@ -85,7 +86,7 @@ func underFault(t *testing.T, c *slurm.Cluster, tag string, inject func(t *testi
 	if err := c.TrainersMatchPool(ctx, 2*time.Minute); err != nil {
 		// Seen once (CI, loaded, reconciler-killed-mid-round): no round
 		// had folded the main jobs' events. Say what the reconcile said.
-		t.Errorf("%v\nthe reconcile after the fault printed: %q", err, out)
+		t.Errorf("%v\nthe round lock was held just before the reconcile after the fault: %v; it printed %q", err, held, out)
 	}
 	after := must[[]string](t)(c.Active(ctx))
 	for _, name := range before {
