@@ -188,14 +188,7 @@ func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 	// The hooks' records first, in their own order and with their own
 	// timestamps: everything a hook recorded before this round is folded
 	// in it.
-	more := false
-	if r.Journal != nil {
-		res, err := r.Journal.Ingest(ctx, r.DB, r.Now())
-		if err != nil {
-			r.Log.Printf("%v", err)
-		}
-		more = res.Left > 0
-	}
+	more := r.ingestJournal(ctx)
 	var gone []string
 	if c, ok := r.Runner.(checker); ok && r.Runner != nil {
 		gone = r.check(ctx, c)
@@ -203,13 +196,7 @@ func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 	if pr, ok := r.Runner.(progressReader); ok && r.Runner != nil {
 		r.readProgress(ctx, pr)
 	}
-	if r.Spool != nil {
-		left, err := r.Spool.ingest(ctx, r.DB, r.Now())
-		if err != nil {
-			r.Log.Printf("spool: %v", err)
-		}
-		more = more || left
-	}
+	more = r.ingestSpool(ctx) || more
 	f, err := r.fold(ctx)
 	if err != nil {
 		return false, err
@@ -268,6 +255,32 @@ func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 	}
 	r.Pending = waiting
 	return (waiting && !r.NoPoll) || more, nil
+}
+
+// ingestJournal moves the hooks' records into the history; true when some
+// are left for the next round. A failure is logged: the records stay.
+func (r *Reconciler) ingestJournal(ctx context.Context) (more bool) {
+	if r.Journal == nil {
+		return false
+	}
+	res, err := r.Journal.Ingest(ctx, r.DB, r.Now())
+	if err != nil {
+		r.Log.Printf("%v", err)
+	}
+	return res.Left > 0
+}
+
+// ingestSpool moves spooled requests into the history; true when some are
+// left for the next round. A failure is logged: the requests stay.
+func (r *Reconciler) ingestSpool(ctx context.Context) (more bool) {
+	if r.Spool == nil {
+		return false
+	}
+	left, err := r.Spool.ingest(ctx, r.DB, r.Now())
+	if err != nil {
+		r.Log.Printf("spool: %v", err)
+	}
+	return left
 }
 
 // folded is the saved pool with the input events recorded since folded
@@ -594,16 +607,8 @@ func (r *Reconciler) startCheck(ctx context.Context, before, after pool.State, g
 // the event applied names: the hooks' records are ingested again first,
 // so that a prolog that ran while the round decided is found.
 func (r *Reconciler) recordedSince(ctx context.Context, applied int64, busy []string) []string {
-	if r.Journal != nil {
-		if _, err := r.Journal.Ingest(ctx, r.DB, r.Now()); err != nil {
-			r.Log.Printf("%v", err)
-		}
-	}
-	if r.Spool != nil {
-		if _, err := r.Spool.ingest(ctx, r.DB, r.Now()); err != nil {
-			r.Log.Printf("spool: %v", err)
-		}
-	}
+	r.ingestJournal(ctx)
+	r.ingestSpool(ctx)
 	evs, err := r.DB.Events(ctx, store.Filter{AfterID: applied, Kinds: []string{store.KindLeave}})
 	if err != nil {
 		r.Log.Printf("start check: %v", err)

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"math"
 	"slices"
 	"sort"
 	"time"
@@ -139,7 +138,7 @@ func (b *boundRates) rate(n, submitted int) float64 {
 			prev, cur := b.best[c-1], slices.Clone(b.best[c-1])
 			for m := 1; m <= most; m++ {
 				for k := 1; k <= m && k < len(b.u); k++ {
-					cur[m] = math.Max(cur[m], prev[m-k]+b.u[k])
+					cur[m] = max(cur[m], prev[m-k]+b.u[k])
 				}
 			}
 			b.best[c] = cur
