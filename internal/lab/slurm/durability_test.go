@@ -109,8 +109,23 @@ func mount(t *testing.T, args ...string) (undo func()) {
 			return
 		}
 		done = true
+		// A round a hook started may still have the database open (CI on
+		// a fresh machine: "umount: target is busy", then the cluster's
+		// stop could not remove the directory). Wait for it, bounded; a
+		// holder that outlives the bound is a finding, named.
+		var held []string
+		err := slurm.Poll(context.Background(), 2*time.Minute, func() (bool, error) {
+			held = holders(target)
+			return len(held) == 0, nil
+		})
+		if err != nil {
+			t.Errorf("%s still held after the fault: %v: %s", target, err, strings.Join(held, "; "))
+		}
 		if out, err := exec.Command("umount", target).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v %s", target, err, out)
+			t.Errorf("umount %s: %v %s (held by: %s)", target, err, out, strings.Join(holders(target), "; "))
+			// Detach it all the same, so that the cluster's stop and
+			// the scenarios after this one do not fail on it too.
+			exec.Command("umount", "-l", target).Run()
 		}
 	}
 	t.Cleanup(undo)
@@ -307,6 +322,46 @@ func copyFile(t *testing.T, from, to string) {
 	if err := dst.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// holders lists the processes that hold something under dir open — a
+// file, a mapping (SQLite's -shm), their working directory — as
+// "pid (command): path", the way fuser -m would name them.
+func holders(dir string) []string {
+	under := func(p string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	var out []string
+	for _, proc := range procs {
+		comm, _ := os.ReadFile(proc + "/comm")
+		name := fmt.Sprintf("%s (%s)", filepath.Base(proc), strings.TrimSpace(string(comm)))
+		var paths []string
+		for _, link := range []string{"cwd", "root", "exe"} {
+			paths = append(paths, readlink(proc+"/"+link))
+		}
+		fds, _ := filepath.Glob(proc + "/fd/*")
+		for _, fd := range fds {
+			paths = append(paths, readlink(fd))
+		}
+		if maps, err := os.ReadFile(proc + "/maps"); err == nil {
+			for _, line := range strings.Split(string(maps), "\n") {
+				if i := strings.Index(line, "/"); i >= 0 {
+					paths = append(paths, strings.TrimSuffix(line[i:], " (deleted)"))
+				}
+			}
+		}
+		for _, p := range paths {
+			if under(p) {
+				out = append(out, name+": "+p)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func readlink(path string) string {
+	p, _ := os.Readlink(path)
+	return p
 }
 
 // lockHeld reports whether a reconciler holds its lock (is in a round).
@@ -580,5 +635,31 @@ func unloadableConfig(t *testing.T, c *slurm.Cluster) {
 	}
 	if err := c.TrainersMatchPool(ctx, time.Minute); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestHolders: the umount's wait names a process that holds a file under
+// the directory, and stops naming it once the file is closed.
+func TestHolders(t *testing.T) {
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	me := fmt.Sprintf("%d (", os.Getpid())
+	has := func() bool {
+		for _, h := range holders(dir) {
+			if strings.HasPrefix(h, me) {
+				return true
+			}
+		}
+		return false
+	}
+	if !has() {
+		t.Fatalf("holders(%s) = %q, want this process (%d) with the file open", dir, holders(dir), os.Getpid())
+	}
+	f.Close()
+	if has() {
+		t.Fatalf("holders(%s) = %q after the file was closed", dir, holders(dir))
 	}
 }
