@@ -99,10 +99,14 @@ func readTrace(events io.Reader, nodes io.Reader) (*Trace, error) {
 	return t, nil
 }
 
-// OpenTrace reads a trace file, telling the trace CSV form from an SWF job log by its
-// content, never by its name: a first non-blank line equal to the CSV header means the
-// CSV form, one starting with `;` or holding 18 numeric fields means SWF. Either may be
-// gzip-compressed.
+// OpenTrace reads a trace file, telling the trace CSV form, an SWF job log and Slurm's
+// accounting (`sacct --parsable2`, [ReadSacct]) apart by their content, never by their
+// name: a first non-blank line equal to the CSV header means the CSV form, one starting
+// with `;` or holding 18 numeric fields means SWF, one starting `JobID|` means sacct
+// (its times read in this machine's zone, TZ). Any may be gzip-compressed.
+//
+// For sacct, nodesPath names every node of the cluster (the node file's form), so that
+// nodes no job used count as idle; "" takes the nodes the jobs held.
 //
 // For the CSV form nodesPath names the node file ("" for none, see ReadTrace). For SWF
 // the trace is the recorded schedule ([SWFLog.RecordedTrace]) on a machine whose size is
@@ -142,6 +146,17 @@ func OpenTrace(path, nodesPath string) (*Trace, error) {
 			return nil, fmt.Errorf("read trace %s: %w", path, err)
 		}
 		t.Source = fmt.Sprintf("%s: trace csv (%d events)", base, len(t.Events))
+		return t, nil
+	case "sacct":
+		l, err := ReadSacct(br, nil)
+		if err != nil {
+			return nil, fmt.Errorf("read sacct %s: %w", path, err)
+		}
+		t, err := l.Trace(names)
+		if err != nil {
+			return nil, fmt.Errorf("sacct %s: %w", path, err)
+		}
+		t.Source = base + ": " + t.Source
 		return t, nil
 	default:
 		swf, err := readSWF(br)
@@ -188,6 +203,9 @@ func sniffTrace(br *bufio.Reader) (string, error) {
 		}
 		if line[0] == ';' || isSWFJobLine(line) {
 			return "swf", nil
+		}
+		if isSacctHeader(line) {
+			return "sacct", nil
 		}
 		break
 	}

@@ -35,9 +35,16 @@ allocator code the sidecar runs live, and reports makespan, job completion
 time, efficiency (E_ovh, E_1node), utilisation, rescales, reclaims and solver
 time (definitions: docs/replay.md, "Replay metrics").
 
-The trace is the Summit node-state CSV (with --nodes for host names) or a
-Standard Workload Format job log (its recorded schedule); either may be
-gzipped. The workload is the paper's CSV (job,model,tsub,…). Without them,
+The trace is the Summit node-state CSV (with --nodes for host names), a
+Standard Workload Format job log (its recorded schedule), or a Slurm site's
+own accounting as sacct prints it (any may be gzipped):
+
+  sacct --allusers --allocations --parsable2 --starttime 2026-11-01 \
+      --endtime now --format JobID,Start,End,NodeList > month.sacct
+  bftrainer replay --trace month.sacct --nodes cluster-nodes.csv
+
+(sacct's times are read in this machine's zone: set TZ as sacct ran; with
+--nodes every node of the cluster counts, even those no job used). The workload is the paper's CSV (job,model,tsub,…). Without them,
 a generated two-day 1,024-node trace fitted to Summit and a built-in
 workload are used, so the command runs anywhere:
 
@@ -69,8 +76,8 @@ The replay starts at --from-event, by default the last event at or before
 the first submit time (1000 on the Summit trace with the paper's
 workloads). A progress bar is drawn on stderr when it is a terminal.`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "trace", Usage: "idle-node trace `FILE` (Summit CSV or SWF; default: generated)"},
-			&cli.StringFlag{Name: "nodes", Usage: "node names `FILE` (node_idx,node_name) for a CSV trace"},
+			&cli.StringFlag{Name: "trace", Usage: "idle-node trace `FILE` (Summit CSV, SWF or sacct --parsable2; default: generated)"},
+			&cli.StringFlag{Name: "nodes", Usage: "node names `FILE` (node_idx,node_name) for a CSV or sacct trace"},
 			&cli.StringFlag{Name: "workload", Usage: "Trainer workload `FILE` (paper CSV; default: built in)"},
 			&cli.StringSliceFlag{Name: "allocator", Value: cli.NewStringSlice("adaptive"),
 				Usage: "`NAME`s (" + oneOf(solvers().Names()) + "); repeat or comma-separate for side-by-side rows",
@@ -160,7 +167,7 @@ func replayInputs(c *cli.Context) (*sim.Trace, []sim.Job, error) {
 	} else if path != "" {
 		if tr, err = sim.OpenTrace(path, c.String("nodes")); err != nil {
 			if errors.Is(err, sim.ErrTraceFormat) {
-				return nil, nil, withHint(err, "a trace is the Summit CSV (event_idx,time,n_idle,joined,left) or an SWF job log")
+				return nil, nil, withHint(err, "a trace is the Summit CSV (event_idx,time,n_idle,joined,left), an SWF job log, or sacct --parsable2 output with its header")
 			}
 			return nil, nil, err
 		}
