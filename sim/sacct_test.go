@@ -249,3 +249,37 @@ func TestOpenTraceSacct(t *testing.T) {
 		t.Errorf("idle node-hours %v, want %v", got, want)
 	}
 }
+
+// TestSacctRealListing reads what a real Slurm 22.05 printed (the lab
+// with --accounting: slurmdbd on MariaDB; `sacct --allusers --parsable2
+// --format JobID,Submit,Start,End,NNodes,NodeList,State`, steps
+// included): 1 on dbn[1-2] 46–48 s, 2 on dbn3 46–47, 3 on dbn[1-3]
+// 57–61, 4 pending, 6 running on dbn1 since 61. Idle node-seconds over
+// 46–61 by hand: 45 − (6 + 6 + 5) = 28.
+func TestSacctRealListing(t *testing.T) {
+	f, err := os.Open("testdata/sacct-slurm-22.05.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	l, err := ReadSacct(f, time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(l.Jobs), 4; got != want {
+		t.Fatalf("%d jobs, want %d", got, want)
+	}
+	if got, want := l.Skipped[SkipSacctStep], 5; got != want {
+		t.Errorf("%d steps skipped, want %d", got, want)
+	}
+	if got, want := l.Skipped[SkipSacctNotRun], 1; got != want {
+		t.Errorf("%d never started, want %d", got, want)
+	}
+	tr, err := l.Trace(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := tr.Stats().IdleNodeHours*3600, 28.0; math.Abs(got-want) > 1e-6 {
+		t.Errorf("idle node-seconds %v, want %v", got, want)
+	}
+}

@@ -79,6 +79,24 @@ type Options struct {
 	SlurmUser string        // SlurmUser (the controller hooks run as it); "" means root
 	Extra     []string      // slurm.conf lines appended last (later lines win)
 	Timeout   time.Duration // readiness bound; 0 means 60 s
+	// Accounting starts slurmdbd on a private MariaDB, as sites run it, so
+	// that sacct answers (NeedAccounting says whether it can).
+	Accounting bool
+}
+
+// NeedAccounting reports what a lab with Options.Accounting needs and this
+// machine lacks, as an error; nil when it has everything.
+func NeedAccounting() error {
+	var missing []string
+	for _, p := range []string{"mariadbd", "mariadb-install-db", "mariadb", "slurmdbd", "sacct", "sacctmgr"} {
+		if _, err := lookPath(p); err != nil {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("needs %s for accounting (Debian: apt-get install mariadb-server slurmdbd)", strings.Join(missing, ", "))
+	}
+	return nil
 }
 
 // Lab is a running cluster.
@@ -117,6 +135,9 @@ func startLab(ctx context.Context, script, dir string, o Options) (*Lab, error) 
 	}
 	if o.SlurmUser != "" {
 		args = append(args, "--slurm-user", o.SlurmUser)
+	}
+	if o.Accounting {
+		args = append(args, "--accounting")
 	}
 	// Millisecond timestamps in slurmctld's log: the scavenger partition's
 	// preemptions are timed from it.

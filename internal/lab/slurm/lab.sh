@@ -42,7 +42,8 @@ usage() {
 lab.sh - a real multi-node Slurm cluster on one machine (one munged, one slurmctld, N slurmd).
 
   lab.sh start DIR [-n NODES] [--prefix P] [-p PORTBASE] [--hook PATH | --no-hooks] [--scavenger]
-                   [--slurm-user USER] [--extra 'slurm.conf line']... [-t TIMEOUT] [--replace] [-q]
+                   [--accounting] [--slurm-user USER] [--extra 'slurm.conf line']... [-t TIMEOUT]
+                   [--replace] [-q]
         Create DIR/{etc,run,log,state,spool,jobs,munge}, a fresh munge key and slurm.conf, start
         the daemons and wait (bounded, -t, default 30 s) until munge works, slurmctld answers and
         every node n1..nN is exactly `idle`. Prints `export SLURM_CONF=DIR/etc/slurm.conf` on
@@ -60,6 +61,9 @@ lab.sh - a real multi-node Slurm cluster on one machine (one munged, one slurmct
           --no-hooks        no hooks (the default)
           --scavenger       Slurm-native preemption: partition `main` (PriorityTier=10) and
                             `scavenger` (PriorityTier=1, PreemptMode=REQUEUE, GraceTime=0)
+          --accounting      real accounting, as sites run it: a private MariaDB (DIR/acct,
+                            its socket only, no TCP) and slurmdbd on PORTBASE+NODES+1, so that
+                            sacct answers (adds about 10 s, and 60 s to the start's timeout)
           --slurm-user U    SlurmUser (default root); state/log/run are chowned to U
           --extra LINE      append LINE to slurm.conf (repeatable; later lines win)
           -t SECONDS        readiness timeout (default 30)
@@ -247,7 +251,7 @@ load() {
 	[ -n "${1:-}" ] || usage_die "missing DIR"
 	D=$(abspath "$1") || die "bad DIR '$1'"
 	CONF=$D/etc/slurm.conf
-	LAB_NODES=0 LAB_PORTBASE=0 LAB_SLURM_USER=root LAB_HOOK= LAB_SCAVENGER=0 LAB_PREFIX=n
+	LAB_NODES=0 LAB_PORTBASE=0 LAB_SLURM_USER=root LAB_HOOK= LAB_SCAVENGER=0 LAB_PREFIX=n LAB_ACCT=0
 	if [ -r "$D/etc/lab.env" ]; then
 		# shellcheck disable=SC1091
 		. "$D/etc/lab.env"
@@ -331,7 +335,7 @@ daemons_died() { # prints roles of recorded daemons that died since they were re
 launch() {
 	local role=$1 node=$2 pid
 	shift 2
-	env "$TOKEN_VAR=$TOKEN" "$PORTS_VAR=$LAB_PORTBASE-$((LAB_PORTBASE + LAB_NODES))" ${node:+"$NODE_VAR=$node"} \
+	env "$TOKEN_VAR=$TOKEN" "$PORTS_VAR=$LAB_PORTBASE-$(last_port)" ${node:+"$NODE_VAR=$node"} \
 		"SLURM_CONF=$CONF" setsid "$@" </dev/null >>"$D/log/${role//:/-}.out" 2>&1 8>&- 9>&- &
 	pid=$!
 	record_pid "$role" "$pid"
@@ -339,6 +343,11 @@ launch() {
 	# daemon itself once env and setsid have exec'd; the start time recorded now stays valid.
 	LAST_PID=$pid
 }
+
+# last_port: the lab's ports are PORTBASE (slurmctld), +1..+NODES (slurmds), and with
+# --accounting +NODES+1 (slurmdbd)
+last_port() { echo $((LAB_PORTBASE + LAB_NODES + LAB_ACCT)); }
+dbd_port() { echo $((LAB_PORTBASE + LAB_NODES + 1)); }
 
 munge_ok() {
 	munge -n -S "$D/munge/munge.sock" 2>/dev/null | unmunge -S "$D/munge/munge.sock" >/dev/null 2>&1
@@ -488,7 +497,6 @@ SlurmdLogFile=$D/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
 SwitchType=switch/none
 MpiDefault=none
 MailProg=/bin/true
@@ -501,6 +509,14 @@ KillWait=5
 PrologFlags=Alloc
 PrologEpilogTimeout=120
 EOF
+		if [ "$LAB_ACCT" = 1 ]; then
+			# AccountingStoragePass: the munge socket of slurmdbd connections (AuthInfo
+			# does not cover them: sacct would look for /run/munge's)
+			printf 'AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=127.0.0.1\nAccountingStoragePort=%d\nAccountingStoragePass=%s\n' \
+				"$(dbd_port)" "$D/munge/munge.sock"
+		else
+			printf 'AccountingStorageType=accounting_storage/none\n'
+		fi
 		if [ -n "$LAB_HOOK" ]; then
 			printf 'Prolog=%s\nEpilog=%s\nPrologSlurmctld=%s\nEpilogSlurmctld=%s\n' "$LAB_HOOK" "$LAB_HOOK" "$LAB_HOOK" "$LAB_HOOK"
 		fi
@@ -528,7 +544,7 @@ pick_ports() { # sets LAB_PORTBASE (explicit: checked; else first free slot from
 	scan_busy_ports
 	CLAIMED=$(claimed_ranges)
 	if [ -n "$want" ]; then
-		last=$((want + LAB_NODES))
+		last=$((want + LAB_NODES + LAB_ACCT))
 		[ "$want" -ge 1024 ] && [ "$last" -le 65535 ] || die "port range $want-$last out of 1024-65535"
 		for ((b = want; b <= last; b++)); do
 			if [ -n "${BUSY[$b]:-}" ]; then
@@ -541,18 +557,62 @@ pick_ports() { # sets LAB_PORTBASE (explicit: checked; else first free slot from
 		LAB_PORTBASE=$want
 		return 0
 	fi
-	stride=$(((LAB_NODES + 1 + 99) / 100 * 100))
+	stride=$(((LAB_NODES + LAB_ACCT + 1 + 99) / 100 * 100))
 	slots=$(((PORT_HI - PORT_LO) / stride))
 	[ "$slots" -ge 1 ] || die "too many nodes for the automatic port range; give -p"
 	start=$(($(printf '%s' "$D" | cksum | cut -d' ' -f1) % slots))
 	for ((k = 0; k < slots; k++)); do
 		b=$((PORT_LO + ((start + k) % slots) * stride))
-		if range_free "$b" $((b + LAB_NODES)); then
+		if range_free "$b" $((b + LAB_NODES + LAB_ACCT)); then
 			LAB_PORTBASE=$b
 			return 0
 		fi
 	done
-	die "no free port range of $((LAB_NODES + 1)) ports in $PORT_LO-$PORT_HI"
+	die "no free port range of $((LAB_NODES + LAB_ACCT + 1)) ports in $PORT_LO-$PORT_HI"
+}
+
+# start_accounting: a private MariaDB in DIR/acct (its unix socket only: no TCP port to
+# collide with), the database user slurmdbd logs in as (a fresh random password), slurmdbd
+# on dbd_port, and the cluster registered in it. slurmdbd finds the socket through
+# MYSQL_UNIX_PORT (StorageHost=localhost means the socket to MariaDB's client library).
+start_accounting() {
+	local a=$D/acct pass
+	mkdir -p "$a" && chmod 0700 "$a" || start_fail "cannot create $a"
+	mariadb-install-db --no-defaults --datadir="$a/db" --user=root --auth-root-authentication-method=socket \
+		--skip-test-db >"$D/log/mariadb-install.out" 2>&1 || start_fail "mariadb-install-db failed (log/mariadb-install.out)"
+	launch mariadb "" mariadbd --no-defaults --datadir="$a/db" --socket="$a/mysqld.sock" --pid-file="$a/mysqld.pid" \
+		--skip-networking --user=root --innodb-buffer-pool-size=32M --log-error="$D/log/mariadb.log"
+	until mariadb --no-defaults --socket="$a/mysqld.sock" -uroot -e 'select 1' >/dev/null 2>&1; do
+		died=$(daemons_died)
+		[ -z "$died" ] || start_fail "mariadbd exited during start-up (log/mariadb.log)"
+		[ "$(now_us)" -lt "$deadline" ] || start_fail "MariaDB not answering after ${timeout}s"
+		nap 0.1
+	done
+	pass=$(od -An -tx8 -N16 /dev/urandom | tr -d ' \n')
+	mariadb --no-defaults --socket="$a/mysqld.sock" -uroot \
+		-e "CREATE USER 'slurm'@'localhost' IDENTIFIED BY '$pass'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';" ||
+		start_fail "cannot create MariaDB's slurm user"
+	(
+		umask 077
+		printf '%s\n' "AuthType=auth/munge" "AuthInfo=socket=$D/munge/munge.sock" "DbdHost=localhost" \
+			"DbdAddr=127.0.0.1" "DbdPort=$(dbd_port)" "SlurmUser=$LAB_SLURM_USER" "LogFile=$D/log/slurmdbd.log" \
+			"PidFile=$D/run/slurmdbd.pid" "StorageType=accounting_storage/mysql" "StorageHost=localhost" \
+			"StorageUser=slurm" "StoragePass=$pass" "StorageLoc=slurm_acct_db" >"$D/etc/slurmdbd.conf"
+	)
+	chown "$LAB_SLURM_USER:" "$D/etc/slurmdbd.conf" || start_fail "cannot chown slurmdbd.conf"
+	launch slurmdbd "" env "MYSQL_UNIX_PORT=$a/mysqld.sock" slurmdbd -D
+	until ports_listening "$(dbd_port)" "$(dbd_port)"; do
+		died=$(daemons_died)
+		[ -z "$died" ] || start_fail "slurmdbd exited during start-up (its log follows)"
+		[ "$(now_us)" -lt "$deadline" ] || start_fail "slurmdbd not listening on $(dbd_port) after ${timeout}s"
+		nap 0.1
+	done
+	until timeout 10 sacctmgr -nP list cluster format=cluster 2>/dev/null | grep -qx lab; do
+		timeout 10 sacctmgr -i add cluster lab >>"$D/log/sacctmgr.out" 2>&1
+		[ "$(now_us)" -lt "$deadline" ] || start_fail "cannot register cluster lab with slurmdbd after ${timeout}s"
+		nap 0.2
+	done
+	debug "accounting up (slurmdbd on $(dbd_port))"
 }
 
 START_CLEANUP=0
@@ -573,7 +633,7 @@ on_signal() {
 
 cmd_start() {
 	local dir= want_port= timeout=30 replace=0 t0 host u deadline i died
-	LAB_NODES=4 LAB_SLURM_USER=root LAB_HOOK= LAB_SCAVENGER=0 LAB_PREFIX=n
+	LAB_NODES=4 LAB_SLURM_USER=root LAB_HOOK= LAB_SCAVENGER=0 LAB_PREFIX=n LAB_ACCT=0
 	EXTRA=()
 	while [ $# -gt 0 ]; do
 		case $1 in
@@ -583,6 +643,7 @@ cmd_start() {
 		--hook) LAB_HOOK=${2:?}; shift 2 ;;
 		--no-hooks) LAB_HOOK=; shift ;;
 		--scavenger) LAB_SCAVENGER=1; shift ;;
+		--accounting) LAB_ACCT=1; shift ;;
 		--slurm-user) LAB_SLURM_USER=${2:?}; shift 2 ;;
 		--extra) EXTRA+=("${2?}"); shift 2 ;;
 		-t | --timeout) timeout=${2:?}; shift 2 ;;
@@ -602,6 +663,10 @@ cmd_start() {
 	case $LAB_PREFIX in *[!A-Za-z_-]*) usage_die "start: --prefix wants letters and - _ only" ;; esac
 	need_root
 	need_bins munged munge unmunge slurmctld slurmd scontrol sinfo squeue scancel setsid flock timeout ps runuser cksum
+	if [ "$LAB_ACCT" = 1 ]; then
+		need_bins mariadbd mariadb-install-db mariadb slurmdbd sacct sacctmgr
+		timeout=$((timeout + 60))
+	fi
 	t0=$(now_us)
 
 	D=$(abspath "$dir") || die "bad DIR '$dir'"
@@ -621,7 +686,7 @@ cmd_start() {
 
 	lock_dir
 	# refuse to start over a running cluster (or its leftovers) in the same DIR
-	local old_nodes=$LAB_NODES old_user=$LAB_SLURM_USER old_hook=$LAB_HOOK old_scav=$LAB_SCAVENGER old_prefix=$LAB_PREFIX
+	local old_nodes=$LAB_NODES old_user=$LAB_SLURM_USER old_hook=$LAB_HOOK old_scav=$LAB_SCAVENGER old_prefix=$LAB_PREFIX old_acct=$LAB_ACCT
 	local running
 	TOKEN=
 	[ -r "$D/run/token" ] && read -r TOKEN <"$D/run/token"
@@ -634,10 +699,10 @@ cmd_start() {
 			die "a cluster is still running in $D (pids $running); run: $0 stop $D   (or start --replace)"
 		fi
 	fi
-	LAB_NODES=$old_nodes LAB_SLURM_USER=$old_user LAB_HOOK=$old_hook LAB_SCAVENGER=$old_scav LAB_PREFIX=$old_prefix
+	LAB_NODES=$old_nodes LAB_SLURM_USER=$old_user LAB_HOOK=$old_hook LAB_SCAVENGER=$old_scav LAB_PREFIX=$old_prefix LAB_ACCT=$old_acct
 
 	# fresh directories; jobs/ (job output of the tests) is kept
-	rm -rf "$D/etc" "$D/run" "$D/log" "$D/state" "$D/spool" "$D/munge" "$D/env" || die "cannot clean $D"
+	rm -rf "$D/etc" "$D/run" "$D/log" "$D/state" "$D/spool" "$D/munge" "$D/acct" "$D/env" || die "cannot clean $D"
 	mkdir -p "$D/etc" "$D/run" "$D/log" "$D/state" "$D/spool" "$D/munge" "$D/jobs" || die "cannot create dirs in $D"
 	for ((i = 1; i <= LAB_NODES; i++)); do mkdir -p "$D/spool/$LAB_PREFIX$i"; done
 	chmod 0755 "$D" "$D/etc" "$D/run" "$D/log" "$D/state" "$D/spool"
@@ -668,8 +733,8 @@ cmd_start() {
 	pick_ports "$want_port"
 
 	{
-		printf 'LAB_NODES=%s\nLAB_PORTBASE=%s\nLAB_SLURM_USER=%s\nLAB_HOOK=%s\nLAB_SCAVENGER=%s\nLAB_PREFIX=%s\n' \
-			"$LAB_NODES" "$LAB_PORTBASE" "$LAB_SLURM_USER" "$LAB_HOOK" "$LAB_SCAVENGER" "$LAB_PREFIX"
+		printf 'LAB_NODES=%s\nLAB_PORTBASE=%s\nLAB_SLURM_USER=%s\nLAB_HOOK=%s\nLAB_SCAVENGER=%s\nLAB_PREFIX=%s\nLAB_ACCT=%s\n' \
+			"$LAB_NODES" "$LAB_PORTBASE" "$LAB_SLURM_USER" "$LAB_HOOK" "$LAB_SCAVENGER" "$LAB_PREFIX" "$LAB_ACCT"
 	} >"$D/etc/lab.env"
 	write_conf "$host"
 	if [ "$LAB_SLURM_USER" != root ]; then
@@ -695,6 +760,8 @@ cmd_start() {
 	done
 
 	debug "munge OK"
+	# 1b. accounting: slurmctld refuses to start on a slurmdbd it cannot reach
+	if [ "$LAB_ACCT" = 1 ]; then start_accounting; fi
 	# 2. slurmctld
 	launch slurmctld "" slurmctld -D -i -f "$CONF"
 	until ctld_up; do
