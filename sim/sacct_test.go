@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bftrainer/bftrainer/accounting"
 	"github.com/bftrainer/bftrainer/names"
 )
 
@@ -30,7 +30,7 @@ const sacctHand = `JobID|Submit|Start|End|NNodes|NodeList|State
 `
 
 func TestSacctByHand(t *testing.T) {
-	l, err := ReadSacct(strings.NewReader(sacctHand), time.UTC)
+	l, err := accounting.ReadSacct(strings.NewReader(sacctHand), time.UTC)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,13 +41,13 @@ func TestSacctByHand(t *testing.T) {
 	if want := []string{"101", "102", "103", "106"}; !slices.Equal(ids, want) {
 		t.Fatalf("jobs %v, want %v", ids, want)
 	}
-	if got, want := l.Skipped[SkipSacctStep], 1; got != want {
+	if got, want := l.Skipped[accounting.SkipStep], 1; got != want {
 		t.Errorf("steps skipped %d, want %d", got, want)
 	}
-	if got, want := l.Skipped[SkipSacctNotRun], 2; got != want {
+	if got, want := l.Skipped[accounting.SkipNotRun], 2; got != want {
 		t.Errorf("never started skipped %d, want %d", got, want)
 	}
-	tr, err := l.Trace(nil)
+	tr, err := SacctTrace(l, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestSacctIdleNodeHoursIndependent(t *testing.T) {
 				if !j.running {
 					last = max(last, end)
 				}
-				at := func(m int) string { return t0.Add(time.Duration(m) * time.Minute).Format(sacctTimeLayout) }
+				at := func(m int) string { return t0.Add(time.Duration(m) * time.Minute).Format(accounting.SacctTimeLayout) }
 				endS := at(end)
 				if j.running {
 					endS = "Unknown"
@@ -175,11 +175,11 @@ func TestSacctIdleNodeHoursIndependent(t *testing.T) {
 			}
 			want := float64(len(nodes)*(last-first)-busy) / 60
 
-			l, err := ReadSacct(strings.NewReader(b.String()), time.UTC)
+			l, err := accounting.ReadSacct(strings.NewReader(b.String()), time.UTC)
 			if err != nil {
 				t.Fatal(err)
 			}
-			tr, err := l.Trace(nodes)
+			tr, err := SacctTrace(l, nodes)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -197,26 +197,12 @@ func TestSacctIdleNodeHoursIndependent(t *testing.T) {
 	}
 }
 
-func TestSacctRefused(t *testing.T) {
-	for _, tc := range []struct {
-		name, in string
-		want     error
-	}{
-		{"no header", "101|2026-11-30T10:00:00|2026-11-30T10:30:00|c1\n", ErrSacctHeader},
-		{"no node list", "JobID|Start|End\n101|2026-11-30T10:00:00|2026-11-30T10:30:00\n", ErrSacctHeader},
-		{"empty", "", ErrSacctHeader},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if _, err := ReadSacct(strings.NewReader(tc.in), time.UTC); !errors.Is(err, tc.want) {
-				t.Fatalf("err %v, want %v", err, tc.want)
-			}
-		})
-	}
-	l, err := ReadSacct(strings.NewReader(sacctHand), time.UTC)
+func TestSacctTraceNodeNotGiven(t *testing.T) {
+	l, err := accounting.ReadSacct(strings.NewReader(sacctHand), time.UTC)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Trace([]string{"c1", "c2"}); err == nil || !strings.Contains(err.Error(), "ran on c3, which is not among the nodes given") {
+	if _, err := SacctTrace(l, []string{"c1", "c2"}); err == nil || !strings.Contains(err.Error(), "ran on c3, which is not among the nodes given") {
 		t.Fatalf("a job on a node not given: err %v", err)
 	}
 }
@@ -257,25 +243,25 @@ func TestOpenTraceSacct(t *testing.T) {
 // 57–61, 4 pending, 6 running on dbn1 since 61. Idle node-seconds over
 // 46–61 by hand: 45 − (6 + 6 + 5) = 28.
 func TestSacctRealListing(t *testing.T) {
-	f, err := os.Open("testdata/sacct-slurm-22.05.txt")
+	f, err := os.Open("../accounting/testdata/sacct-slurm-22.05.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	l, err := ReadSacct(f, time.UTC)
+	l, err := accounting.ReadSacct(f, time.UTC)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, want := len(l.Jobs), 4; got != want {
 		t.Fatalf("%d jobs, want %d", got, want)
 	}
-	if got, want := l.Skipped[SkipSacctStep], 5; got != want {
+	if got, want := l.Skipped[accounting.SkipStep], 5; got != want {
 		t.Errorf("%d steps skipped, want %d", got, want)
 	}
-	if got, want := l.Skipped[SkipSacctNotRun], 1; got != want {
+	if got, want := l.Skipped[accounting.SkipNotRun], 1; got != want {
 		t.Errorf("%d never started, want %d", got, want)
 	}
-	tr, err := l.Trace(nil)
+	tr, err := SacctTrace(l, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

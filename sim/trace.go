@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bftrainer/bftrainer/accounting"
 )
 
 // Trace is a node-state history: which nodes are idle (available to us) over time.
@@ -103,7 +105,7 @@ func readTrace(events io.Reader, nodes io.Reader) (*Trace, error) {
 // accounting (`sacct --parsable2`, [ReadSacct]) apart by their content, never by their
 // name: a first non-blank line equal to the CSV header means the CSV form, one starting
 // with `;` or holding 18 numeric fields means SWF, one starting `JobID|` means sacct
-// (its times read in this machine's zone, TZ). Any may be gzip-compressed.
+// (its times read in this machine's zone, TZ; accounting.ReadSacct). Any may be gzip-compressed.
 //
 // For sacct, nodesPath names every node of the cluster (the node file's form), so that
 // nodes no job used count as idle; "" takes the nodes the jobs held.
@@ -148,11 +150,11 @@ func OpenTrace(path, nodesPath string) (*Trace, error) {
 		t.Source = fmt.Sprintf("%s: trace csv (%d events)", base, len(t.Events))
 		return t, nil
 	case "sacct":
-		l, err := ReadSacct(br, nil)
+		l, err := accounting.ReadSacct(br, nil)
 		if err != nil {
 			return nil, fmt.Errorf("read sacct %s: %w", path, err)
 		}
-		t, err := l.Trace(names)
+		t, err := SacctTrace(l, names)
 		if err != nil {
 			return nil, fmt.Errorf("sacct %s: %w", path, err)
 		}
@@ -204,7 +206,7 @@ func sniffTrace(br *bufio.Reader) (string, error) {
 		if line[0] == ';' || isSWFJobLine(line) {
 			return "swf", nil
 		}
-		if isSacctHeader(line) {
+		if accounting.IsSacctHeader(line) {
 			return "sacct", nil
 		}
 		break

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bftrainer/bftrainer/sim"
+	"github.com/bftrainer/bftrainer/accounting"
 )
 
 // TestSlurmAccounting: the lab with real accounting (slurmdbd on a private
@@ -64,7 +64,7 @@ func TestSlurmAccounting(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out string
-	var log *sim.SacctLog
+	var log *accounting.Listing
 	// slurmctld sends the records to slurmdbd asynchronously.
 	err = Poll(ctx, time.Minute, func() (bool, error) {
 		out, err = l.Output(ctx, "sacct", "--allusers", "--parsable2", "--starttime", "now-1hour",
@@ -72,7 +72,7 @@ func TestSlurmAccounting(t *testing.T) {
 		if err != nil {
 			return false, err
 		}
-		if log, err = sim.ReadSacct(strings.NewReader(out), time.Local); err != nil {
+		if log, err = accounting.ReadSacct(strings.NewReader(out), time.Local); err != nil {
 			return false, err
 		}
 		ended := 0
@@ -81,7 +81,7 @@ func TestSlurmAccounting(t *testing.T) {
 				ended++
 			}
 		}
-		return ended == 2 && log.Skipped[sim.SkipSacctNotRun] == 1, nil
+		return ended == 2 && log.Skipped[accounting.SkipNotRun] == 1, nil
 	})
 	if err != nil {
 		t.Fatalf("sacct: %v\n%s", err, out)
