@@ -58,6 +58,11 @@ type Job struct {
 	Start, End time.Time // End is the listing's last time for a job still running
 	Running    bool      // End was "Unknown": the job had not ended when sacct ran
 	Nodes      []string
+	// StepStart is when the job's own processes started: the earliest
+	// start of its steps (batch script, srun steps; not the extern step,
+	// which exists from the allocation on), zero when none is listed.
+	// Slurm's Start is the allocation's, before the node prologs ran.
+	StepStart time.Time
 }
 
 // Listing is a parsed accounting listing.
@@ -88,6 +93,7 @@ func ReadSacct(r io.Reader, loc *time.Location) (*Listing, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 1<<16), 1<<20)
 	var col map[string]int
+	steps := map[string]time.Time{} // allocation → its earliest step start
 	var width int
 	var last time.Time
 	for sc.Scan() {
@@ -119,8 +125,13 @@ func ReadSacct(r io.Reader, loc *time.Location) (*Listing, error) {
 		}
 		get := func(name string) string { return strings.TrimSpace(fields[col[strings.ToLower(name)]]) }
 		id := get(sacctJobID)
-		if strings.Contains(id, ".") {
+		if base, step, ok := strings.Cut(id, "."); ok {
 			l.Skipped[SkipStep]++
+			if st, ok, err := sacctTime(get(sacctStart), loc); err == nil && ok && step != "extern" {
+				if cur, seen := steps[base]; !seen || st.Before(cur) {
+					steps[base] = st
+				}
+			}
 			continue
 		}
 		start, ok, err := sacctTime(get(sacctStart), loc)
@@ -167,9 +178,11 @@ func ReadSacct(r io.Reader, loc *time.Location) (*Listing, error) {
 	// knows.
 	l.End = last
 	for i := range l.Jobs {
-		if l.Jobs[i].Running {
-			l.Jobs[i].End = last
+		j := &l.Jobs[i]
+		if j.Running {
+			j.End = last
 		}
+		j.StepStart = steps[j.ID]
 	}
 	return l, nil
 }

@@ -47,17 +47,17 @@ func TestReadSacctReal(t *testing.T) {
 		return v
 	}
 	want := []Job{
-		{ID: "1", Line: 2, Start: at("40:46"), End: at("40:48"), Nodes: []string{"dbn1", "dbn2"}},
-		{ID: "2", Line: 4, Start: at("40:46"), End: at("40:47"), Nodes: []string{"dbn3"}},
-		{ID: "3", Line: 6, Start: at("40:57"), End: at("41:01"), Nodes: []string{"dbn1", "dbn2", "dbn3"}},
-		{ID: "6", Line: 10, Start: at("41:01"), End: at("41:01"), Running: true, Nodes: []string{"dbn1"}},
+		{ID: "1", Line: 2, Start: at("40:46"), End: at("40:48"), Nodes: []string{"dbn1", "dbn2"}, StepStart: at("40:46")},
+		{ID: "2", Line: 4, Start: at("40:46"), End: at("40:47"), Nodes: []string{"dbn3"}, StepStart: at("40:46")},
+		{ID: "3", Line: 6, Start: at("40:57"), End: at("41:01"), Nodes: []string{"dbn1", "dbn2", "dbn3"}, StepStart: at("40:57")},
+		{ID: "6", Line: 10, Start: at("41:01"), End: at("41:01"), Running: true, Nodes: []string{"dbn1"}, StepStart: at("41:01")},
 	}
 	if len(l.Jobs) != len(want) {
 		t.Fatalf("%d jobs, want %d: %+v", len(l.Jobs), len(want), l.Jobs)
 	}
 	for i, w := range want {
 		g := l.Jobs[i]
-		if g.ID != w.ID || g.Line != w.Line || !g.Start.Equal(w.Start) || !g.End.Equal(w.End) || g.Running != w.Running || !slices.Equal(g.Nodes, w.Nodes) {
+		if g.ID != w.ID || g.Line != w.Line || !g.Start.Equal(w.Start) || !g.End.Equal(w.End) || !g.StepStart.Equal(w.StepStart) || g.Running != w.Running || !slices.Equal(g.Nodes, w.Nodes) {
 			t.Errorf("job %d: %+v, want %+v", i, g, w)
 		}
 	}

@@ -65,6 +65,9 @@ type Scheduler struct {
 	// Plan reads the scheduler's planned starts of pending jobs, for the
 	// reconciler's graceful moves; nil when it states none (LSF, PBS).
 	Plan *Planner
+	// Accounting reads the scheduler's own records of its jobs, for the
+	// audit; nil when it has none bftrainer reads.
+	Accounting *Accounting
 }
 
 // Registry is the schedulers one bftrainer knows, in detection order. It

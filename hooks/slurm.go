@@ -40,7 +40,8 @@ var slurm = Scheduler{
 	},
 	// The backfill scheduler's plan: pending jobs' expected start and
 	// SchedNodes.
-	Plan: &Planner{Key: "squeue", Program: "/usr/bin/squeue", Read: readSlurmPlan},
+	Plan:       &Planner{Key: "squeue", Program: "/usr/bin/squeue", Read: readSlurmPlan},
+	Accounting: &Accounting{Key: "sacct", Program: "/usr/bin/sacct", Read: readSlurmAccounting},
 }
 
 // slurmAction maps every SLURM_SCRIPT_CONTEXT Slurm documents (22.05) to

@@ -86,6 +86,7 @@ func commands() []*cli.Command {
 		reportCommand(),
 		hostsCommand(),
 		replayCommand(),
+		auditCommand(),
 		configCommand(),
 		nodeAgentCommand(),
 	}
