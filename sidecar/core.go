@@ -42,6 +42,7 @@ import (
 	"github.com/bftrainer/bftrainer/journal"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
+	"github.com/bftrainer/bftrainer/trainer"
 )
 
 // Options are everything the core is built with: the configuration's
@@ -62,6 +63,8 @@ type Options struct {
 	Solvers        Solvers // nil: BuiltinSolvers
 	Solver         string  // pool.solver; "": the first
 	SolverSettings SolverSettings
+
+	Launchers trainer.Kinds // nil: trainer.Builtin
 
 	Schedulers hooks.Registry    // nil: hooks.Builtin
 	Scheduler  string            // hooks.scheduler: "" detects it in hooks, the registry's default for listings
@@ -141,6 +144,9 @@ func New(o Options) (*Core, error) {
 	}
 	if o.Schedulers == nil {
 		o.Schedulers = hooks.Builtin()
+	}
+	if o.Launchers == nil {
+		o.Launchers = trainer.Builtin()
 	}
 	if o.DatabaseMode == 0 {
 		o.DatabaseMode = 0o644
@@ -273,7 +279,7 @@ func (c *Core) Database() string { return c.o.Database }
 // then vouches that they are (reconcile --no-scheduler).
 func (c *Core) newReconciler(db *store.DB, noScheduler bool) (*Reconciler, error) {
 	r := &Reconciler{
-		DB: db, Journal: c.journal, Pool: c.o.Pool, Solver: c.solver, Spool: &spool{Dir: c.o.Spool}, Admins: c.o.Admins,
+		DB: db, Journal: c.journal, Pool: c.o.Pool, Solver: c.solver, Launchers: c.o.Launchers, Spool: &spool{Dir: c.o.Spool}, Admins: c.o.Admins,
 		IdleWait: c.o.IdleWait, Poll: c.o.Poll, MaxRounds: c.o.MaxRounds, StartCheck: c.o.StartCheck, Metrics: c.o.MetricsFile,
 		Backlog: func() (int, error) { n, _, err := c.journal.Backlog(); return n, err }, Now: c.o.Now, Log: c.o.Log,
 	}

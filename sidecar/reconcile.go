@@ -57,7 +57,8 @@ type Reconciler struct {
 	Journal   *journal.Journal // the hooks' records, ingested first in every round; nil: none
 	Pool      pool.Config
 	Solver    alloc.Solver
-	Runner    Runner     // nil: record nothing to run
+	Launchers trainer.Kinds // a submission's launch spec is checked by its kind; nil: trainer.Builtin
+	Runner    Runner        // nil: record nothing to run
 	Scheduler nodeLister // asked whether released nodes are exactly idle; nil: nobody
 	// JoinReleases folds a release as a join at once: whoever runs the
 	// round vouches that the nodes are idle. Otherwise, with no Scheduler
@@ -165,6 +166,9 @@ func (r *Reconciler) waiting(ctx context.Context) (bool, error) {
 func (r *Reconciler) defaults() {
 	if r.MaxRounds <= 0 {
 		r.MaxRounds = 100
+	}
+	if r.Launchers == nil {
+		r.Launchers = trainer.Builtin()
 	}
 	if r.Now == nil {
 		r.Now = time.Now
@@ -347,7 +351,7 @@ func (r *Reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string
 		}
 		// A spooled request need not come from the CLI: check it before
 		// anything is started from it.
-		if err := checkSubmit(r.Pool, ev.Trainer, &req); err != nil {
+		if err := checkSubmit(r.Pool, r.Launchers, ev.Trainer, &req); err != nil {
 			return reject(err)
 		}
 		req.ID = ev.Trainer

@@ -36,7 +36,10 @@ import (
 type Runner struct {
 	Nodes      Transport
 	Controller Transport
-	Launchers  map[string]Launcher // by name; Build makes those registered
+	Launchers  map[string]Launcher // by name; Kinds.Build makes them
+	// Kinds are the launchers' kinds, whose spec check a Trainer's launch
+	// spec passes before its launcher sees it; nil: Builtin.
+	Kinds      Kinds
 	StateDir   string
 	Address    string   // how agents on the nodes reach this machine (rendezvous stores)
 	Self       []string // how to run bftrainer here (its path, --config FILE)
@@ -82,6 +85,13 @@ type Launched struct {
 	Exit    *int      `json:"exit,omitempty"`    // exited by itself with this code
 	Hosted  bool      `json:"hosted,omitempty"`  // a host given (Horovod): nothing started
 	Pending bool      `json:"pending,omitempty"` // asked for, answer not yet recorded
+}
+
+func (r *Runner) kinds() Kinds {
+	if r.Kinds == nil {
+		return Builtin()
+	}
+	return r.Kinds
 }
 
 func (r *Runner) logf(format string, args ...any) {
@@ -194,7 +204,7 @@ func (r *Runner) Apply(ctx context.Context, want []Want) []Action {
 			s.acts = append(s.acts, Action{Trainer: w.ID, Op: "start", Err: fmt.Errorf("launcher %q is not configured here", w.Launcher)})
 			continue
 		}
-		if err := CheckLaunch(w.Launcher, w.Spec); err != nil {
+		if err := r.kinds().CheckLaunch(w.Launcher, w.Spec); err != nil {
 			s.acts = append(s.acts, Action{Trainer: w.ID, Op: "start", Err: fmt.Errorf("launch spec: %w", err)})
 			continue
 		}

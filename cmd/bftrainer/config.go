@@ -416,12 +416,13 @@ func (t *TrainerConfig) validate() []error {
 // [trainer.launcher.NAME] table (md nil: the defaults); a table for no
 // launcher is an error.
 func (t *TrainerConfig) buildLaunchers(md *toml.MetaData) (map[string]trainer.Launcher, error) {
+	kinds := launchers()
 	for name := range t.Launcher {
-		if !slices.Contains(trainer.Kinds(), name) {
-			return nil, fmt.Errorf("trainer.launcher.%s: no such launcher (have %s)", name, strings.Join(trainer.Kinds(), ", "))
+		if !slices.Contains(kinds.Names(), name) {
+			return nil, fmt.Errorf("trainer.launcher.%s: no such launcher (have %s)", name, strings.Join(kinds.Names(), ", "))
 		}
 	}
-	ls, err := trainer.Build(func(name string, settings any) error {
+	ls, err := kinds.Build(func(name string, settings any) error {
 		prim, ok := t.Launcher[name]
 		if !ok || md == nil {
 			return nil

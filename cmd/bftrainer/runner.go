@@ -50,16 +50,17 @@ func newRunner(cfg Config) (sidecar.Runner, error) {
 			return nil, fmt.Errorf("trainer.controller: %w", err)
 		}
 	}
-	launchers := t.launchers
-	if launchers == nil { // a Config not from loadConfig
-		if launchers, err = t.buildLaunchers(nil); err != nil {
+	built := t.launchers
+	if built == nil { // a Config not from loadConfig
+		if built, err = t.buildLaunchers(nil); err != nil {
 			return nil, err
 		}
 	}
 	return &trainer.Runner{
 		Nodes:       timed{nodes, t.CommandTimeout.Duration},
 		Controller:  timed{local, t.CommandTimeout.Duration},
-		Launchers:   launchers,
+		Launchers:   built,
+		Kinds:       launchers(),
 		StateDir:    t.StateDir,
 		Address:     addr,
 		Self:        self,
@@ -130,6 +131,9 @@ func nodeAgent(cfg Config) *agent.Agent {
 		Limits:         agent.Limits{Pids: t.PidsMax, Memory: t.memoryMax},
 		DeviceGlob:     t.DeviceGlob,
 		Sweep:          t.sweep,
+		// The node runs this binary: its schedulers' markers are the
+		// ones compiled in, whatever the controller or the configuration.
+		JobMarkers: schedulers().JobMarkers(),
 	}
 }
 

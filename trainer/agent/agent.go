@@ -49,7 +49,16 @@ type Agent struct {
 	// containment: for a kill whose configuration did not load, which
 	// cannot know where the launches' registry and cgroups are.
 	Sweep bool
-	Now   func() time.Time
+	// JobMarkers are the variables a batch scheduler sets in every
+	// process of its jobs (hooks.Scheduler.JobMarkers, each scheduler's
+	// own, gathered by hooks.Registry.JobMarkers where the binary is
+	// wired). A process carrying one is a scheduler job's — a main job
+	// submitted from inside a Trainer inherits the Trainer's run token
+	// too — and never ours to kill; Start removes them from every launch,
+	// so no Trainer process starts with one. Nil spares no job: only
+	// tests about something else leave it so.
+	JobMarkers []string
+	Now        func() time.Time
 
 	cg       *Cgroups
 	cgReason string
