@@ -14,28 +14,23 @@ import (
 	"github.com/bftrainer/bftrainer/hooks"
 	"github.com/bftrainer/bftrainer/journal"
 	"github.com/bftrainer/bftrainer/store"
+	"github.com/bftrainer/bftrainer/trainer/wire"
 )
 
-// Killer kills every Trainer process of ours on a node.
+// Killer kills every Trainer process of ours on a node: the node agent,
+// in process for Options.Killer (trainer.NewNodeAgent), through its
+// client for Options.RemoteKiller (trainer.AgentClient).
 type Killer interface {
-	// KillLocal kills what runs on the given node — on this machine, from
-	// its registry, for Options.Killer; through the node's agent for
-	// Options.RemoteKiller — and reports it once they are gone. It runs in the node's prolog, and
-	// refuses new starts until the epilog, so that a re-plan made just
+	// KillAll kills what runs on the given node and reports it once they
+	// are gone (the report says what was sent to which process, also
+	// with an error). It runs in the node's prolog, with fence: new
+	// starts are refused until the epilog, so that a re-plan made just
 	// before the reclaim cannot start a Trainer there. An error means
 	// something of ours may remain.
-	KillLocal(ctx context.Context, node string) (KillResult, error)
-	// CleanLocal runs in the node's epilog: what is left is killed too,
-	// and the node may take Trainers again.
-	CleanLocal(ctx context.Context, node string) (KillResult, error)
-}
-
-// KillResult is what a node's kill did, for the hook's log and the
-// history.
-type KillResult struct {
-	Killed      int             // processes killed
-	Containment string          // how they were found: "cgroup", or "degraded (reason)"
-	Report      json.RawMessage // the node agent's whole report, kept in the history
+	KillAll(ctx context.Context, node string, fence bool) (wire.KillReport, error)
+	// Clean runs in the node's epilog: what is left is killed too, and
+	// the node may take Trainers again.
+	Clean(ctx context.Context, node string) (wire.KillReport, error)
 }
 
 // Hook handles one scheduler hook call, the instant path, and always
@@ -363,24 +358,30 @@ func (c *Core) killJob(ctx context.Context, call hooks.Call) ([]store.Event, int
 // nil when it killed nothing and failed in nothing — and what it killed.
 func (c *Core) kill(ctx context.Context, k Killer, call hooks.Call, node string, clean bool) (*store.Event, int, error) {
 	start := c.o.Now()
-	do := k.KillLocal
+	var rep wire.KillReport
+	var err error
 	if clean {
-		do = k.CleanLocal
+		rep, err = k.Clean(ctx, node)
+	} else {
+		rep, err = k.KillAll(ctx, node, true)
 	}
-	res, err := do(ctx, node)
 	if err != nil {
 		err = fmt.Errorf("kill on %s: %w", node, err)
 	}
-	if res.Killed == 0 && err == nil {
+	killed := rep.Count()
+	if killed == 0 && err == nil {
+		// No event keeps it: a node prolog on a node that holds nothing
+		// of ours (most of them) does not pay for encoding the report.
 		return nil, 0, nil
 	}
+	detail, _ := json.Marshal(rep)
 	ev := store.Event{At: c.o.Now(), Kind: store.KindKill, Source: call.Scheduler, Context: call.Context,
-		Job: call.JobID, Nodes: []string{node}, Value: float64(res.Killed), HasVal: true,
-		Ms: ms(c.o.Now().Sub(start)), HasMs: true, Detail: res.Report}
+		Job: call.JobID, Nodes: []string{node}, Value: float64(killed), HasVal: true,
+		Ms: ms(c.o.Now().Sub(start)), HasMs: true, Detail: detail}
 	if err != nil {
 		ev.Error = err.Error()
 	}
-	return &ev, res.Killed, err
+	return &ev, killed, err
 }
 
 // stages are the moments of a hook call, for its record: where the

@@ -17,6 +17,7 @@ import (
 	"github.com/bftrainer/bftrainer/hooks"
 	"github.com/bftrainer/bftrainer/journal"
 	"github.com/bftrainer/bftrainer/store"
+	"github.com/bftrainer/bftrainer/trainer/wire"
 )
 
 // fakeKiller is the node agent one layer up: it records the nodes it was
@@ -29,7 +30,7 @@ type fakeKiller struct {
 	panics  bool
 }
 
-func (k *fakeKiller) KillLocal(ctx context.Context, node string) (KillResult, error) {
+func (k *fakeKiller) KillAll(ctx context.Context, node string, fence bool) (wire.KillReport, error) {
 	k.mu.Lock()
 	k.killed = append(k.killed, node)
 	k.mu.Unlock()
@@ -39,14 +40,14 @@ func (k *fakeKiller) KillLocal(ctx context.Context, node string) (KillResult, er
 	if k.block != nil {
 		<-k.block
 	}
-	return KillResult{Killed: 1}, nil
+	return wire.KillReport{Node: node, Procs: []wire.KilledProc{{PID: 4242, Why: "token", Signal: "SIGKILL"}}}, nil
 }
 
-func (k *fakeKiller) CleanLocal(ctx context.Context, node string) (KillResult, error) {
+func (k *fakeKiller) Clean(ctx context.Context, node string) (wire.KillReport, error) {
 	k.mu.Lock()
 	k.cleaned = append(k.cleaned, node)
 	k.mu.Unlock()
-	return KillResult{}, nil
+	return wire.KillReport{Node: node}, nil
 }
 
 func (k *fakeKiller) nodes() []string {

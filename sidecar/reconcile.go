@@ -59,7 +59,7 @@ type Reconciler struct {
 	Solver    alloc.Solver
 	Launchers trainer.Kinds // a submission's launch spec is checked by its kind; nil: trainer.Builtin
 	Runner    Runner        // nil: record nothing to run
-	Scheduler nodeLister // asked whether released nodes are exactly idle; nil: nobody
+	Scheduler nodeLister    // asked whether released nodes are exactly idle; nil: nobody
 	// JoinReleases folds a release as a join at once: whoever runs the
 	// round vouches that the nodes are idle. Otherwise, with no Scheduler
 	// to ask, released nodes stay pending.

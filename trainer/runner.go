@@ -331,7 +331,7 @@ func (r *Runner) Unfence(ctx context.Context, nodes []string) []Action {
 	var acts []Action
 	for _, res := range r.each(nodes, func(n string) nodeResult {
 		begin := time.Now()
-		_, err := r.Nodes.Agent(ctx, n, []string{"unfence", n}, nil)
+		err := AgentClient{r.Nodes}.Unfence(ctx, n)
 		return nodeResult{act: Action{Node: n, Op: "unfence", Took: time.Since(begin), Err: err}, ok: err == nil}
 	}) {
 		acts = append(acts, res.act)
@@ -392,20 +392,10 @@ func (r *Runner) start(ctx context.Context, t Transport, l wire.Launch, op strin
 		act.Err = err
 		return nodeResult{act: act}
 	}
-	body, err := json.Marshal(l)
-	if err != nil {
-		act.Err = err
-		return nodeResult{act: act}
-	}
-	out, err := t.Agent(ctx, l.Node, []string{"start"}, body)
+	s, err := AgentClient{t}.Start(ctx, l)
 	act.Took = time.Since(begin)
 	if err != nil {
 		act.Err = err
-		return nodeResult{act: act}
-	}
-	var s wire.Started
-	if err := json.Unmarshal(out, &s); err != nil || s.Token == "" {
-		act.Err = fmt.Errorf("start on %s: unreadable answer %q", l.Node, out)
 		return nodeResult{act: act}
 	}
 	switch {
@@ -430,10 +420,8 @@ func (r *Runner) stop(ctx context.Context, t Transport, trainer, node, op string
 	if node == wire.ControllerNode {
 		act.Node = ""
 	}
-	out, err := t.Agent(ctx, node, []string{"stop", node, trainer}, nil)
+	rep, err := AgentClient{t}.Stop(ctx, node, trainer)
 	act.Took = time.Since(begin)
-	var rep wire.KillReport
-	json.Unmarshal(out, &rep)
 	if err != nil {
 		act.Err = err
 		return nodeResult{act: act}
@@ -475,13 +463,5 @@ func (r *Runner) list(ctx context.Context, node string) ([]wire.Status, error) {
 	if node == wire.ControllerNode {
 		t = r.Controller
 	}
-	out, err := t.Agent(ctx, node, []string{"list", node}, nil)
-	if err != nil {
-		return nil, err
-	}
-	var sts []wire.Status
-	if err := json.Unmarshal(out, &sts); err != nil {
-		return nil, fmt.Errorf("unreadable list from %s: %w", node, err)
-	}
-	return sts, nil
+	return AgentClient{t}.List(ctx, node)
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/bftrainer/bftrainer/alloc"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/trainer"
-	"github.com/bftrainer/bftrainer/trainer/agent"
 )
 
 // Config is bftrainer's configuration: defaults, then the TOML file (an
@@ -389,10 +388,8 @@ func (t *TrainerConfig) validate() []error {
 	if t.Parallel < 1 || t.KillWait.Duration <= 0 {
 		errs = append(errs, errors.New("trainer: parallel must be ≥ 1, kill_wait > 0"))
 	}
-	switch t.Containment {
-	case agent.ContainAuto, agent.ContainCgroup, agent.ContainOff:
-	default:
-		errs = append(errs, fmt.Errorf("trainer.containment: %q, want auto, cgroup or off", t.Containment))
+	if err := trainer.CheckContainment(t.Containment); err != nil {
+		errs = append(errs, fmt.Errorf("trainer.containment: %w", err))
 	}
 	if t.CgroupRoot != "" && !filepath.IsAbs(t.CgroupRoot) {
 		errs = append(errs, fmt.Errorf("trainer.cgroup_root: %q, want an absolute path (or empty: bftrainer in the cgroup2 mount)", t.CgroupRoot))

@@ -164,6 +164,14 @@ func (a *Agent) Report() ModeReport {
 	return r
 }
 
+// Unfence lifts node's reclaim fence: new starts are taken again.
+func (a *Agent) Unfence(_ context.Context, node string) error {
+	if err := names.ValidateNode(node); err != nil {
+		return err
+	}
+	return a.Registry.Unfence(node)
+}
+
 // Main runs one node-agent command — start (launch JSON on stdin), stop
 // NODE TRAINER, kill-all [--fence] NODE, clean NODE, unfence NODE, list
 // NODE, tail NODE TRAINER (request on stdin), containment, or the
@@ -225,9 +233,7 @@ func (a *Agent) Main(ctx context.Context, args []string, stdin io.Reader, stdout
 		if len(rest) != 1 {
 			return errors.New("node-agent unfence: want NODE")
 		}
-		if err = names.ValidateNode(rest[0]); err == nil {
-			err = a.Registry.Unfence(rest[0])
-		}
+		err = a.Unfence(ctx, rest[0])
 		out = map[string]string{"node": rest[0]}
 	case "list":
 		if len(rest) != 1 {
