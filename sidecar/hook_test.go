@@ -110,8 +110,8 @@ func TestHookFailsOpen(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			c, err := New(Options{Database: db, Journal: jdir, Killer: tt.killer, ConfigErr: tt.cfgErr, HookDeadline: 200 * time.Millisecond,
-				HookLog: log.New(&logs, "", 0)})
+			c, err := New(Options{Database: db, Journal: jdir, Hook: HookOptions{Killer: tt.killer, ConfigErr: tt.cfgErr,
+				Deadline: 200 * time.Millisecond, Log: log.New(&logs, "", 0)}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -153,7 +153,7 @@ func TestHookRecordsOnce(t *testing.T) {
 	db := MustDB(t)
 	k := &fakeKiller{}
 	started := time.Now().Add(-time.Second).Truncate(time.Microsecond)
-	c, err := New(Options{Database: db.Path(), Killer: k, Started: started})
+	c, err := New(Options{Database: db.Path(), Hook: HookOptions{Killer: k, Started: started}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,10 +232,10 @@ func TestHookOnlyHook(t *testing.T) {
 				db = sdb.Path()
 			}
 			local := &fakeKiller{}
-			o := Options{Database: db, Killer: local, HookDeadline: 300 * time.Millisecond, ReadFile: geFiles,
-				HookLog: log.New(&logs, "", 0)}
+			o := Options{Database: db, Hook: HookOptions{Killer: local, Deadline: 300 * time.Millisecond, ReadFile: geFiles,
+				Log: log.New(&logs, "", 0)}}
 			if tt.remote != nil {
-				o.RemoteKiller = tt.remote
+				o.Hook.RemoteKiller = tt.remote
 			}
 			c, err := New(o)
 			if err != nil {

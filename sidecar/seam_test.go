@@ -92,7 +92,7 @@ func TestToyScheduler(t *testing.T) {
 		Schedulers: append(hooks.Builtin(), toyScheduler(listing)),
 		Scheduler:  "toy",
 		IdleWait:   time.Hour,
-		HookLog:    log.New(&testWriter{t}, "", 0),
+		Hook:       HookOptions{Log: log.New(&testWriter{t}, "", 0)},
 	}
 	c, err := New(o)
 	if err != nil {
@@ -199,7 +199,7 @@ func TestToySchedulerJobSpared(t *testing.T) {
 	job := start("TOY_JOB=9")
 
 	c, err := New(Options{Database: filepath.Join(dir, "b.db"), Pool: pool.Config{TFwd: 10}, Schedulers: schedulers,
-		Killer: agentFor(schedulers.JobMarkers()), HookLog: log.New(&testWriter{t}, "", 0)})
+		Hook: HookOptions{Killer: agentFor(schedulers.JobMarkers()), Log: log.New(&testWriter{t}, "", 0)}})
 	if err != nil {
 		t.Fatal(err)
 	}

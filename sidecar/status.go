@@ -110,7 +110,7 @@ func (c *Core) Status(ctx context.Context) (*Status, error) {
 	now := c.o.Now()
 	st := &Status{Database: c.o.Database, MaxTrainers: c.o.Pool.MaxTrainers, Unfolded: f.events, Trainers: []StatusTrainer{},
 		Pool: p, LastRound: f.snap.State.Now, Starts: c.Starts()}
-	if k, ok := c.o.Killer.(containment); ok {
+	if k, ok := c.o.Hook.Killer.(containment); ok {
 		st.Containment = k.Mode()
 	}
 	var idle, completing []string
