@@ -256,11 +256,7 @@ func (c *Core) hook(ctx context.Context, env hooks.Env, args []string, started t
 func (c *Core) act(ctx context.Context, call hooks.Call) (evs []store.Event, killed int, err error) {
 	switch call.Action {
 	case hooks.Reclaim, hooks.Release:
-		kind := store.KindLeave
-		if call.Action == hooks.Release {
-			kind = store.KindRelease
-		}
-		ev := store.Event{At: c.o.Now(), Kind: kind, Source: call.Scheduler, Context: call.Context, Job: call.JobID, User: call.User, Nodes: call.Nodes}
+		ev := callEvent(call, c.o.Now())
 		if !call.OnlyHook {
 			return []store.Event{ev}, -1, nil
 		}
@@ -374,13 +370,7 @@ func (c *Core) kill(ctx context.Context, k Killer, call hooks.Call, node string,
 		// of ours (most of them) does not pay for encoding the report.
 		return nil, 0, nil
 	}
-	detail, _ := json.Marshal(rep)
-	ev := store.Event{At: c.o.Now(), Kind: store.KindKill, Source: call.Scheduler, Context: call.Context,
-		Job: call.JobID, Nodes: []string{node}, Value: float64(killed), HasVal: true,
-		Ms: ms(c.o.Now().Sub(start)), HasMs: true, Detail: detail}
-	if err != nil {
-		ev.Error = err.Error()
-	}
+	ev := killEvent(call, node, rep, c.o.Now().Sub(start), err, c.o.Now())
 	return &ev, killed, err
 }
 
