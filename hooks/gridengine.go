@@ -24,6 +24,9 @@ const nameGridEngine = "gridengine"
 var gridEngine = Scheduler{
 	Name:    nameGridEngine,
 	Contrib: "contrib/gridengine",
+	// Every process of a job, also of a parallel job's slave tasks
+	// (qrsh -inherit); JOB_ID alone is too common a name.
+	JobMarkers: []string{"SGE_JOB_SPOOL_DIR"},
 	Usage: `the queue's prolog and epilog, as root (qconf -mattr queue …):
     prolog root@/usr/local/sbin/bftrainer hook gridengine prolog $host $job_id $job_owner
     epilog root@/usr/local/sbin/bftrainer hook gridengine epilog $host $job_id $job_owner

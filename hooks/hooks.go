@@ -7,7 +7,9 @@
 //
 // Each scheduler is one Scheduler value in its own file (slurm.go, lsf.go,
 // pbs.go, gridengine.go), and a Registry lists them (Builtin); nothing
-// outside a scheduler's file knows its hooks or its commands. A parser
+// outside a scheduler's file knows its hooks, its commands or the
+// variables that mark its jobs' processes (JobMarkers: the node agent is
+// built with the registry's, and spares a process carrying one). A parser
 // reads the hook's environment (and, for PBS and Grid Engine, its arguments
 // and node file) and returns a Call; it never runs a scheduler command on
 // the hook's path, so Slurm hostlists are expanded natively

@@ -16,11 +16,12 @@ const nameLSF = "lsf"
 // lsf is IBM Spectrum LSF: contrib/lsf's wrapper runs `bftrainer hook lsf
 // HOOK` from the queue's pre- and post-execution; sync reads bhosts.
 var lsf = Scheduler{
-	Name:    nameLSF,
-	Contrib: "contrib/lsf",
-	Usage:   "bftrainer hook lsf pre_exec|post_exec|host_pre_exec|host_post_exec",
-	Detect:  func(in Input) bool { return present(in.Env, "LSB_JOBID") },
-	Parse:   func(in Input) (Call, error) { return parseLSF(in.Env, in.ReadFile, in.arg(0), in.Hostname) },
+	Name:       nameLSF,
+	Contrib:    "contrib/lsf",
+	JobMarkers: []string{"LSB_JOBID"},
+	Usage:      "bftrainer hook lsf pre_exec|post_exec|host_pre_exec|host_post_exec",
+	Detect:     func(in Input) bool { return present(in.Env, "LSB_JOBID") },
+	Parse:      func(in Input) (Call, error) { return parseLSF(in.Env, in.ReadFile, in.arg(0), in.Hostname) },
 	Listing: &Listing{Key: "bhosts", Program: "bhosts",
 		Args: func([]string) []string { return []string{"-w"} }, Parse: parseBhosts},
 }

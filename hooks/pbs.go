@@ -22,9 +22,10 @@ const namePBS = "pbs"
 // prologue scripts the job ID as an argument, not as PBS_JOBID, so a call
 // is also recognised by the script's name.
 var pbs = Scheduler{
-	Name:    namePBS,
-	Contrib: "contrib/pbs",
-	Usage:   `bftrainer hook pbs "$0" "$@"   (from prologue, epilogue, *.parallel)`,
+	Name:       namePBS,
+	Contrib:    "contrib/pbs",
+	JobMarkers: []string{"PBS_JOBID"},
+	Usage:      `bftrainer hook pbs "$0" "$@"   (from prologue, epilogue, *.parallel)`,
 	Detect: func(in Input) bool {
 		return present(in.Env, "PBS_JOBID") || (len(in.Args) > 0 && pbsKnown(in.Args[0]))
 	},

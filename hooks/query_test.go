@@ -136,13 +136,20 @@ func TestRegistry(t *testing.T) {
 	if r.BareCall(MapEnv(map[string]string{"SLURM_JOB_ID": "4", "LSB_JOBID": "5"})) {
 		t.Fatal("a bare call inside a job, not a hook, was taken for a hook")
 	}
+	// The node agent's markers are the registry's, each once, whoever
+	// declares them.
+	r = append(r, Scheduler{Name: "toy", JobMarkers: []string{"TOY_JOB", "PBS_JOBID"}})
+	if got, want := r.JobMarkers(), []string{"LSB_JOBID", "PBS_JOBID", "SLURM_JOBID", "SLURM_JOB_ID", "TOY_JOB"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("JobMarkers = %v, want %v", got, want)
+	}
 }
 
 // TestBuiltinSchedulersComplete: every shipped scheduler says how it is
-// wired, has its contrib directory, and can be detected and parsed.
+// wired, names the variables that mark its jobs' processes, has its
+// contrib directory, and can be detected and parsed.
 func TestBuiltinSchedulersComplete(t *testing.T) {
 	for _, s := range Builtin() {
-		if s.Name == "" || s.Usage == "" || s.Detect == nil || s.Parse == nil || s.Listing == nil {
+		if s.Name == "" || s.Usage == "" || s.Detect == nil || s.Parse == nil || s.Listing == nil || len(s.JobMarkers) == 0 {
 			t.Fatalf("scheduler %+v is incomplete", s)
 		}
 		if fi, err := os.Stat(filepath.Join("..", s.Contrib)); err != nil || !fi.IsDir() {

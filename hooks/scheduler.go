@@ -2,6 +2,7 @@ package hooks
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -31,9 +32,10 @@ func (in Input) arg(i int) string {
 // Scheduler is one batch scheduler bftrainer is wired into, as a value:
 // how its hook calls are recognised and decoded, how its own view of node
 // states is read, and where its snippets for sysadmins live. Adding a
-// scheduler is its own file (this value and its parsers), its tests, its
-// contrib/ directory and one line in Builtin; configuration, `hook`,
-// `sync` and the reconciler's idle checks find it there.
+// scheduler is its own file (this value and its parsers, its job
+// markers among them), its tests, its contrib/ directory and one line in
+// Builtin; configuration, `hook`, `sync`, the reconciler's idle checks
+// and the node agent find it there.
 //
 // Optional capabilities are pointer or function fields, nil when a
 // scheduler does not offer them (Listing and Plan are such).
@@ -47,6 +49,13 @@ type Scheduler struct {
 	// Usage says, for `bftrainer hook --help`, how its hooks call
 	// bftrainer (indented lines).
 	Usage string
+	// JobMarkers are the environment variables the scheduler sets in
+	// every process of its jobs. The node agent spares a process that
+	// carries one, whatever else it carries (a main job submitted from
+	// inside a Trainer inherits the Trainer's run token), and removes
+	// them from every Trainer launch. A scheduler without one would have
+	// its jobs taken for ours: Builtin's are checked to have some.
+	JobMarkers []string
 	// Detect reports whether a hook call is this scheduler's, from its
 	// environment and arguments. Registry.Detect asks each scheduler in
 	// order; the first that says yes wins.
@@ -122,6 +131,18 @@ func (r Registry) Default() (Scheduler, bool) {
 		return Scheduler{}, false
 	}
 	return r[0], true
+}
+
+// JobMarkers returns every registered scheduler's job markers, sorted,
+// each once: what the node agent is built with (cmd's wiring), so that a
+// scheduler's markers live in its own value and nowhere else.
+func (r Registry) JobMarkers() []string {
+	var out []string
+	for _, s := range r {
+		out = append(out, s.JobMarkers...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // Names returns the schedulers' names, in order.

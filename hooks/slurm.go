@@ -18,6 +18,9 @@ const Slurm = "slurm"
 var slurm = Scheduler{
 	Name:    Slurm,
 	Contrib: "contrib/slurm",
+	// Every step of a job: the job's id (SLURM_JOBID is its old name,
+	// still set).
+	JobMarkers: []string{"SLURM_JOB_ID", "SLURM_JOBID"},
 	Usage: `slurm.conf, the binary itself (no arguments, no wrapper needed):
     PrologFlags=Alloc
     Prolog=/usr/local/bin/bftrainer            # kills our processes on the node

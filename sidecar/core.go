@@ -21,6 +21,8 @@
 // set of functions, whether they arrive from the CLI, the spool or the
 // fold. The core translates between the vocabularies of the packages it
 // joins; cmd/bftrainer only builds it from the configuration and prints.
+// Its Options are split by speed: HookOptions for the hook path, the rest
+// for rounds and commands.
 package sidecar
 
 import (
@@ -42,11 +44,14 @@ import (
 	"github.com/bftrainer/bftrainer/journal"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
+	"github.com/bftrainer/bftrainer/trainer"
 )
 
 // Options are everything the core is built with: the configuration's
 // values and the parts cmd injects. The zero value of a field is a stated
-// default.
+// default. They are split by speed: Hook holds what only the hook path
+// reads (a scheduler's prolog, milliseconds, failing open), the rest is
+// what rounds and commands read.
 type Options struct {
 	Database     string      // the SQLite file
 	DatabaseMode os.FileMode // of a database the core creates; 0: 0644
@@ -62,6 +67,8 @@ type Options struct {
 	Solvers        Solvers // nil: BuiltinSolvers
 	Solver         string  // pool.solver; "": the first
 	SolverSettings SolverSettings
+
+	Launchers trainer.Kinds // nil: trainer.Builtin
 
 	Schedulers hooks.Registry    // nil: hooks.Builtin
 	Scheduler  string            // hooks.scheduler: "" detects it in hooks, the registry's default for listings
@@ -79,20 +86,12 @@ type Options struct {
 	// Runner builds the Trainer runner for a round; nil, or a nil
 	// Runner, records the plan and starts nothing.
 	Runner func() (Runner, error)
-	// Killer kills our processes on this node in its prolog and epilog;
-	// nil: nothing to kill here.
-	Killer Killer
-	// RemoteKiller kills and cleans up on another node, through its node
-	// agent, for a hook that is the only one its scheduler runs for a job
-	// (hooks.Call.OnlyHook: Grid Engine's prolog and epilog, on the job's
-	// master host); nil: those nodes are left to the reconciler's runner.
-	RemoteKiller Killer
 	// Trigger starts or nudges a reconciler after a hook recorded a
-	// reclaim or a release; nil: a service picks the events up.
+	// reclaim or a release, or a round left released nodes completing;
+	// nil: a service picks the events up.
 	Trigger func() error
 
-	HookDeadline time.Duration // a hook returns within it (twice it when its record is still to be saved then; see Hook); 0: 2s
-	IdleWait     time.Duration // how long released nodes may take to be exactly idle
+	IdleWait time.Duration // how long released nodes may take to be exactly idle
 	// StartCheck: a round asks the scheduler about a node it is about to
 	// start a Trainer on when the node's last event is older than this
 	// (0: always); negative: never.
@@ -104,18 +103,34 @@ type Options struct {
 	// (Reconciler.Metrics); "": none.
 	MetricsFile string
 
+	User func() string    // who runs a CLI command; nil: "root"
+	Now  func() time.Time // nil: time.Now
+	Log  *log.Logger      // diagnostics of rounds and commands; nil: discarded
+	Hook HookOptions      // the hook path's
+}
+
+// HookOptions are what only the hook path reads: the node's kill, the
+// deadline, and what the hook process knows of its own start.
+type HookOptions struct {
+	// Killer kills our processes on this node in its prolog and epilog;
+	// nil: nothing to kill here.
+	Killer Killer
+	// RemoteKiller kills and cleans up on another node, through its node
+	// agent, for a hook that is the only one its scheduler runs for a job
+	// (hooks.Call.OnlyHook: Grid Engine's prolog and epilog, on the job's
+	// master host); nil: those nodes are left to the reconciler's runner.
+	RemoteKiller Killer
+	// Deadline: a hook returns within it (twice it when its record is
+	// still to be saved then; see Core.Hook); 0: 2s.
+	Deadline time.Duration
 	// ConfigErr is why the configuration did not load, when it did not.
 	// A hook then records nothing (it does not know the database) but
 	// still kills on its node; nothing else should run.
 	ConfigErr error
-
-	User     func() string                // who runs a CLI command; nil: "root"
-	Hostname func() (string, error)       // nil: os.Hostname
-	ReadFile func(string) ([]byte, error) // node files hooks name; nil: os.ReadFile
-	Now      func() time.Time             // nil: time.Now
-	Log      *log.Logger                  // diagnostics of rounds and commands; nil: discarded
-	HookLog  *log.Logger                  // what hooks swallowed; nil: Log
-	Started  time.Time                    // when the process started, for a hook's latency; zero: Hook's entry
+	Hostname  func() (string, error)       // nil: os.Hostname
+	ReadFile  func(string) ([]byte, error) // node files hooks name; nil: os.ReadFile
+	Log       *log.Logger                  // what hooks swallowed; nil: Options.Log
+	Started   time.Time                    // when the process started, for a hook's latency; zero: Hook's entry
 	// Configured is when a hook's configuration was read (zero:
 	// unknown); the hook's record splits its time there.
 	Configured time.Time
@@ -129,7 +144,7 @@ type Core struct {
 	journal *journal.Journal
 
 	// Tests: in place of the journal's Write and WriteFallback, and the
-	// fallback's grace at a hook's deadline (0: HookDeadline).
+	// fallback's grace at a hook's deadline (0: Hook.Deadline).
 	write, writeFallback func(journal.Record) (journal.Written, error)
 	fallbackGrace        time.Duration
 }
@@ -142,14 +157,17 @@ func New(o Options) (*Core, error) {
 	if o.Schedulers == nil {
 		o.Schedulers = hooks.Builtin()
 	}
+	if o.Launchers == nil {
+		o.Launchers = trainer.Builtin()
+	}
 	if o.DatabaseMode == 0 {
 		o.DatabaseMode = 0o644
 	}
 	if o.Journal == "" && o.Database != "" {
 		o.Journal = filepath.Join(filepath.Dir(o.Database), "journal")
 	}
-	if o.HookDeadline <= 0 {
-		o.HookDeadline = 2 * time.Second
+	if o.Hook.Deadline <= 0 {
+		o.Hook.Deadline = 2 * time.Second
 	}
 	if o.MaxRounds <= 0 {
 		o.MaxRounds = 100
@@ -157,11 +175,11 @@ func New(o Options) (*Core, error) {
 	if o.User == nil {
 		o.User = func() string { return "root" }
 	}
-	if o.Hostname == nil {
-		o.Hostname = os.Hostname
+	if o.Hook.Hostname == nil {
+		o.Hook.Hostname = os.Hostname
 	}
-	if o.ReadFile == nil {
-		o.ReadFile = os.ReadFile
+	if o.Hook.ReadFile == nil {
+		o.Hook.ReadFile = os.ReadFile
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -169,8 +187,8 @@ func New(o Options) (*Core, error) {
 	if o.Log == nil {
 		o.Log = log.New(io.Discard, "", 0)
 	}
-	if o.HookLog == nil {
-		o.HookLog = o.Log
+	if o.Hook.Log == nil {
+		o.Hook.Log = o.Log
 	}
 	s, err := o.Solvers.New(o.Solver, o.SolverSettings)
 	if err != nil {
@@ -273,7 +291,7 @@ func (c *Core) Database() string { return c.o.Database }
 // then vouches that they are (reconcile --no-scheduler).
 func (c *Core) newReconciler(db *store.DB, noScheduler bool) (*Reconciler, error) {
 	r := &Reconciler{
-		DB: db, Journal: c.journal, Pool: c.o.Pool, Solver: c.solver, Spool: &spool{Dir: c.o.Spool}, Admins: c.o.Admins,
+		DB: db, Journal: c.journal, Pool: c.o.Pool, Solver: c.solver, Launchers: c.o.Launchers, Spool: &spool{Dir: c.o.Spool}, Admins: c.o.Admins,
 		IdleWait: c.o.IdleWait, Poll: c.o.Poll, MaxRounds: c.o.MaxRounds, StartCheck: c.o.StartCheck, Metrics: c.o.MetricsFile,
 		Backlog: func() (int, error) { n, _, err := c.journal.Backlog(); return n, err }, Now: c.o.Now, Log: c.o.Log,
 	}

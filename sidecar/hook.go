@@ -14,28 +14,23 @@ import (
 	"github.com/bftrainer/bftrainer/hooks"
 	"github.com/bftrainer/bftrainer/journal"
 	"github.com/bftrainer/bftrainer/store"
+	"github.com/bftrainer/bftrainer/trainer/wire"
 )
 
-// Killer kills every Trainer process of ours on a node.
+// Killer kills every Trainer process of ours on a node: the node agent,
+// in process for HookOptions.Killer (trainer.NewNodeAgent), through its
+// client for HookOptions.RemoteKiller (trainer.AgentClient).
 type Killer interface {
-	// KillLocal kills what runs on the given node — on this machine, from
-	// its registry, for Options.Killer; through the node's agent for
-	// Options.RemoteKiller — and reports it once they are gone. It runs in the node's prolog, and
-	// refuses new starts until the epilog, so that a re-plan made just
+	// KillAll kills what runs on the given node and reports it once they
+	// are gone (the report says what was sent to which process, also
+	// with an error). It runs in the node's prolog, with fence: new
+	// starts are refused until the epilog, so that a re-plan made just
 	// before the reclaim cannot start a Trainer there. An error means
 	// something of ours may remain.
-	KillLocal(ctx context.Context, node string) (KillResult, error)
-	// CleanLocal runs in the node's epilog: what is left is killed too,
-	// and the node may take Trainers again.
-	CleanLocal(ctx context.Context, node string) (KillResult, error)
-}
-
-// KillResult is what a node's kill did, for the hook's log and the
-// history.
-type KillResult struct {
-	Killed      int             // processes killed
-	Containment string          // how they were found: "cgroup", or "degraded (reason)"
-	Report      json.RawMessage // the node agent's whole report, kept in the history
+	KillAll(ctx context.Context, node string, fence bool) (wire.KillReport, error)
+	// Clean runs in the node's epilog: what is left is killed too, and
+	// the node may take Trainers again.
+	Clean(ctx context.Context, node string) (wire.KillReport, error)
 }
 
 // Hook handles one scheduler hook call, the instant path, and always
@@ -47,9 +42,9 @@ type KillResult struct {
 // prepared but before the journal took it (its filesystem hung, the
 // process starved), Hook writes the same record (same ID) to the fallback
 // before it returns, and when the fallback does not take it within a
-// second HookDeadline (none configured, full, hung too) logs it whole,
+// second Hook.Deadline (none configured, full, hung too) logs it whole,
 // to be put back by hand; the hung write may still land, and the record
-// is ingested once, by its ID. So Hook returns within HookDeadline, twice
+// is ingested once, by its ID. So Hook returns within Hook.Deadline, twice
 // it at most when the record is still to be saved at the deadline. A
 // hook never opens the database: no reader of it can delay a hook. env
 // is the hook's environment; args are its arguments after `bftrainer hook`
@@ -76,14 +71,14 @@ type KillResult struct {
 //
 // It never solves and never waits for a re-plan.
 func (c *Core) Hook(ctx context.Context, env hooks.Env, args []string) {
-	started := c.o.Started
+	started := c.o.Hook.Started
 	if started.IsZero() {
 		started = c.o.Now()
 	}
-	if c.o.ConfigErr != nil {
-		c.o.HookLog.Printf("hook: %v", c.o.ConfigErr)
+	if c.o.Hook.ConfigErr != nil {
+		c.o.Hook.Log.Printf("hook: %v", c.o.Hook.ConfigErr)
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.o.HookDeadline)
+	ctx, cancel := context.WithTimeout(ctx, c.o.Hook.Deadline)
 	defer cancel()
 	type result struct {
 		label string
@@ -106,7 +101,7 @@ func (c *Core) Hook(ctx context.Context, env hooks.Env, args []string) {
 			label = "hook " + r.label
 		}
 		if r.err != nil {
-			c.o.HookLog.Printf("%s: %v", label, r.err)
+			c.o.Hook.Log.Printf("%s: %v", label, r.err)
 		}
 	}
 	select {
@@ -123,7 +118,7 @@ func (c *Core) Hook(ctx context.Context, env hooks.Env, args []string) {
 			report(r)
 		default:
 			if !p.quiet.Load() {
-				c.o.HookLog.Printf("%s: deadline %v exceeded; exiting 0 to leave the scheduler's job alone", label, c.o.HookDeadline)
+				c.o.Hook.Log.Printf("%s: deadline %v exceeded; exiting 0 to leave the scheduler's job alone", label, c.o.Hook.Deadline)
 			}
 			c.rescue(label, p)
 		}
@@ -140,7 +135,7 @@ type progress struct {
 // rescue saves the call's record at the deadline when it is prepared but
 // its write has not returned (the journal's filesystem hung, the process
 // starved): the same record, same ID, goes to the fallback, and when the
-// fallback cannot take it within the grace (HookDeadline again) — none
+// fallback cannot take it within the grace (Hook.Deadline again) — none
 // configured, full, hung too — the whole record goes to the hook log, to
 // be put back by hand. The write still under way may land too: ingestion
 // is by ID, and the record is recorded once. A call with no record
@@ -156,7 +151,7 @@ func (c *Core) rescue(label string, p *progress) {
 	}
 	grace := c.fallbackGrace
 	if grace <= 0 {
-		grace = c.o.HookDeadline
+		grace = c.o.Hook.Deadline
 	}
 	type result struct {
 		w   journal.Written
@@ -173,21 +168,21 @@ func (c *Core) rescue(label string, p *progress) {
 	select {
 	case r := <-done:
 		if r.err == nil {
-			c.o.HookLog.Printf("%s: record hook: the journal had not taken the record by the deadline; recorded in the fallback, %s", label, r.w.Path)
+			c.o.Hook.Log.Printf("%s: record hook: the journal had not taken the record by the deadline; recorded in the fallback, %s", label, r.w.Path)
 			return
 		}
 		err = r.err
 	case <-t.C:
 		err = fmt.Errorf("the journal had not taken the record by the deadline, nor the fallback %v later", grace)
 	}
-	c.o.HookLog.Printf("%s: %v", label, lostRecord(*rec, err))
+	c.o.Hook.Log.Printf("%s: %v", label, lostRecord(*rec, err))
 }
 
 // hook is Hook's work: decode, act, record, trigger. label names the call
 // for the log; p follows its record.
 func (c *Core) hook(ctx context.Context, env hooks.Env, args []string, started time.Time, p *progress) (label string, err error) {
 	name := c.o.Scheduler
-	if c.o.ConfigErr != nil {
+	if c.o.Hook.ConfigErr != nil {
 		name = "" // not to be trusted either
 	}
 	if len(args) > 0 {
@@ -195,14 +190,14 @@ func (c *Core) hook(ctx context.Context, env hooks.Env, args []string, started t
 			name, args = args[0], args[1:]
 		}
 	}
-	host, _ := c.o.Hostname()
-	in := hooks.Input{Env: env, Args: args, Hostname: host, ReadFile: c.o.ReadFile}
+	host, _ := c.o.Hook.Hostname()
+	in := hooks.Input{Env: env, Args: args, Hostname: host, ReadFile: c.o.Hook.ReadFile}
 	s, err := c.o.Schedulers.Choose(name, in)
 	if err != nil {
 		return "", err
 	}
 	call, perr := s.Parse(in)
-	st := stages{started: started, configured: c.o.Configured, decoded: c.o.Now()}
+	st := stages{started: started, configured: c.o.Hook.Configured, decoded: c.o.Now()}
 	label = strings.TrimSpace(s.Name + " " + call.Context)
 	// Calls that run on a compute node record only where the database is.
 	local := call.Action == hooks.KillLocal || call.Action == hooks.CleanupLocal || call.OnlyHook
@@ -219,7 +214,7 @@ func (c *Core) hook(ctx context.Context, env hooks.Env, args []string, started t
 	if kerr != nil {
 		errs = append(errs, kerr)
 	}
-	if c.o.ConfigErr != nil {
+	if c.o.Hook.ConfigErr != nil {
 		// Without a trustworthy configuration we do not know the
 		// database: record nothing, trigger nothing.
 		return label, errors.Join(errs...)
@@ -261,11 +256,7 @@ func (c *Core) hook(ctx context.Context, env hooks.Env, args []string, started t
 func (c *Core) act(ctx context.Context, call hooks.Call) (evs []store.Event, killed int, err error) {
 	switch call.Action {
 	case hooks.Reclaim, hooks.Release:
-		kind := store.KindLeave
-		if call.Action == hooks.Release {
-			kind = store.KindRelease
-		}
-		ev := store.Event{At: c.o.Now(), Kind: kind, Source: call.Scheduler, Context: call.Context, Job: call.JobID, User: call.User, Nodes: call.Nodes}
+		ev := callEvent(call, c.o.Now())
 		if !call.OnlyHook {
 			return []store.Event{ev}, -1, nil
 		}
@@ -275,10 +266,10 @@ func (c *Core) act(ctx context.Context, call hooks.Call) (evs []store.Event, kil
 	default:
 		return nil, -1, nil
 	}
-	if c.o.Killer == nil || call.Local == "" {
+	if c.o.Hook.Killer == nil || call.Local == "" {
 		return nil, -1, nil
 	}
-	ev, n, err := c.kill(ctx, c.o.Killer, call, call.Local, call.Action == hooks.CleanupLocal)
+	ev, n, err := c.kill(ctx, c.o.Hook.Killer, call, call.Local, call.Action == hooks.CleanupLocal)
 	if ev == nil {
 		return nil, n, err
 	}
@@ -307,15 +298,15 @@ func (c *Core) killJob(ctx context.Context, call hooks.Call) ([]store.Event, int
 		n   int
 		err error
 	}
-	kctx, cancel := context.WithTimeout(ctx, c.o.HookDeadline/2)
+	kctx, cancel := context.WithTimeout(ctx, c.o.Hook.Deadline/2)
 	defer cancel()
 	done := make(chan result, len(call.Nodes))
 	sem := make(chan struct{}, remoteKills)
 	pending := map[int]bool{}
 	for i, node := range call.Nodes {
-		k := c.o.RemoteKiller
+		k := c.o.Hook.RemoteKiller
 		if node == call.Local {
-			k = c.o.Killer
+			k = c.o.Hook.Killer
 		}
 		if k == nil {
 			continue
@@ -336,7 +327,7 @@ func (c *Core) killJob(ctx context.Context, call hooks.Call) ([]store.Event, int
 			delete(pending, r.i)
 		case <-kctx.Done():
 			for i := range pending {
-				res[i] = &result{i: i, err: fmt.Errorf("kill on %s: no answer within %v: %w", call.Nodes[i], c.o.HookDeadline/2, kctx.Err())}
+				res[i] = &result{i: i, err: fmt.Errorf("kill on %s: no answer within %v: %w", call.Nodes[i], c.o.Hook.Deadline/2, kctx.Err())}
 			}
 			clear(pending)
 		}
@@ -363,24 +354,24 @@ func (c *Core) killJob(ctx context.Context, call hooks.Call) ([]store.Event, int
 // nil when it killed nothing and failed in nothing — and what it killed.
 func (c *Core) kill(ctx context.Context, k Killer, call hooks.Call, node string, clean bool) (*store.Event, int, error) {
 	start := c.o.Now()
-	do := k.KillLocal
+	var rep wire.KillReport
+	var err error
 	if clean {
-		do = k.CleanLocal
+		rep, err = k.Clean(ctx, node)
+	} else {
+		rep, err = k.KillAll(ctx, node, true)
 	}
-	res, err := do(ctx, node)
 	if err != nil {
 		err = fmt.Errorf("kill on %s: %w", node, err)
 	}
-	if res.Killed == 0 && err == nil {
+	killed := rep.Count()
+	if killed == 0 && err == nil {
+		// No event keeps it: a node prolog on a node that holds nothing
+		// of ours (most of them) does not pay for encoding the report.
 		return nil, 0, nil
 	}
-	ev := store.Event{At: c.o.Now(), Kind: store.KindKill, Source: call.Scheduler, Context: call.Context,
-		Job: call.JobID, Nodes: []string{node}, Value: float64(res.Killed), HasVal: true,
-		Ms: ms(c.o.Now().Sub(start)), HasMs: true, Detail: res.Report}
-	if err != nil {
-		ev.Error = err.Error()
-	}
-	return &ev, res.Killed, err
+	ev := killEvent(call, node, rep, c.o.Now().Sub(start), err, c.o.Now())
+	return &ev, killed, err
 }
 
 // stages are the moments of a hook call, for its record: where the
@@ -459,7 +450,7 @@ func (c *Core) record(evs []store.Event, started time.Time, create bool, p *prog
 	}
 	p.written.Store(true)
 	if w.Primary != nil {
-		c.o.HookLog.Printf("record hook: %v; recorded in the fallback, %s", w.Primary, w.Path)
+		c.o.Hook.Log.Printf("record hook: %v; recorded in the fallback, %s", w.Primary, w.Path)
 	}
 	return nil
 }

@@ -27,8 +27,8 @@ func TestHookDeadlineAfterRecord(t *testing.T) {
 	hang := make(chan struct{})
 	defer close(hang)
 	var logs bytes.Buffer
-	c, err := New(Options{Database: filepath.Join(dir, "b.db"), Journal: jdir, HookDeadline: 200 * time.Millisecond,
-		HookLog: log.New(&logs, "", 0), Trigger: func() error { <-hang; return nil }})
+	c, err := New(Options{Database: filepath.Join(dir, "b.db"), Journal: jdir, Trigger: func() error { <-hang; return nil },
+		Hook: HookOptions{Deadline: 200 * time.Millisecond, Log: log.New(&logs, "", 0)}})
 	if err != nil {
 		t.Fatal(err)
 	}

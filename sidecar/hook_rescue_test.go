@@ -64,7 +64,7 @@ func newRescue(t *testing.T, fallback bool) *rescueSetup {
 		}
 	}
 	c, err := New(Options{Database: filepath.Join(dir, "b.db"), Journal: s.jdir, JournalFallback: s.fdir,
-		HookDeadline: 100 * time.Millisecond, HookLog: log.New(s.logs, "", 0)})
+		Hook: HookOptions{Deadline: 100 * time.Millisecond, Log: log.New(s.logs, "", 0)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/bftrainer/bftrainer/hooks"
 	"github.com/bftrainer/bftrainer/journal"
 	"github.com/bftrainer/bftrainer/store"
+	"github.com/bftrainer/bftrainer/trainer/wire"
 )
 
 // fakeKiller is the node agent one layer up: it records the nodes it was
@@ -29,7 +30,7 @@ type fakeKiller struct {
 	panics  bool
 }
 
-func (k *fakeKiller) KillLocal(ctx context.Context, node string) (KillResult, error) {
+func (k *fakeKiller) KillAll(ctx context.Context, node string, fence bool) (wire.KillReport, error) {
 	k.mu.Lock()
 	k.killed = append(k.killed, node)
 	k.mu.Unlock()
@@ -39,14 +40,14 @@ func (k *fakeKiller) KillLocal(ctx context.Context, node string) (KillResult, er
 	if k.block != nil {
 		<-k.block
 	}
-	return KillResult{Killed: 1}, nil
+	return wire.KillReport{Node: node, Procs: []wire.KilledProc{{PID: 4242, Why: "token", Signal: "SIGKILL"}}}, nil
 }
 
-func (k *fakeKiller) CleanLocal(ctx context.Context, node string) (KillResult, error) {
+func (k *fakeKiller) Clean(ctx context.Context, node string) (wire.KillReport, error) {
 	k.mu.Lock()
 	k.cleaned = append(k.cleaned, node)
 	k.mu.Unlock()
-	return KillResult{}, nil
+	return wire.KillReport{Node: node}, nil
 }
 
 func (k *fakeKiller) nodes() []string {
@@ -109,8 +110,8 @@ func TestHookFailsOpen(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			c, err := New(Options{Database: db, Journal: jdir, Killer: tt.killer, ConfigErr: tt.cfgErr, HookDeadline: 200 * time.Millisecond,
-				HookLog: log.New(&logs, "", 0)})
+			c, err := New(Options{Database: db, Journal: jdir, Hook: HookOptions{Killer: tt.killer, ConfigErr: tt.cfgErr,
+				Deadline: 200 * time.Millisecond, Log: log.New(&logs, "", 0)}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,7 +153,7 @@ func TestHookRecordsOnce(t *testing.T) {
 	db := MustDB(t)
 	k := &fakeKiller{}
 	started := time.Now().Add(-time.Second).Truncate(time.Microsecond)
-	c, err := New(Options{Database: db.Path(), Killer: k, Started: started})
+	c, err := New(Options{Database: db.Path(), Hook: HookOptions{Killer: k, Started: started}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,10 +232,10 @@ func TestHookOnlyHook(t *testing.T) {
 				db = sdb.Path()
 			}
 			local := &fakeKiller{}
-			o := Options{Database: db, Killer: local, HookDeadline: 300 * time.Millisecond, ReadFile: geFiles,
-				HookLog: log.New(&logs, "", 0)}
+			o := Options{Database: db, Hook: HookOptions{Killer: local, Deadline: 300 * time.Millisecond, ReadFile: geFiles,
+				Log: log.New(&logs, "", 0)}}
 			if tt.remote != nil {
-				o.RemoteKiller = tt.remote
+				o.Hook.RemoteKiller = tt.remote
 			}
 			c, err := New(o)
 			if err != nil {

@@ -174,7 +174,7 @@ func TestHookNeverReadsPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err := New(Options{Database: filepath.Join(dir, "b.db"), Journal: jdir, Scheduler: hooks.Slurm,
-		Listings: map[string]string{"squeue": prog}, HookDeadline: 200 * time.Millisecond, PlanTimeout: time.Hour})
+		Listings: map[string]string{"squeue": prog}, Hook: HookOptions{Deadline: 200 * time.Millisecond}, PlanTimeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,8 +57,9 @@ type Reconciler struct {
 	Journal   *journal.Journal // the hooks' records, ingested first in every round; nil: none
 	Pool      pool.Config
 	Solver    alloc.Solver
-	Runner    Runner     // nil: record nothing to run
-	Scheduler nodeLister // asked whether released nodes are exactly idle; nil: nobody
+	Launchers trainer.Kinds // a submission's launch spec is checked by its kind; nil: trainer.Builtin
+	Runner    Runner        // nil: record nothing to run
+	Scheduler nodeLister    // asked whether released nodes are exactly idle; nil: nobody
 	// JoinReleases folds a release as a join at once: whoever runs the
 	// round vouches that the nodes are idle. Otherwise, with no Scheduler
 	// to ask, released nodes stay pending.
@@ -165,6 +166,9 @@ func (r *Reconciler) waiting(ctx context.Context) (bool, error) {
 func (r *Reconciler) defaults() {
 	if r.MaxRounds <= 0 {
 		r.MaxRounds = 100
+	}
+	if r.Launchers == nil {
+		r.Launchers = trainer.Builtin()
 	}
 	if r.Now == nil {
 		r.Now = time.Now
@@ -317,119 +321,6 @@ func (r *Reconciler) fold(ctx context.Context) (*folded, error) {
 	return f, nil
 }
 
-// foldEvent applies one input event to the pool; it returns a history event
-// when the input is rejected (bad submission, unauthorised cancel).
-func (r *Reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string]store.Launch) *store.Event {
-	reject := func(err error) *store.Event {
-		r.Log.Printf("event %d (%s): %v", ev.ID, ev.Kind, err)
-		return &store.Event{At: ev.At, Kind: store.KindError, Source: "reconciler", Context: ev.Kind,
-			Trainer: ev.Trainer, User: ev.User, Error: fmt.Sprintf("event %d rejected: %v", ev.ID, err)}
-	}
-	var skipped *store.Event
-	if ev.Source == syncSource {
-		ev.Nodes, skipped = unchangedSince(p, ev)
-	}
-	switch ev.Kind {
-	case store.KindJoin:
-		p.Join(ev.At, ev.Nodes, ev.Job)
-	case store.KindLeave:
-		p.Leave(ev.At, ev.Nodes, ev.Job)
-	case store.KindRelease:
-		if r.JoinReleases {
-			p.Join(ev.At, ev.Nodes, ev.Job)
-			break
-		}
-		p.Release(ev.At, ev.Nodes, ev.Job)
-	case store.KindSubmit:
-		var req SubmitRequest
-		if err := json.Unmarshal(ev.Detail, &req); err != nil {
-			return reject(fmt.Errorf("bad submission: %w", err))
-		}
-		// A spooled request need not come from the CLI: check it before
-		// anything is started from it.
-		if err := checkSubmit(r.Pool, ev.Trainer, &req); err != nil {
-			return reject(err)
-		}
-		req.ID = ev.Trainer
-		if err := p.Submit(ev.At, req.spec(ev.User, ev.At)); err != nil {
-			return reject(err)
-		}
-		launches[ev.Trainer] = req.Launch
-	case store.KindCancel:
-		t, ok := p.Trainer(ev.Trainer)
-		if !ok {
-			return reject(fmt.Errorf("cancel %q: %w", ev.Trainer, pool.ErrUnknownTrainer))
-		}
-		if !mayAct(ev.User, t.Owner, r.Admins) {
-			return reject(fmt.Errorf("cancel %q: %s may not cancel %s's trainer", ev.Trainer, ev.User, t.Owner))
-		}
-		if err := p.Cancel(ev.At, ev.Trainer); err != nil {
-			return reject(err)
-		}
-	case store.KindProgress:
-		if ev.Source == launcherSource {
-			return r.foldReading(p, ev)
-		}
-		// A progress report can finish a Trainer (its samples reached):
-		// only its owner's processes (or root) may send one.
-		if t, ok := p.Trainer(ev.Trainer); ok && !mayAct(ev.User, t.Owner, r.Admins) {
-			return reject(fmt.Errorf("progress %q: %s may not report for %s's trainer", ev.Trainer, ev.User, t.Owner))
-		}
-		var d progressDetail
-		if len(ev.Detail) > 0 {
-			if err := json.Unmarshal(ev.Detail, &d); err != nil || d.Nodes < 0 {
-				return reject(fmt.Errorf("bad progress detail %q", ev.Detail))
-			}
-		}
-		if err := p.ProgressOn(ev.At, ev.Trainer, ev.Value, d.Nodes); err != nil {
-			return reject(err)
-		}
-	case store.KindExit:
-		var d exitDetail
-		if err := json.Unmarshal(ev.Detail, &d); err != nil || d.Status.Active() {
-			return reject(fmt.Errorf("bad exit detail %q", ev.Detail))
-		}
-		t, ok := p.Trainer(ev.Trainer)
-		if !ok {
-			return nil // already ended
-		}
-		if !mayAct(ev.User, t.Owner, r.Admins) {
-			return reject(fmt.Errorf("exit %q: %s may not end %s's trainer", ev.Trainer, ev.User, t.Owner))
-		}
-		if err := p.End(ev.At, ev.Trainer, d.Status, d.Note); err != nil {
-			return reject(err)
-		}
-	case store.KindCost:
-		if err := foldCost(p, ev); err != nil {
-			return reject(err)
-		}
-	}
-	return skipped
-}
-
-// syncSource is the source of the leaves and releases sync records.
-const syncSource = "sync"
-
-// unchangedSince keeps, of a sync's leave or release, the nodes whose
-// state has not changed since the scheduler's snapshot it was made from
-// (the event's time): whatever was recorded after the snapshot wins. The
-// others are returned as a stale event.
-func unchangedSince(p *pool.Pool, ev store.Event) ([]string, *store.Event) {
-	var keep, later []string
-	for _, n := range ev.Nodes {
-		if node, ok := p.Node(n); ok && node.Since.After(ev.At) {
-			later = append(later, n)
-			continue
-		}
-		keep = append(keep, n)
-	}
-	if len(later) == 0 {
-		return keep, nil
-	}
-	return keep, &store.Event{At: ev.At, Kind: store.KindStale, Source: "reconciler", Context: "changed after the sync's snapshot",
-		Job: ev.Job, Nodes: later, Detail: json.RawMessage(fmt.Sprintf(`{"event":%d,"kind":%q}`, ev.ID, ev.Kind))}
-}
-
 // check asks the runner which Trainers ended by themselves and records
 // their exits (input events, folded next) and what it saw. gone are the
 // nodes where a launch vanished without an exit: something killed it
@@ -441,11 +332,7 @@ func (r *Reconciler) check(ctx context.Context, c checker) (gone []string) {
 			gone = append(gone, a.Node)
 		}
 	}
-	evs := r.actionEvents(acts)
-	for _, e := range exits {
-		d, _ := json.Marshal(exitDetail{Status: pool.Status(e.Status), Note: e.Note})
-		evs = append(evs, store.Event{At: r.Now(), Kind: store.KindExit, Source: "trainer", Trainer: e.Trainer, Detail: d})
-	}
+	evs := append(r.actionEvents(acts), exitEvents(exits, r.Now())...)
 	if len(evs) == 0 {
 		return gone
 	}
@@ -649,57 +536,6 @@ func (r *Reconciler) decide(ctx context.Context, p *pool.Pool, now time.Time) *s
 	return ev
 }
 
-// changeEvents turns the pool's changes into history rows, leaving out
-// those that merely repeat an input event, and collects the final state
-// of Trainers that ended.
-func changeEvents(cs []pool.Change, now time.Time) (out []store.Event, ended []pool.Trainer) {
-	for _, c := range cs {
-		e := store.Event{At: c.At, Source: "reconciler", Trainer: c.Trainer, Job: c.Job, Nodes: c.Nodes}
-		if e.At.IsZero() {
-			e.At = now
-		}
-		switch c.Kind {
-		case pool.Preempted:
-			e.Kind, e.Value, e.HasVal = store.KindPreempt, c.Cost, true
-			e.Detail, _ = json.Marshal(map[string]int{"from": c.From, "to": c.To})
-		case pool.Admitted:
-			e.Kind = store.KindAdmit
-		case pool.Rescaled:
-			e.Kind, e.Value, e.HasVal = store.KindRescale, c.Cost, true
-			e.Nodes = append(slices.Clone(c.Add), c.Release...)
-			d := map[string]any{"from": c.From, "to": c.To, "add": c.Add, "release": c.Release}
-			if c.Probe != nil {
-				d["probe"] = c.Probe.Reason
-			}
-			e.Detail, _ = json.Marshal(d)
-		case pool.CurveUpdated:
-			e.Kind, e.Value, e.HasVal = store.KindCurve, c.Obs.Rate, true
-			d := map[string]any{"nodes": c.Obs.Nodes, "seconds": c.Obs.Duration, "since": c.Obs.Since}
-			if c.Source != "" {
-				d["source"] = c.Source
-			}
-			e.Detail, _ = json.Marshal(d)
-		case pool.Ended:
-			e.Kind = store.KindEnd
-			e.Detail, _ = json.Marshal(exitDetail{Status: c.Status, Note: c.Note})
-			if c.Final != nil {
-				ended = append(ended, *c.Final)
-			}
-		case pool.Moved:
-			e.Kind, e.Value, e.HasVal = store.KindMove, c.Cost, true
-			e.Detail, _ = json.Marshal(map[string]any{"from": c.From, "to": c.To, "planned": c.Note})
-		case pool.Stale:
-			e.Kind, e.Context = store.KindStale, c.Note
-		case pool.Undecided:
-			e.Kind, e.Context = store.KindKept, c.Note
-		default:
-			continue // join, leave, release, submit, progress: the input row says it
-		}
-		out = append(out, e)
-	}
-	return out, ended
-}
-
 // apply hands the desired state to the runner and records what it did.
 func (r *Reconciler) apply(ctx context.Context, st pool.State, saved, fresh map[string]store.Launch) {
 	var want []trainer.Want
@@ -726,27 +562,4 @@ func (r *Reconciler) apply(ctx context.Context, st pool.State, saved, fresh map[
 	if _, err := r.DB.Append(ctx, evs...); err != nil {
 		r.Log.Printf("record actions: %v", err)
 	}
-}
-
-// actionEvents turns the runner's actions into history rows.
-func (r *Reconciler) actionEvents(acts []trainer.Action) []store.Event {
-	evs := make([]store.Event, 0, len(acts))
-	for _, a := range acts {
-		e := store.Event{At: r.Now(), Kind: store.KindAction, Source: "trainer", Context: a.Op, Trainer: a.Trainer,
-			Ms: ms(a.Took), HasMs: true}
-		if a.Node != "" {
-			e.Nodes = []string{a.Node}
-		}
-		if a.Err != nil {
-			e.Error = a.Err.Error()
-		}
-		if a.Note != "" {
-			e.Detail, _ = json.Marshal(map[string]string{"note": a.Note})
-		}
-		evs = append(evs, e)
-		if c := costEvent(e.At, a); c != nil {
-			evs = append(evs, *c)
-		}
-	}
-	return evs
 }

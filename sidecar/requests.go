@@ -61,11 +61,11 @@ type Receipt struct {
 // checkSubmit is the one check of a submission, wherever it comes from
 // (the CLI, the spool, the fold): the Trainer's name, its launcher and
 // launch spec, and its model as the pool would take it.
-func checkSubmit(cfg pool.Config, id string, req *SubmitRequest) error {
+func checkSubmit(cfg pool.Config, launchers trainer.Kinds, id string, req *SubmitRequest) error {
 	if err := names.ValidateTrainer(id); err != nil {
 		return err
 	}
-	if err := trainer.CheckLaunch(req.Launch.Launcher, req.Launch.Spec); err != nil {
+	if err := launchers.CheckLaunch(req.Launch.Launcher, req.Launch.Spec); err != nil {
 		return err
 	}
 	if req.Model != "" {
@@ -95,7 +95,7 @@ func (c *Core) Submit(ctx context.Context, req SubmitRequest) (Receipt, error) {
 	if req.Max == 0 && len(req.Curve.Nodes) > 0 {
 		req.Max = req.Curve.Nodes[len(req.Curve.Nodes)-1]
 	}
-	if err := checkSubmit(c.o.Pool, req.ID, &req); err != nil {
+	if err := checkSubmit(c.o.Pool, c.o.Launchers, req.ID, &req); err != nil {
 		return Receipt{}, invalid(err)
 	}
 	detail, err := json.Marshal(req)

@@ -87,8 +87,9 @@ type Errors struct {
 	Last  store.Event `json:"-"`
 }
 
-// containment is a Killer that can say how it contains processes.
-type containment interface{ Containment() string }
+// containment is a Killer that can say how it contains processes (the
+// node agent: wire.Cgroup, or "degraded (reason)").
+type containment interface{ Mode() string }
 
 // hookErrorWindow is how far back status looks for hook errors.
 const hookErrorWindow = time.Hour
@@ -109,8 +110,8 @@ func (c *Core) Status(ctx context.Context) (*Status, error) {
 	now := c.o.Now()
 	st := &Status{Database: c.o.Database, MaxTrainers: c.o.Pool.MaxTrainers, Unfolded: f.events, Trainers: []StatusTrainer{},
 		Pool: p, LastRound: f.snap.State.Now, Starts: c.Starts()}
-	if k, ok := c.o.Killer.(containment); ok {
-		st.Containment = k.Containment()
+	if k, ok := c.o.Hook.Killer.(containment); ok {
+		st.Containment = k.Mode()
 	}
 	var idle, completing []string
 	for _, n := range p.State().Nodes {

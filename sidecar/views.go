@@ -63,7 +63,7 @@ func (c *Core) Preview(ctx context.Context, solver string) (*Preview, error) {
 // scheduler's runs).
 func (c *Core) foldNow(ctx context.Context, db *store.DB) (*folded, error) {
 	_, join := c.idleCheck(false)
-	r := &Reconciler{DB: db, Pool: c.o.Pool, Admins: c.o.Admins, Now: c.o.Now, JoinReleases: join}
+	r := &Reconciler{DB: db, Pool: c.o.Pool, Launchers: c.o.Launchers, Admins: c.o.Admins, Now: c.o.Now, JoinReleases: join}
 	r.defaults()
 	f, err := r.fold(ctx)
 	if err != nil {

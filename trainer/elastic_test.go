@@ -47,7 +47,7 @@ func TestElasticSettings(t *testing.T) {
 		})
 	}
 	spec, _ := json.Marshal(Spec{Argv: []string{"/usr/bin/python3", "train.py"}, ProcsPerNode: 2})
-	if err := CheckLaunch(Elastic, spec); err == nil || !strings.Contains(err.Error(), "one worker per node") {
+	if err := Builtin().CheckLaunch(Elastic, spec); err == nil || !strings.Contains(err.Error(), "one worker per node") {
 		t.Fatalf("two workers per node: %v", err)
 	}
 }
@@ -85,7 +85,7 @@ func elasticRunner(tb testing.TB, opts ...func(*ElasticSettings)) (*Runner, trai
 	tb.Helper()
 	r, a := testRunner(tb)
 	root := trainertest.RepoRoot(tb)
-	ls, err := Build(func(name string, v any) error {
+	ls, err := Builtin().Build(func(name string, v any) error {
 		if s, ok := v.(*ElasticSettings); ok {
 			s.PythonPath = filepath.Join(root, "python")
 			for _, o := range opts {

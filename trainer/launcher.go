@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
-	"sync"
 )
 
 // A Launcher knows how one kind of Trainer is started and scaled. The
@@ -27,25 +25,18 @@ type Launcher interface {
 	Ended(t *Run, roles map[string]Seen) (*Exit, []Action)
 }
 
-// Kind is a launcher as registered: its name (the submission's
+// Kind is a launcher as registered (Builtin): its name (the submission's
 // --launcher), how it checks a submitted spec, and how it is built from
 // its settings ([trainer.launcher.NAME] of the configuration).
 type Kind struct {
+	// Name is how the submission (--launcher), the configuration
+	// ([trainer.launcher.NAME]) and the runner's state spell it.
 	Name string
 	// CheckSpec validates a launch spec as submitted.
 	CheckSpec func(spec json.RawMessage) error
 	// New builds the launcher; decode fills its settings struct (already
 	// holding the defaults) from the configuration.
 	New func(decode func(settings any) error) (Launcher, error)
-}
-
-// The launchers bftrainer ships. Adding one: its file (a Kind and its
-// Launcher), its tests, its docs, and one line here.
-func init() {
-	Register(execKind)
-	Register(torchrunKind)
-	Register(horovodKind)
-	Register(elasticKind)
 }
 
 // Launcher names of those shipped.
@@ -56,74 +47,70 @@ const (
 	Elastic  = "elastic"
 )
 
-var (
-	kindsMu sync.RWMutex
-	kinds   = map[string]Kind{}
-)
+// Kinds is the launchers one bftrainer knows, in the order help texts
+// list them. It is a plain value handed to whoever needs it (the
+// configuration, the submission check, the runner, tests that add a toy
+// launcher): there is no global list to mutate.
+type Kinds []Kind
 
-// Register adds a launcher kind; a test may register a toy one. It
-// panics on an empty or repeated name (a programming error).
-func Register(k Kind) {
-	kindsMu.Lock()
-	defer kindsMu.Unlock()
-	if k.Name == "" || k.CheckSpec == nil || k.New == nil {
-		panic("trainer: Register: incomplete launcher kind " + k.Name)
-	}
-	if _, dup := kinds[k.Name]; dup {
-		panic("trainer: Register: launcher " + k.Name + " registered twice")
-	}
-	kinds[k.Name] = k
+// Builtin returns the launchers bftrainer ships. Adding one: its file (a
+// Kind and its Launcher), its tests, its docs, and one line here.
+func Builtin() Kinds {
+	return Kinds{execKind, torchrunKind, horovodKind, elasticKind}
 }
 
-// Kinds returns the registered launchers' names, sorted.
-func Kinds() []string {
-	kindsMu.RLock()
-	defer kindsMu.RUnlock()
-	out := make([]string, 0, len(kinds))
-	for n := range kinds {
-		out = append(out, n)
+// Names returns the launchers' names, in order.
+func (ks Kinds) Names() []string {
+	out := make([]string, len(ks))
+	for i, k := range ks {
+		out[i] = k.Name
 	}
-	slices.Sort(out)
 	return out
 }
 
-func kind(name string) (Kind, error) {
-	kindsMu.RLock()
-	k, ok := kinds[name]
-	kindsMu.RUnlock()
-	if !ok {
-		return Kind{}, fmt.Errorf("launcher %q: want one of %s", name, strings.Join(Kinds(), ", "))
+// Lookup returns the launcher named name.
+func (ks Kinds) Lookup(name string) (Kind, error) {
+	for _, k := range ks {
+		if k.Name == name {
+			return k, nil
+		}
 	}
-	return k, nil
+	return Kind{}, fmt.Errorf("launcher %q: want one of %s", name, strings.Join(ks.Names(), ", "))
 }
 
 // CheckLaunch validates a submission's launcher and launch spec: the one
 // check every front door (CLI, spool, reconciler) uses.
-func CheckLaunch(launcher string, spec json.RawMessage) error {
-	k, err := kind(launcher)
+func (ks Kinds) CheckLaunch(launcher string, spec json.RawMessage) error {
+	k, err := ks.Lookup(launcher)
 	if err != nil {
 		return err
 	}
 	return k.CheckSpec(spec)
 }
 
-// Build builds every registered launcher; decode(name, settings) fills a
-// launcher's settings from the configuration (nil: the defaults).
-func Build(decode func(name string, settings any) error) (map[string]Launcher, error) {
+// Build builds every launcher; decode(name, settings) fills a launcher's
+// settings from the configuration (nil: the defaults). An incomplete or
+// repeated kind is an error: a programming one, said at start-up.
+func (ks Kinds) Build(decode func(name string, settings any) error) (map[string]Launcher, error) {
 	out := map[string]Launcher{}
-	for _, name := range Kinds() {
-		k, _ := kind(name)
+	for _, k := range ks {
+		if k.Name == "" || k.CheckSpec == nil || k.New == nil {
+			return nil, fmt.Errorf("launcher %q: incomplete kind (want Name, CheckSpec and New)", k.Name)
+		}
+		if _, dup := out[k.Name]; dup {
+			return nil, fmt.Errorf("launcher %s: registered twice", k.Name)
+		}
 		d := func(settings any) error {
 			if decode == nil {
 				return nil
 			}
-			return decode(name, settings)
+			return decode(k.Name, settings)
 		}
 		l, err := k.New(d)
 		if err != nil {
-			return nil, fmt.Errorf("launcher %s: %w", name, err)
+			return nil, fmt.Errorf("launcher %s: %w", k.Name, err)
 		}
-		out[name] = l
+		out[k.Name] = l
 	}
 	return out, nil
 }

@@ -21,27 +21,25 @@ import (
 
 // The toy launcher, registered in this test file alone: one process per
 // node it holds, its own spec, settings and state. It proves the seam: a
-// launcher is one registered value, and nothing else in bftrainer knows
-// it.
-func init() {
-	trainer.Register(trainer.Kind{
-		Name: "toy",
-		CheckSpec: func(raw json.RawMessage) error {
-			var s toySpec
-			if err := json.Unmarshal(raw, &s); err != nil {
-				return err
-			}
-			if s.Seconds <= 0 {
-				return fmt.Errorf("toy: seconds must be > 0")
-			}
-			return nil
-		},
-		New: func(decode func(any) error) (trainer.Launcher, error) {
-			s := toySettings{Greeting: "hello"}
-			err := decode(&s)
-			return &toy{s: s}, err
-		},
-	})
+// launcher is one value added to the registry (Builtin's one line, here
+// an append), and nothing else in bftrainer knows it.
+var toyKind = trainer.Kind{
+	Name: "toy",
+	CheckSpec: func(raw json.RawMessage) error {
+		var s toySpec
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return err
+		}
+		if s.Seconds <= 0 {
+			return fmt.Errorf("toy: seconds must be > 0")
+		}
+		return nil
+	},
+	New: func(decode func(any) error) (trainer.Launcher, error) {
+		s := toySettings{Greeting: "hello"}
+		err := decode(&s)
+		return &toy{s: s}, err
+	},
 }
 
 type toySpec struct {
@@ -90,7 +88,8 @@ func (l *toy) Ended(t *trainer.Run, _ map[string]trainer.Seen) (*trainer.Exit, [
 func TestToyLauncher(t *testing.T) {
 	a := trainertest.MustAgent(t)
 	n1, n2 := a.N("n1"), a.N("n2")
-	ls, err := trainer.Build(func(name string, settings any) error {
+	kinds := append(trainer.Builtin(), toyKind)
+	ls, err := kinds.Build(func(name string, settings any) error {
 		if name == "toy" {
 			settings.(*toySettings).Greeting = "from the configuration"
 		}
@@ -100,13 +99,13 @@ func TestToyLauncher(t *testing.T) {
 		t.Fatal(err)
 	}
 	local := trainer.Local{Argv: a.Argv}
-	r := &trainer.Runner{Nodes: local, Controller: local, Launchers: ls, StateDir: t.TempDir(), Address: "127.0.0.1"}
+	r := &trainer.Runner{Nodes: local, Controller: local, Launchers: ls, Kinds: kinds, StateDir: t.TempDir(), Address: "127.0.0.1"}
 	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "b.db"), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	rec := &sidecar.Reconciler{DB: db, Runner: r, Pool: pool.Config{TFwd: 10}}
+	rec := &sidecar.Reconciler{DB: db, Runner: r, Launchers: kinds, Pool: pool.Config{TFwd: 10}}
 	ctx := context.Background()
 	owner := trainertest.CurrentUser(t)
 	appendEv := func(evs ...store.Event) {
@@ -130,7 +129,7 @@ func TestToyLauncher(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	if err := trainer.CheckLaunch("toy", json.RawMessage(`{"seconds":0}`)); err == nil {
+	if err := kinds.CheckLaunch("toy", json.RawMessage(`{"seconds":0}`)); err == nil {
 		t.Fatal("the toy's own spec check was not used")
 	}
 	req, _ := json.Marshal(sidecar.SubmitRequest{ID: "toy1", Min: 1, Max: 2, Curve: alloc.Curve{Nodes: []int{0, 1, 2}, Throughput: []float64{0, 1, 2}},

@@ -200,17 +200,5 @@ func (r *Runner) ReadProgress(ctx context.Context) ([]Progress, []Action) {
 
 // tail asks the node agent for the end of the Trainer's progress log.
 func (r *Runner) tail(ctx context.Context, node, id string, rec *Record) (wire.Tail, error) {
-	body, err := json.Marshal(wire.TailRequest{Path: rec.Progress.Path, Run: rec.Run})
-	if err != nil {
-		return wire.Tail{}, err
-	}
-	b, err := r.Nodes.Agent(ctx, node, []string{"tail", node, id}, body)
-	if err != nil {
-		return wire.Tail{}, err
-	}
-	var t wire.Tail
-	if err := json.Unmarshal(b, &t); err != nil {
-		return wire.Tail{}, fmt.Errorf("tail on %s: unreadable answer %q", node, b)
-	}
-	return t, nil
+	return AgentClient{r.Nodes}.Tail(ctx, node, id, wire.TailRequest{Path: rec.Progress.Path, Run: rec.Run})
 }

@@ -36,7 +36,10 @@ import (
 type Runner struct {
 	Nodes      Transport
 	Controller Transport
-	Launchers  map[string]Launcher // by name; Build makes those registered
+	Launchers  map[string]Launcher // by name; Kinds.Build makes them
+	// Kinds are the launchers' kinds, whose spec check a Trainer's launch
+	// spec passes before its launcher sees it; nil: Builtin.
+	Kinds      Kinds
 	StateDir   string
 	Address    string   // how agents on the nodes reach this machine (rendezvous stores)
 	Self       []string // how to run bftrainer here (its path, --config FILE)
@@ -82,6 +85,13 @@ type Launched struct {
 	Exit    *int      `json:"exit,omitempty"`    // exited by itself with this code
 	Hosted  bool      `json:"hosted,omitempty"`  // a host given (Horovod): nothing started
 	Pending bool      `json:"pending,omitempty"` // asked for, answer not yet recorded
+}
+
+func (r *Runner) kinds() Kinds {
+	if r.Kinds == nil {
+		return Builtin()
+	}
+	return r.Kinds
 }
 
 func (r *Runner) logf(format string, args ...any) {
@@ -194,7 +204,7 @@ func (r *Runner) Apply(ctx context.Context, want []Want) []Action {
 			s.acts = append(s.acts, Action{Trainer: w.ID, Op: "start", Err: fmt.Errorf("launcher %q is not configured here", w.Launcher)})
 			continue
 		}
-		if err := CheckLaunch(w.Launcher, w.Spec); err != nil {
+		if err := r.kinds().CheckLaunch(w.Launcher, w.Spec); err != nil {
 			s.acts = append(s.acts, Action{Trainer: w.ID, Op: "start", Err: fmt.Errorf("launch spec: %w", err)})
 			continue
 		}
@@ -321,7 +331,7 @@ func (r *Runner) Unfence(ctx context.Context, nodes []string) []Action {
 	var acts []Action
 	for _, res := range r.each(nodes, func(n string) nodeResult {
 		begin := time.Now()
-		_, err := r.Nodes.Agent(ctx, n, []string{"unfence", n}, nil)
+		err := AgentClient{r.Nodes}.Unfence(ctx, n)
 		return nodeResult{act: Action{Node: n, Op: "unfence", Took: time.Since(begin), Err: err}, ok: err == nil}
 	}) {
 		acts = append(acts, res.act)
@@ -382,20 +392,10 @@ func (r *Runner) start(ctx context.Context, t Transport, l wire.Launch, op strin
 		act.Err = err
 		return nodeResult{act: act}
 	}
-	body, err := json.Marshal(l)
-	if err != nil {
-		act.Err = err
-		return nodeResult{act: act}
-	}
-	out, err := t.Agent(ctx, l.Node, []string{"start"}, body)
+	s, err := AgentClient{t}.Start(ctx, l)
 	act.Took = time.Since(begin)
 	if err != nil {
 		act.Err = err
-		return nodeResult{act: act}
-	}
-	var s wire.Started
-	if err := json.Unmarshal(out, &s); err != nil || s.Token == "" {
-		act.Err = fmt.Errorf("start on %s: unreadable answer %q", l.Node, out)
 		return nodeResult{act: act}
 	}
 	switch {
@@ -420,10 +420,8 @@ func (r *Runner) stop(ctx context.Context, t Transport, trainer, node, op string
 	if node == wire.ControllerNode {
 		act.Node = ""
 	}
-	out, err := t.Agent(ctx, node, []string{"stop", node, trainer}, nil)
+	rep, err := AgentClient{t}.Stop(ctx, node, trainer)
 	act.Took = time.Since(begin)
-	var rep wire.KillReport
-	json.Unmarshal(out, &rep)
 	if err != nil {
 		act.Err = err
 		return nodeResult{act: act}
@@ -465,13 +463,5 @@ func (r *Runner) list(ctx context.Context, node string) ([]wire.Status, error) {
 	if node == wire.ControllerNode {
 		t = r.Controller
 	}
-	out, err := t.Agent(ctx, node, []string{"list", node}, nil)
-	if err != nil {
-		return nil, err
-	}
-	var sts []wire.Status
-	if err := json.Unmarshal(out, &sts); err != nil {
-		return nil, fmt.Errorf("unreadable list from %s: %w", node, err)
-	}
-	return sts, nil
+	return AgentClient{t}.List(ctx, node)
 }

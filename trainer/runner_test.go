@@ -23,7 +23,7 @@ func testRunner(tb testing.TB, opts ...func(*trainertest.AgentConfig)) (*Runner,
 	tb.Helper()
 	a := trainertest.MustAgent(tb, opts...)
 	local := Local{Argv: a.Argv}
-	ls, err := Build(nil)
+	ls, err := Builtin().Build(nil)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -1,14 +1,18 @@
 // Package trainer is the controller side of running Trainers: the runner
 // the reconciler hands each round's desired state to (each Trainer and the
 // nodes it should run on), the launchers that know how one kind of
-// Trainer is started and scaled (exec, torchrun, Elastic Horovod, …), and
-// the transports that reach the node agents (ssh, or local). Apply makes
+// Trainer is started and scaled (exec, torchrun, Elastic Horovod, …; one
+// Kind value each in Builtin), the transports that reach the node agents
+// (ssh, or local) and the agents' one client (AgentClient: every
+// node-agent command line outside the agent is built there). Apply makes
 // the processes match, idempotently, and reports every action with its
 // timing for the history; Check notices Trainers that ended by themselves.
 //
-// What runs on a node is the node agent's (trainer/agent) and each
-// launch's supervisor's (trainer/supervisor); what crosses between them
-// and this package is in trainer/wire.
+// What runs on a node is the node agent's (trainer/agent, built in
+// process by NewNodeAgent) and each launch's supervisor's
+// (trainer/supervisor); what crosses between them and this package is in
+// trainer/wire. Nothing here knows a scheduler: the job markers the agent
+// spares come from the binary's hooks.Registry, through its wiring.
 package trainer
 
 import (

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,7 @@ import (
 	"github.com/bftrainer/bftrainer/internal/lab"
 	"github.com/bftrainer/bftrainer/internal/lab/slurm"
 	"github.com/bftrainer/bftrainer/store"
+	"github.com/bftrainer/bftrainer/trainer"
 	"github.com/bftrainer/bftrainer/trainer/trainertest"
 	"github.com/bftrainer/bftrainer/trainer/wire"
 )
@@ -185,7 +185,9 @@ containment = %q
 	}
 	// The history the hooks record their kills in (node hooks never
 	// create a database).
-	if out, err := e.cmd("node", "join", "--no-reconcile", e.node).CombinedOutput(); err != nil {
+	join := exec.Command(e.bin, "node", "join", "--no-reconcile", e.node)
+	join.Env = []string{"BFTRAINER_CONFIG=" + e.config}
+	if out, err := join.CombinedOutput(); err != nil {
 		e.remove()
 		return nil, fmt.Errorf("create the database: %v: %s", err, out)
 	}
@@ -197,20 +199,19 @@ func (e *reclaimEnv) remove() {
 	os.RemoveAll(e.dir)
 }
 
-func (e *reclaimEnv) cmd(args ...string) *exec.Cmd {
-	c := exec.Command(e.bin, args...)
-	c.Env = []string{"BFTRAINER_CONFIG=" + e.config}
-	return c
+// agent is the node agent of the binary under test, as the runner calls
+// it.
+func (e *reclaimEnv) agent() trainer.AgentClient {
+	return trainer.AgentClient{T: trainer.Local{Argv: []string{e.bin, "--config", e.config}}}
 }
 
 // containment asks the node agent for its mode.
 func (e *reclaimEnv) containment() string {
-	out, err := e.cmd("node-agent", "containment").Output()
-	var r struct{ Containment string }
-	if err != nil || json.Unmarshal(out, &r) != nil {
+	mode, err := e.agent().Containment(context.Background(), e.node)
+	if err != nil {
 		return "unknown"
 	}
-	return r.Containment
+	return mode
 }
 
 // reclaimRun is one reclaim: the hook's time, its kill's report, and
@@ -236,11 +237,8 @@ func (e *reclaimEnv) once(ctx context.Context, u *slurm.User, esc trainertest.Es
 	}
 	l := wire.Launch{Trainer: "bench-esc", Node: e.node, Owner: u.Name, Run: wire.NewRun(), Argv: []string{"/bin/sh", "-c", esc.Program()},
 		Env: map[string]string{"ESC_DIR": dir}, Workdir: "/", Token: wire.NewToken("bench-esc", e.node).String()}
-	body, _ := json.Marshal(l)
-	start := e.cmd("node-agent", "start")
-	start.Stdin = bytes.NewReader(body)
-	if out, err := start.CombinedOutput(); err != nil {
-		return reclaimRun{}, fmt.Errorf("start: %v: %s", err, out)
+	if _, err := e.agent().Start(ctx, l); err != nil {
+		return reclaimRun{}, fmt.Errorf("start: %w", err)
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {

@@ -17,7 +17,6 @@ import (
 	"github.com/bftrainer/bftrainer/alloc"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/trainer"
-	"github.com/bftrainer/bftrainer/trainer/agent"
 )
 
 // Config is bftrainer's configuration: defaults, then the TOML file (an
@@ -389,10 +388,8 @@ func (t *TrainerConfig) validate() []error {
 	if t.Parallel < 1 || t.KillWait.Duration <= 0 {
 		errs = append(errs, errors.New("trainer: parallel must be ≥ 1, kill_wait > 0"))
 	}
-	switch t.Containment {
-	case agent.ContainAuto, agent.ContainCgroup, agent.ContainOff:
-	default:
-		errs = append(errs, fmt.Errorf("trainer.containment: %q, want auto, cgroup or off", t.Containment))
+	if err := trainer.CheckContainment(t.Containment); err != nil {
+		errs = append(errs, fmt.Errorf("trainer.containment: %w", err))
 	}
 	if t.CgroupRoot != "" && !filepath.IsAbs(t.CgroupRoot) {
 		errs = append(errs, fmt.Errorf("trainer.cgroup_root: %q, want an absolute path (or empty: bftrainer in the cgroup2 mount)", t.CgroupRoot))
@@ -416,12 +413,13 @@ func (t *TrainerConfig) validate() []error {
 // [trainer.launcher.NAME] table (md nil: the defaults); a table for no
 // launcher is an error.
 func (t *TrainerConfig) buildLaunchers(md *toml.MetaData) (map[string]trainer.Launcher, error) {
+	kinds := launchers()
 	for name := range t.Launcher {
-		if !slices.Contains(trainer.Kinds(), name) {
-			return nil, fmt.Errorf("trainer.launcher.%s: no such launcher (have %s)", name, strings.Join(trainer.Kinds(), ", "))
+		if !slices.Contains(kinds.Names(), name) {
+			return nil, fmt.Errorf("trainer.launcher.%s: no such launcher (have %s)", name, strings.Join(kinds.Names(), ", "))
 		}
 	}
-	ls, err := trainer.Build(func(name string, settings any) error {
+	ls, err := kinds.Build(func(name string, settings any) error {
 		prim, ok := t.Launcher[name]
 		if !ok || md == nil {
 			return nil

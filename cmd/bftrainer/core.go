@@ -15,6 +15,7 @@ import (
 	"github.com/bftrainer/bftrainer/hooks"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/sidecar"
+	"github.com/bftrainer/bftrainer/trainer"
 )
 
 // This file is the wiring: the registries this binary is built with, and
@@ -27,6 +28,9 @@ func schedulers() hooks.Registry { return hooks.Builtin() }
 
 // solvers is the registry of allocators this binary is built with.
 func solvers() sidecar.Solvers { return sidecar.BuiltinSolvers() }
+
+// launchers is the registry of launchers this binary is built with.
+func launchers() trainer.Kinds { return trainer.Builtin() }
 
 // options turns the configuration into the core's options; log is where
 // the rounds' and commands' diagnostics go.
@@ -42,30 +46,33 @@ func options(cfg Config, log *log.Logger) sidecar.Options {
 		RunnerState:     cfg.Trainer.StateDir,
 		Pool: pool.Config{MaxTrainers: cfg.Pool.MaxTrainers, TFwd: cfg.Pool.TFwd, Objective: obj, Semantics: sem, Learner: cfg.learner(),
 			PlanHorizon: planHorizon(cfg.Reconciler.PlanHorizon)},
-		Solvers: solvers(),
-		Solver:  cfg.Pool.Solver,
+		Solvers:   solvers(),
+		Launchers: launchers(),
+		Solver:    cfg.Pool.Solver,
 		SolverSettings: sidecar.SolverSettings{
 			TimeLimit: cfg.Pool.SolverTimeLimit.Duration, Path: cfg.Pool.SolverPath},
-		Schedulers:   schedulers(),
-		Scheduler:    cfg.Hooks.Scheduler,
-		Listings:     cfg.Scheduler,
-		Admins:       cfg.isAdmin,
-		Runner:       func() (sidecar.Runner, error) { return newRunner(cfg) },
-		Killer:       localKiller(cfg),
-		RemoteKiller: remoteKiller(cfg),
-		Trigger:      reconcilerTrigger(cfg),
-		HookDeadline: cfg.Hooks.Deadline.Duration,
-		IdleWait:     cfg.Reconciler.IdleWait.Duration,
-		StartCheck:   cfg.Reconciler.StartCheck.Duration,
-		Poll:         cfg.Reconciler.Poll.Duration,
-		Interval:     cfg.Reconciler.Interval.Duration,
-		PlanEvery:    cfg.Reconciler.PlanEvery.Duration,
-		PlanTimeout:  cfg.Reconciler.PlanTimeout.Duration,
-		PlanLead:     cfg.Reconciler.PlanLead.Duration,
-		MaxRounds:    cfg.Reconciler.MaxRounds,
-		MetricsFile:  cfg.Metrics.Textfile,
-		User:         currentUser,
-		Log:          log,
+		Schedulers: schedulers(),
+		Scheduler:  cfg.Hooks.Scheduler,
+		Listings:   cfg.Scheduler,
+		Admins:     cfg.isAdmin,
+		Runner:     func() (sidecar.Runner, error) { return newRunner(cfg) },
+		Trigger:    reconcilerTrigger(cfg),
+		Hook: sidecar.HookOptions{
+			Killer:       localKiller(cfg),
+			RemoteKiller: remoteKiller(cfg),
+			Deadline:     cfg.Hooks.Deadline.Duration,
+		},
+		IdleWait:    cfg.Reconciler.IdleWait.Duration,
+		StartCheck:  cfg.Reconciler.StartCheck.Duration,
+		Poll:        cfg.Reconciler.Poll.Duration,
+		Interval:    cfg.Reconciler.Interval.Duration,
+		PlanEvery:   cfg.Reconciler.PlanEvery.Duration,
+		PlanTimeout: cfg.Reconciler.PlanTimeout.Duration,
+		PlanLead:    cfg.Reconciler.PlanLead.Duration,
+		MaxRounds:   cfg.Reconciler.MaxRounds,
+		MetricsFile: cfg.Metrics.Textfile,
+		User:        currentUser,
+		Log:         log,
 	}
 }
 

@@ -93,8 +93,8 @@ func runHook(args []string, configFlag string, stderr io.Writer) int {
 		cfg = fallbackConfig()
 	}
 	o := options(cfg, logger)
-	o.Started, o.ConfigErr, o.HookLog = started, cfgErr, o.Log
-	o.Configured = time.Now()
+	o.Hook.Started, o.Hook.ConfigErr, o.Hook.Log = started, cfgErr, o.Log
+	o.Hook.Configured = time.Now()
 	core, err := sidecar.New(o)
 	if err != nil {
 		o.Log.Printf("hook: %v", err)

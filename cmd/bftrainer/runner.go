@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"time"
@@ -11,9 +10,6 @@ import (
 
 	"github.com/bftrainer/bftrainer/sidecar"
 	"github.com/bftrainer/bftrainer/trainer"
-	"github.com/bftrainer/bftrainer/trainer/agent"
-	"github.com/bftrainer/bftrainer/trainer/registry"
-	"github.com/bftrainer/bftrainer/trainer/wire"
 )
 
 // selfCommand is how this bftrainer runs itself: its path, and the
@@ -50,16 +46,17 @@ func newRunner(cfg Config) (sidecar.Runner, error) {
 			return nil, fmt.Errorf("trainer.controller: %w", err)
 		}
 	}
-	launchers := t.launchers
-	if launchers == nil { // a Config not from loadConfig
-		if launchers, err = t.buildLaunchers(nil); err != nil {
+	built := t.launchers
+	if built == nil { // a Config not from loadConfig
+		if built, err = t.buildLaunchers(nil); err != nil {
 			return nil, err
 		}
 	}
 	return &trainer.Runner{
-		Nodes:       timed{nodes, t.CommandTimeout.Duration},
-		Controller:  timed{local, t.CommandTimeout.Duration},
-		Launchers:   launchers,
+		Nodes:       trainer.Timed{T: nodes, Timeout: t.CommandTimeout.Duration},
+		Controller:  trainer.Timed{T: local, Timeout: t.CommandTimeout.Duration},
+		Launchers:   built,
+		Kinds:       launchers(),
 		StateDir:    t.StateDir,
 		Address:     addr,
 		Self:        self,
@@ -102,34 +99,25 @@ func nodeTransport(cfg Config, self []string) (nodes trainer.Transport, nodeBin,
 		ConnectTimeout: t.ConnectTimeout.Duration, Remote: remote}, nodeBin, nodeConfig
 }
 
-// timed bounds every node-agent call: a node that hangs after the ssh
-// connection is up cannot hold the round.
-type timed struct {
-	t       trainer.Transport
-	timeout time.Duration
-}
-
-func (t timed) Agent(ctx context.Context, node string, args []string, stdin []byte) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, t.timeout)
-	defer cancel()
-	return t.t.Agent(ctx, node, args, stdin)
-}
-
-// nodeAgent is this machine's node agent, from the configuration.
-func nodeAgent(cfg Config) *agent.Agent {
+// nodeAgent is this machine's node agent, from the configuration. The
+// node runs this binary: its schedulers' job markers are the ones compiled
+// in (the registry's), whatever the controller or the configuration says.
+func nodeAgent(cfg Config) trainer.AgentSettings {
 	self, _ := os.Executable()
 	t := cfg.Trainer
-	return &agent.Agent{
-		Registry:       registry.Registry{Dir: t.Registry},
+	return trainer.AgentSettings{
+		Registry:       t.Registry,
 		LogDir:         t.LogDir,
 		Self:           self,
 		AllowRootOwner: t.AllowRootOwner,
 		KillWait:       t.KillWait.Duration,
 		Containment:    t.Containment,
 		CgroupRoot:     t.CgroupRoot,
-		Limits:         agent.Limits{Pids: t.PidsMax, Memory: t.memoryMax},
+		PidsMax:        t.PidsMax,
+		MemoryMax:      t.memoryMax,
 		DeviceGlob:     t.DeviceGlob,
 		Sweep:          t.sweep,
+		JobMarkers:     schedulers().JobMarkers(),
 	}
 }
 
@@ -146,33 +134,7 @@ func fallbackConfig() Config {
 // Trainer process on this machine as the node — its launches' cgroups, or
 // (degraded) the recorded process groups and a scan of /proc — with no
 // database and no network, and refuses new starts until the job's epilog.
-func localKiller(cfg Config) sidecar.Killer { return registryKiller{nodeAgent(cfg)} }
-
-type registryKiller struct{ a *agent.Agent }
-
-// Containment says how this machine contains Trainer processes (status).
-func (k registryKiller) Containment() string { return k.a.Mode() }
-
-func (k registryKiller) KillLocal(ctx context.Context, node string) (sidecar.KillResult, error) {
-	rep, err := k.a.KillAll(ctx, node, true)
-	return localResult(rep, err), err
-}
-
-func (k registryKiller) CleanLocal(ctx context.Context, node string) (sidecar.KillResult, error) {
-	rep, err := k.a.Clean(ctx, node)
-	return localResult(rep, err), err
-}
-
-// localResult is killResult without the report's JSON when the kill found
-// nothing and failed in nothing: no event keeps it then, and a node
-// prolog on a node that holds nothing of ours (most of them) does not pay
-// for encoding it.
-func localResult(rep wire.KillReport, err error) sidecar.KillResult {
-	if rep.Count() == 0 && err == nil {
-		return sidecar.KillResult{Containment: rep.Containment}
-	}
-	return killResult(rep)
-}
+func localKiller(cfg Config) sidecar.Killer { return trainer.NewNodeAgent(nodeAgent(cfg)) }
 
 // remoteKiller is the reclaim on the other nodes of a job whose scheduler
 // runs no hook there (Grid Engine: the prolog runs on the master host
@@ -187,31 +149,7 @@ func remoteKiller(cfg Config) sidecar.Killer {
 		return nil
 	}
 	nodes, _, _ := nodeTransport(cfg, self)
-	return agentKiller{timed{nodes, cfg.Trainer.CommandTimeout.Duration}}
-}
-
-type agentKiller struct{ t trainer.Transport }
-
-func (k agentKiller) KillLocal(ctx context.Context, node string) (sidecar.KillResult, error) {
-	return k.run(ctx, node, []string{"kill-all", "--fence", node})
-}
-
-func (k agentKiller) CleanLocal(ctx context.Context, node string) (sidecar.KillResult, error) {
-	return k.run(ctx, node, []string{"clean", node})
-}
-
-func (k agentKiller) run(ctx context.Context, node string, args []string) (sidecar.KillResult, error) {
-	out, err := k.t.Agent(ctx, node, args, nil)
-	var rep wire.KillReport
-	if jerr := json.Unmarshal(out, &rep); jerr != nil && err == nil {
-		err = fmt.Errorf("%s on %s: unreadable answer %q", args[0], node, out)
-	}
-	return killResult(rep), err
-}
-
-func killResult(rep wire.KillReport) sidecar.KillResult {
-	b, _ := json.Marshal(rep)
-	return sidecar.KillResult{Killed: rep.Count(), Containment: rep.Containment, Report: b}
+	return trainer.AgentClient{T: trainer.Timed{T: nodes, Timeout: cfg.Trainer.CommandTimeout.Duration}}
 }
 
 func nodeAgentCommand() *cli.Command {
@@ -232,14 +170,15 @@ how this node contains Trainer processes.`,
 			if len(args) > 0 && (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
 				return cli.ShowCommandHelp(c.Lineage()[1], "node-agent")
 			}
-			a := &agent.Agent{}
+			var settings trainer.AgentSettings
 			if len(args) == 0 || (args[0] != "supervise" && args[0] != "read-tail") {
 				cfg, err := configFrom(c)
 				if err != nil {
 					return err
 				}
-				a = nodeAgent(cfg)
+				settings = nodeAgent(cfg)
 			}
+			a := trainer.NewNodeAgent(settings)
 			ctx, cancel := context.WithTimeout(c.Context, 2*time.Minute)
 			defer cancel()
 			return a.Main(ctx, args, os.Stdin, c.App.Writer)

@@ -59,7 +59,7 @@ measures on every rescale. The Trainer is yours: its processes run as
 you, and only you (or root) may cancel it.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "name", Usage: "Trainer `NAME` (letters, digits, - _ .); default: generated"},
-			choiceFlag("launcher", "NAME", trainer.Kinds(), trainer.Torchrun, "how its processes are started"),
+			choiceFlag("launcher", "NAME", launchers().Names(), trainer.Torchrun, "how its processes are started"),
 			&cli.IntFlag{Name: "min", Value: 1, Usage: "fewest `NODES` it can run on"},
 			&cli.IntFlag{Name: "max", Usage: "most `NODES` it can use", DefaultText: "the curve's last point"},
 			&cli.StringFlag{Name: "curve", Usage: "scaling curve `N:RATE,…` (samples/s at N nodes), a prior; without it the pool learns the curve from the Trainer's progress"},

@@ -49,7 +49,16 @@ type Agent struct {
 	// containment: for a kill whose configuration did not load, which
 	// cannot know where the launches' registry and cgroups are.
 	Sweep bool
-	Now   func() time.Time
+	// JobMarkers are the variables a batch scheduler sets in every
+	// process of its jobs (hooks.Scheduler.JobMarkers, each scheduler's
+	// own, gathered by hooks.Registry.JobMarkers where the binary is
+	// wired). A process carrying one is a scheduler job's — a main job
+	// submitted from inside a Trainer inherits the Trainer's run token
+	// too — and never ours to kill; Start removes them from every launch,
+	// so no Trainer process starts with one. Nil spares no job: only
+	// tests about something else leave it so.
+	JobMarkers []string
+	Now        func() time.Time
 
 	cg       *Cgroups
 	cgReason string
@@ -155,6 +164,14 @@ func (a *Agent) Report() ModeReport {
 	return r
 }
 
+// Unfence lifts node's reclaim fence: new starts are taken again.
+func (a *Agent) Unfence(_ context.Context, node string) error {
+	if err := names.ValidateNode(node); err != nil {
+		return err
+	}
+	return a.Registry.Unfence(node)
+}
+
 // Main runs one node-agent command — start (launch JSON on stdin), stop
 // NODE TRAINER, kill-all [--fence] NODE, clean NODE, unfence NODE, list
 // NODE, tail NODE TRAINER (request on stdin), containment, or the
@@ -216,9 +233,7 @@ func (a *Agent) Main(ctx context.Context, args []string, stdin io.Reader, stdout
 		if len(rest) != 1 {
 			return errors.New("node-agent unfence: want NODE")
 		}
-		if err = names.ValidateNode(rest[0]); err == nil {
-			err = a.Registry.Unfence(rest[0])
-		}
+		err = a.Unfence(ctx, rest[0])
 		out = map[string]string{"node": rest[0]}
 	case "list":
 		if len(rest) != 1 {

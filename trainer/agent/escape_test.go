@@ -219,7 +219,7 @@ func TestDeviceHolders(t *testing.T) {
 func TestSchedulerJobSpared(t *testing.T) {
 	u := trainertest.MustUser(t, "bftjob")
 	modes(t, func(t *testing.T, degraded bool, mode func(*trainertest.AgentConfig)) {
-		a := trainertest.MustAgent(t, mode)
+		a := trainertest.MustAgent(t, mode, func(c *trainertest.AgentConfig) { c.JobMarkers = []string{"SLURM_JOB_ID"} })
 		escDir := trainertest.EscapeDir(t, u.UID, u.GID)
 		if _, err := a.Start(context.Background(), escapeLaunch(a, u, trainertest.Escapes[0], escDir)); err != nil {
 			t.Fatal(err)

@@ -22,7 +22,7 @@ type Proc struct {
 	Comm                 string // the executable's short name
 	Run                  string // value of BFTRAINER_RUN, if set
 	Host                 string // value of HOROVOD_HOSTNAME, if set
-	Job                  bool   // carries a scheduler job's variable (wire.JobMarkers)
+	Job                  bool   // carries a scheduler job's variable (Agent.JobMarkers)
 }
 
 // Dead reports a process that is gone but for its process table entry:
@@ -44,12 +44,13 @@ func (p Proc) Token() (wire.Token, bool) {
 // it only names the one place.
 const procRoot = "/proc"
 
-// Procs reads the process table with every process's environment marks.
-// Processes that exit while it is read are skipped. Reading another
-// user's environment needs root (or the same user): without it Run, Host
-// and Job stay empty for those processes.
-func Procs() ([]Proc, error) {
-	var s scanner
+// Procs reads the process table with every process's environment marks;
+// Job says whether a process carries one of jobMarkers. Processes that
+// exit while it is read are skipped. Reading another user's environment
+// needs root (or the same user): without it Run, Host and Job stay empty
+// for those processes.
+func Procs(jobMarkers ...string) ([]Proc, error) {
+	s := newScanner(jobMarkers)
 	var out []Proc
 	err := s.each(func(p *Proc) bool {
 		if !p.Dead() {
@@ -68,7 +69,21 @@ type scanner struct {
 	stat []byte
 	env  []byte
 	st   syscall.Stat_t
+	jobs [][]byte // "MARKER=" of every job marker
 }
+
+// newScanner returns a scanner that takes a process carrying one of
+// jobMarkers for a scheduler job's.
+func newScanner(jobMarkers []string) scanner {
+	var s scanner
+	for _, m := range jobMarkers {
+		s.jobs = append(s.jobs, []byte(m+"="))
+	}
+	return s
+}
+
+// scanner returns a scanner that knows the agent's job markers.
+func (a *Agent) scanner() scanner { return newScanner(a.JobMarkers) }
 
 // each calls fn for every process whose stat could be read, until fn
 // returns false.
@@ -125,7 +140,7 @@ func (s *scanner) environ(p *Proc) bool {
 	if !ok {
 		return false
 	}
-	p.Run, p.Host, p.Job = marks(s.env)
+	p.Run, p.Host, p.Job = marks(s.env, s.jobs)
 	return true
 }
 
@@ -155,17 +170,11 @@ func readInto(path string, buf []byte) ([]byte, bool) {
 var (
 	runPrefix  = []byte(wire.RunEnv + "=")
 	hostPrefix = []byte(wire.HostEnv + "=")
-	jobMarks   = func() [][]byte {
-		var out [][]byte
-		for _, m := range wire.JobMarkers {
-			out = append(out, []byte(m+"="))
-		}
-		return out
-	}()
 )
 
-// marks reads our marks from a NUL-separated environment block.
-func marks(env []byte) (run, host string, job bool) {
+// marks reads our marks from a NUL-separated environment block, and
+// whether it holds one of jobs ("MARKER=" each).
+func marks(env []byte, jobs [][]byte) (run, host string, job bool) {
 	for len(env) > 0 {
 		i := bytes.IndexByte(env, 0)
 		var kv []byte
@@ -183,7 +192,7 @@ func marks(env []byte) (run, host string, job bool) {
 		case host == "" && bytes.HasPrefix(kv, hostPrefix):
 			host = string(kv[len(hostPrefix):])
 		case !job:
-			for _, m := range jobMarks {
+			for _, m := range jobs {
 				if bytes.HasPrefix(kv, m) {
 					job = true
 				}
@@ -235,8 +244,8 @@ func parseStat(b []byte, p *Proc) bool {
 	return e1 == nil && e2 == nil && e3 == nil
 }
 
-// readProc reads one process with its environment marks; ok is false
-// when it is gone.
+// readProc reads one process with its run and host marks (not Job: its
+// callers ask after a launch's own leader); ok is false when it is gone.
 func readProc(pid int) (Proc, bool) {
 	var s scanner
 	var p Proc

@@ -37,12 +37,13 @@ func TestMarks(t *testing.T) {
 		{"ours", "BFTRAINER_RUN=t/n/ab\x00A=1\x00HOROVOD_HOSTNAME=n2", "t/n/ab", "n2", false},
 		{"a longer name is not ours", "BFTRAINER_RUNX=no\x00A=1", "", "", false},
 		{"a scheduler's job", "BFTRAINER_RUN=t/n/ab\x00SLURM_JOB_ID=42", "t/n/ab", "", true},
+		{"a variable no scheduler registered", "BFTRAINER_RUN=t/n/ab\x00PBS_JOBID=42", "t/n/ab", "", false},
 		{"zeroed", "\x00\x00\x00\x00", "", "", false},
 		{"empty", "", "", "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			run, host, job := marks([]byte(tt.env))
+			run, host, job := marks([]byte(tt.env), newScanner([]string{"LSB_JOBID", "SLURM_JOB_ID"}).jobs)
 			if run != tt.run || host != tt.host || job != tt.job {
 				t.Fatalf("marks = %q %q %v, want %q %q %v", run, host, job, tt.run, tt.host, tt.job)
 			}

@@ -20,7 +20,7 @@ import (
 //     other launch's group or cgroup: what cleared its environment and
 //     left its group (setsid env -i, an environment zeroed in memory).
 //
-// Never: a process carrying a scheduler job's variable (wire.JobMarkers),
+// Never: a process carrying a scheduler job's variable (Agent.JobMarkers),
 // whatever else it carries — a main job submitted from inside a Trainer
 // is the scheduler's; a process of another node's or Trainer's token;
 // the owner rule on the controller, which users share, or for root (a
@@ -106,7 +106,7 @@ func (k *killing) scan() {
 	if p == nil {
 		return
 	}
-	var s scanner
+	s := k.a.scanner()
 	notOurs := map[int]uint64{} // pid → start ticks: judged once
 	for {
 		before := len(k.pids)

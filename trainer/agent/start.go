@@ -192,8 +192,8 @@ func (a *Agent) prepare(l wire.Launch, own owner) (*prepared, error) {
 		env[k] = v
 	}
 	// A Trainer process never starts with a scheduler job's marks: a
-	// process that carries one is the scheduler's (see wire.JobMarkers).
-	for _, m := range wire.JobMarkers {
+	// process that carries one is the scheduler's (see Agent.JobMarkers).
+	for _, m := range a.JobMarkers {
 		delete(env, m)
 	}
 	env["BFTRAINER_TRAINER"] = l.Trainer

@@ -28,11 +28,13 @@ type AgentConfig struct {
 	Limits      agent.Limits
 	DeviceGlob  string
 	KillWait    time.Duration
+	JobMarkers  []string // the schedulers' (hooks.Registry.JobMarkers)
 }
 
 func (c AgentConfig) agent(self string) *agent.Agent {
 	return &agent.Agent{Registry: registry.Registry{Dir: c.Registry}, LogDir: c.LogDir, Self: self, AllowRootOwner: c.AllowRoot,
-		Containment: c.Containment, CgroupRoot: c.CgroupRoot, Limits: c.Limits, DeviceGlob: c.DeviceGlob, KillWait: c.KillWait}
+		Containment: c.Containment, CgroupRoot: c.CgroupRoot, Limits: c.Limits, DeviceGlob: c.DeviceGlob, KillWait: c.KillWait,
+		JobMarkers: c.JobMarkers}
 }
 
 // AgentMain lets a test binary be bftrainer's node agent, the way the real

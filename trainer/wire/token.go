@@ -28,13 +28,6 @@ const HostEnv = "HOROVOD_HOSTNAME"
 // share a key with a Trainer node.
 const ControllerNode = "_controller"
 
-// JobMarkers are the variables a batch scheduler sets in every process of
-// its jobs. A process carrying one is a scheduler job's — a main job
-// submitted from inside a Trainer inherits the Trainer's run token too —
-// and never ours to kill; the node agent removes them from every launch,
-// so no Trainer process starts with one.
-var JobMarkers = []string{"SLURM_JOB_ID", "SLURM_JOBID", "LSB_JOBID", "PBS_JOBID", "SGE_JOB_SPOOL_DIR"}
-
 // Token names one launch: the Trainer, the node it runs on and a fresh
 // nonce, written "trainer/node/nonce". Neither a Trainer name nor a node
 // name can contain '/'.
