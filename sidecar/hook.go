@@ -351,7 +351,8 @@ func (c *Core) killJob(ctx context.Context, call hooks.Call) ([]store.Event, int
 }
 
 // kill runs one kill (or clean-up) on node with k and returns its event —
-// nil when it killed nothing and failed in nothing — and what it killed.
+// for a clean-up, nil when it killed nothing and failed in nothing — and
+// what it killed.
 func (c *Core) kill(ctx context.Context, k Killer, call hooks.Call, node string, clean bool) (*store.Event, int, error) {
 	start := c.o.Now()
 	var rep wire.KillReport
@@ -365,9 +366,11 @@ func (c *Core) kill(ctx context.Context, k Killer, call hooks.Call, node string,
 		err = fmt.Errorf("kill on %s: %w", node, err)
 	}
 	killed := rep.Count()
-	if killed == 0 && err == nil {
-		// No event keeps it: a node prolog on a node that holds nothing
-		// of ours (most of them) does not pay for encoding the report.
+	if killed == 0 && err == nil && clean {
+		// An epilog's clean-up that found nothing (the rule: nothing of
+		// ours runs beside a main job) keeps no event. A reclaim's kill
+		// always does, nothing killed included: every reclaim's time is
+		// in the history, and the audit sees the prolog ran.
 		return nil, 0, nil
 	}
 	ev := killEvent(call, node, rep, c.o.Now().Sub(start), err, c.o.Now())

@@ -28,6 +28,7 @@ type fakeKiller struct {
 	cleaned []string
 	block   chan struct{}
 	panics  bool
+	nothing bool // nothing of ours on the node: the kill finds nothing
 }
 
 func (k *fakeKiller) KillAll(ctx context.Context, node string, fence bool) (wire.KillReport, error) {
@@ -39,6 +40,9 @@ func (k *fakeKiller) KillAll(ctx context.Context, node string, fence bool) (wire
 	}
 	if k.block != nil {
 		<-k.block
+	}
+	if k.nothing {
+		return wire.KillReport{Node: node, Containment: "cgroup", Clean: true}, nil
 	}
 	return wire.KillReport{Node: node, Procs: []wire.KilledProc{{PID: 4242, Why: "token", Signal: "SIGKILL"}}}, nil
 }
@@ -179,6 +183,38 @@ func TestHookRecordsOnce(t *testing.T) {
 	}
 	if !strings.Contains(string(evs[0].Detail), `"killed":1`) {
 		t.Fatalf("hook detail %s does not say what it killed", evs[0].Detail)
+	}
+}
+
+// TestHookRecordsEmptyKill: a node prolog that finds nothing of ours still
+// records its kill (value 0, its time and report), so that every
+// reclaim's time is in the history; an epilog's clean-up that finds
+// nothing records none.
+func TestHookRecordsEmptyKill(t *testing.T) {
+	ctx := context.Background()
+	db := MustDB(t)
+	c, err := New(Options{Database: db.Path(), Hook: HookOptions{Killer: &fakeKiller{nothing: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.createJournal(); err != nil {
+		t.Fatal(err)
+	}
+	c.Hook(ctx, hooks.MapEnv(prologN1), []string{"slurm"})
+	epilog := map[string]string{"SLURM_SCRIPT_CONTEXT": "epilog_slurmd", "SLURM_JOB_ID": "3", "SLURMD_NODENAME": "n1", "SLURM_NODELIST": "n[1-2]"}
+	c.Hook(ctx, hooks.MapEnv(epilog), []string{"slurm"})
+	if _, err := c.journal.Ingest(ctx, db, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	kills, err := db.Events(ctx, store.Filter{Kinds: []string{store.KindKill}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kills) != 1 || kills[0].Context != "prolog_slurmd" || !kills[0].HasVal || kills[0].Value != 0 || !kills[0].HasMs || kills[0].Job != "3" {
+		t.Fatalf("kill events %+v, want the prolog's one, value 0", kills)
+	}
+	if !strings.Contains(string(kills[0].Detail), `"clean":true`) {
+		t.Fatalf("kill detail %s lacks the report", kills[0].Detail)
 	}
 }
 
