@@ -10,6 +10,7 @@ LIBEXECDIR    ?= $(PREFIX)/libexec
 SYSCONFDIR    ?= /etc
 LOCALSTATEDIR ?= /var
 RUNSTATEDIR   ?= /run
+MANDIR        ?= $(PREFIX)/share/man
 DESTDIR       ?=
 CONFIG        ?= $(SYSCONFDIR)/bftrainer/bftrainer.toml
 # The scheduler's group (Slurm: SlurmUser's, e.g. slurm): when set, the
@@ -31,7 +32,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.defaultConfig=$(CONFIG) -X main.bi
 # package initialisation every hook call would otherwise pay.
 TAGS    := urfave_cli_no_docs
 
-.PHONY: build test test-loaded test-short test-python bench demo install install-highs clean
+.PHONY: build test test-loaded test-short test-python bench demo install install-highs install-man man clean
 
 build: $(OUT)/bftrainer
 	$(GO) build -o $(OUT)/bftrainer-bench ./cmd/bftrainer-bench
@@ -104,8 +105,23 @@ install: $(OUT)/bftrainer
 	$(if $(GROUP),install -d -m 2770 -g $(GROUP) $(DESTDIR)$(LOCALSTATEDIR)/lib/bftrainer/journal)
 	install -d -m 0755 $(DESTDIR)$(LOCALSTATEDIR)/log/bftrainer
 	install -d -m 1733 $(DESTDIR)$(LOCALSTATEDIR)/spool/bftrainer
+	@$(MAKE) --no-print-directory install-man
 	@$(MAKE) --no-print-directory install-highs
 	@echo "installed $(BINDIR)/bftrainer; configuration: $(CONFIG); next: contrib/slurm/README.md (or lsf/, pbs/)"
+
+# The manual pages (man/, written by make man for the default BINDIR and
+# CONFIG), with the paths this installation compiles in.
+install-man:
+	install -d -m 0755 $(DESTDIR)$(MANDIR)/man8
+	for f in man/*.8; do \
+		sed -e 's,/usr/local/bin/bftrainer,$(BINDIR)/bftrainer,g' -e 's,/etc/bftrainer/bftrainer.toml,$(CONFIG),g' \
+			$$f > $(DESTDIR)$(MANDIR)/man8/$${f#man/} && chmod 0644 $(DESTDIR)$(MANDIR)/man8/$${f#man/} || exit 1; \
+	done
+
+# man/: bftrainer(8) and a page per command, from the CLI's own help
+# (cmd/bftrainer/man_test.go walks it; make test fails when they differ).
+man:
+	$(GO) test -count=1 -run '^TestManPages$$' ./cmd/bftrainer -update-man
 
 # HiGHS compiled to WebAssembly, run by node: the "highs" solver where no
 # native highs is installed (Debian 12). Its driver goes to
