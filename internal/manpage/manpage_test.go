@@ -12,7 +12,7 @@ import (
 func TestRoff(t *testing.T) {
 	p := Page{Name: "tool-sub", Section: 8, Source: "tool", Manual: "tool manual", Summary: "does a thing",
 		Command: "tool sub", Synopsis: "tool sub [options] FILE…",
-		Text: "First line\n.starts with a dot, 'and a quote\n\n  tool sub --x a\\b\n\n  tool sub -y\nlast",
+		Text:    "First line\n.starts with a dot, 'and a quote\n\n  tool sub --x a\\b\n\n  tool sub -y\nlast",
 		Options: []Item{{"--x VALUE, -x VALUE", "set x (default: \"a-b\")"}}, SeeAlso: []string{"tool(8)", "tool-other(1)"},
 		Header: "generated"}
 	got := string(p.Roff())
