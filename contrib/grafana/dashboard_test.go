@@ -114,7 +114,7 @@ func selectors(expr string) ([]selector, error) {
 		if vs, ok := n.(*parser.VectorSelector); ok {
 			s := selector{name: vs.Name}
 			for _, m := range vs.LabelMatchers {
-				if m.Name == labels.MetricName {
+				if m.Name == model.MetricNameLabel {
 					if s.name == "" && m.Type == labels.MatchEqual {
 						s.name = m.Value
 					}

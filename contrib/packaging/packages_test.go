@@ -13,11 +13,8 @@ import (
 	"testing"
 )
 
-// entry is a packaged path and its permissions as ls spells them
-// (drwxrws---).
-type entry struct{ path, perms string }
-
-// debEntries lists a .deb's data with dpkg-deb.
+// debEntries lists a .deb's data with dpkg-deb: each path (without the
+// leading ".") and its permissions as ls spells them (drwxrws---).
 func debEntries(t *testing.T, deb string) map[string]string {
 	t.Helper()
 	out := run(t, "dpkg-deb", "--contents", deb)
@@ -35,8 +32,8 @@ func debEntries(t *testing.T, deb string) map[string]string {
 	return m
 }
 
-// rpmEntries lists an .rpm's files with rpm, and those it marks as
-// configuration.
+// rpmEntries lists an .rpm's files with rpm, as debEntries does, and
+// those it marks as configuration, with their flags.
 func rpmEntries(t *testing.T, rpm string) (files map[string]string, config []string) {
 	t.Helper()
 	out := run(t, "rpm", "-qp", "--qf", `[%{FILEMODES:perms} %{FILEFLAGS:fflags}| %{FILENAMES}\n]`, rpm)
