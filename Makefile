@@ -87,7 +87,8 @@ demo:
 # the modes bftrainer checks: the database's (root's, with GROUP), the
 # hooks' journal beside it (with GROUP), the hooks' log, and the spool,
 # where ordinary users drop requests (sticky and writable by all, listable
-# by none: 1733). Then the HiGHS driver, when npm is here.
+# by none: 1733). Then the manual pages ($(MANDIR)/man8), and the HiGHS
+# driver, when npm is here.
 install: $(OUT)/bftrainer
 	install -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSCONFDIR)/bftrainer
 	install -m 0755 $(OUT)/bftrainer $(DESTDIR)$(BINDIR)/bftrainer
