@@ -10,6 +10,7 @@ LIBEXECDIR    ?= $(PREFIX)/libexec
 SYSCONFDIR    ?= /etc
 LOCALSTATEDIR ?= /var
 RUNSTATEDIR   ?= /run
+MANDIR        ?= $(PREFIX)/share/man
 DESTDIR       ?=
 CONFIG        ?= $(SYSCONFDIR)/bftrainer/bftrainer.toml
 # The scheduler's group (Slurm: SlurmUser's, e.g. slurm): when set, the
@@ -31,7 +32,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.defaultConfig=$(CONFIG) -X main.bi
 # package initialisation every hook call would otherwise pay.
 TAGS    := urfave_cli_no_docs
 
-.PHONY: build test test-loaded test-short test-python bench demo install install-highs clean
+.PHONY: build test test-loaded test-short test-python bench demo install install-highs install-man man packages clean
 
 build: $(OUT)/bftrainer
 	$(GO) build -o $(OUT)/bftrainer-bench ./cmd/bftrainer-bench
@@ -86,7 +87,8 @@ demo:
 # the modes bftrainer checks: the database's (root's, with GROUP), the
 # hooks' journal beside it (with GROUP), the hooks' log, and the spool,
 # where ordinary users drop requests (sticky and writable by all, listable
-# by none: 1733). Then the HiGHS driver, when npm is here.
+# by none: 1733). Then the manual pages ($(MANDIR)/man8), and the HiGHS
+# driver, when npm is here.
 install: $(OUT)/bftrainer
 	install -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSCONFDIR)/bftrainer
 	install -m 0755 $(OUT)/bftrainer $(DESTDIR)$(BINDIR)/bftrainer
@@ -104,8 +106,65 @@ install: $(OUT)/bftrainer
 	$(if $(GROUP),install -d -m 2770 -g $(GROUP) $(DESTDIR)$(LOCALSTATEDIR)/lib/bftrainer/journal)
 	install -d -m 0755 $(DESTDIR)$(LOCALSTATEDIR)/log/bftrainer
 	install -d -m 1733 $(DESTDIR)$(LOCALSTATEDIR)/spool/bftrainer
+	@$(MAKE) --no-print-directory install-man
 	@$(MAKE) --no-print-directory install-highs
 	@echo "installed $(BINDIR)/bftrainer; configuration: $(CONFIG); next: contrib/slurm/README.md (or lsf/, pbs/)"
+
+# The manual pages (man/, written by make man for the default BINDIR and
+# CONFIG), with the paths this installation compiles in.
+install-man:
+	install -d -m 0755 $(DESTDIR)$(MANDIR)/man8
+	for f in man/*.8; do \
+		sed -e 's,/usr/local/bin/bftrainer,$(BINDIR)/bftrainer,g' -e 's,/etc/bftrainer/bftrainer.toml,$(CONFIG),g' \
+			$$f > $(DESTDIR)$(MANDIR)/man8/$${f#man/} && chmod 0644 $(DESTDIR)$(MANDIR)/man8/$${f#man/} || exit 1; \
+	done
+
+# man/: bftrainer(8) and a page per command, from the CLI's own help
+# (cmd/bftrainer/man_test.go walks it; make test fails when they differ).
+man:
+	$(GO) test -count=1 -run '^TestManPages$$' ./cmd/bftrainer -update-man
+
+# The .deb and the .rpm (contrib/packaging/README.md): make install
+# stages the tree with PREFIX=/usr (the HiGHS driver left out), then nfpm
+# — pinned in contrib/packaging/tools/go.mod, a module of its own so that
+# its dependencies stay out of bftrainer's — packs it with the systemd
+# units, tmpfiles.d and the maintainer scripts. PKGVERSION: 0.0.N, N the
+# commits on this branch (monotonic, as package versions must be).
+PKGDIR     ?= $(OUT)/packages
+PKGVERSION ?= 0.0.$(shell git rev-list --count HEAD 2>/dev/null || echo 0)
+PKGARCH    ?= $(shell $(GO) env GOARCH)
+# Whoever builds the packages (a site's own repository): Debian's tools
+# want a real address.
+PKGMAINTAINER ?= bftrainer maintainers <bftrainer@example.org>
+STRIP      ?= strip
+PKGSTAGE   := $(abspath $(PKGDIR))/stage
+packages:
+	rm -rf $(PKGSTAGE) $(PKGDIR)/*.deb $(PKGDIR)/*.rpm && mkdir -p $(PKGSTAGE)/units $(PKGSTAGE)/usr/share/doc/bftrainer
+	$(MAKE) --no-print-directory install DESTDIR=$(PKGSTAGE) PREFIX=/usr SYSCONFDIR=/etc LOCALSTATEDIR=/var \
+		RUNSTATEDIR=/run MANDIR=/usr/share/man GROUP= NPM=/nonexistent/npm OUT=$(abspath $(OUT))
+	gzip -9n $(PKGSTAGE)/usr/share/man/man8/*.8
+	$(STRIP) --remove-section=.comment --remove-section=.note --strip-unneeded $(PKGSTAGE)/usr/bin/bftrainer
+	# The Slurm guide's units, naming the packaged binary and manual.
+	for u in contrib/slurm/*.service contrib/slurm/*.timer contrib/slurm/*.path; do \
+		sed -e 's,/usr/local/bin/bftrainer,/usr/bin/bftrainer,g' \
+		    -e 's,^Documentation=.*,Documentation=man:bftrainer-reconcile(8) man:bftrainer-sync(8),' \
+		    -e 's,^# Install: cp .*,# Installed by the bftrainer package.,' $$u > $(PKGSTAGE)/units/$${u##*/} || exit 1; \
+	done
+	chmod 0644 $(PKGSTAGE)/units/*
+	{ echo 'Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/'; \
+	  echo 'Upstream-Name: bftrainer'; echo; echo 'Files: *'; echo 'Copyright: $(shell git log -1 --format=%ad --date=format:%Y 2>/dev/null || date +%Y) the bftrainer authors'; \
+	  echo 'License: Apache-2.0'; echo ' On Debian systems, the full text of the Apache License 2.0 is in'; \
+	  echo ' /usr/share/common-licenses/Apache-2.0.'; } > $(PKGSTAGE)/usr/share/doc/bftrainer/copyright
+	{ echo 'bftrainer ($(PKGVERSION)) unstable; urgency=medium'; echo; \
+	  echo '  * Built from commit $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown).'; echo; \
+	  echo ' -- $(PKGMAINTAINER)  $(shell git log -1 --format=%aD 2>/dev/null || date -R)'; } \
+		| gzip -9n > $(PKGSTAGE)/usr/share/doc/bftrainer/changelog.gz
+	sed -e 's,$${STAGE},$(PKGSTAGE),g' -e 's,$${SRC},$(CURDIR),g' -e 's,$${PKGVERSION},$(PKGVERSION),g' \
+	    -e 's,$${PKGARCH},$(PKGARCH),g' -e 's,$${PKGMAINTAINER},$(PKGMAINTAINER),g' contrib/packaging/nfpm.yaml > $(PKGSTAGE)/nfpm.yaml
+	cd contrib/packaging/tools && for p in deb rpm; do \
+		$(GO) tool nfpm package --config $(PKGSTAGE)/nfpm.yaml --packager $$p --target $(abspath $(PKGDIR))/ || exit 1; \
+	done
+	@ls -l $(PKGDIR)/*.deb $(PKGDIR)/*.rpm
 
 # HiGHS compiled to WebAssembly, run by node: the "highs" solver where no
 # native highs is installed (Debian 12). Its driver goes to

@@ -27,11 +27,13 @@ import (
 
 // histogramBoundsMs are the histograms' buckets, by event kind: a hook
 // must end within hooks.deadline (2 s by default; tens of ms is the aim),
-// a MILP decision within its time limit (10 s by default).
+// a MILP decision within its time limit (10 s by default), and a
+// reclaim's kill on a node within the hook.
 func histogramBoundsMs() map[string][]float64 {
 	return map[string][]float64{
 		store.KindHook:  {1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000},
 		store.KindSolve: {1, 5, 10, 50, 100, 500, 1000, 5000, 10000, 30000, 60000},
+		store.KindKill:  {1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000},
 	}
 }
 
@@ -80,6 +82,7 @@ func (r *Reconciler) writeMetrics(ctx context.Context, st pool.State, now time.T
 	e.counter("bftrainer_used_node_seconds_total", "Node-seconds of idle nodes held by Trainers.", t.UsedNodeSeconds)
 	e.histogram("bftrainer_hook_duration_seconds", "Scheduler hook calls: wall time from the hook's start to its event recorded.", tl.Histograms[store.KindHook])
 	e.histogram("bftrainer_solve_duration_seconds", "Allocation decisions the solver was called for: wall time of the solve and its commit.", tl.Histograms[store.KindSolve])
+	e.histogram("bftrainer_kill_duration_seconds", "Kills of Trainer processes on a node by a scheduler hook (reclaims): wall time of the kill.", tl.Histograms[store.KindKill])
 	e.counter("bftrainer_errors_total", "Events recorded with an error (hooks fail open and record here).", float64(tl.Errors))
 	if r.Backlog != nil {
 		if n, err := r.Backlog(); err == nil {

@@ -110,6 +110,7 @@ func TestMetricsFile(t *testing.T) {
 		{"bftrainer_reclaims_total", "", 0},
 		{"bftrainer_hook_duration_seconds", "", 2},
 		{"bftrainer_solve_duration_seconds", "", 1},
+		{"bftrainer_kill_duration_seconds", "", 0},
 		{"bftrainer_errors_total", "", 0},
 	} {
 		if got := metric(t, fams, c.name, c.label); got != c.want {
@@ -135,10 +136,12 @@ func TestMetricsFile(t *testing.T) {
 		t.Errorf("metrics file: %v %v, want mode 0644", fi, err)
 	}
 
-	// A reclaim of a lent node, and one more hook call.
+	// A reclaim of a lent node, and one more hook call, which killed the
+	// Trainer's processes on n1.
 	at = time.Now()
 	if _, err := db.Append(ctx,
 		store.Event{At: at, Kind: store.KindHook, Source: "slurm", Ms: 600, HasMs: true},
+		store.Event{At: at, Kind: store.KindKill, Source: "slurm", Job: "42", Nodes: []string{"n1"}, Value: 2, HasVal: true, Ms: 12, HasMs: true},
 		store.Event{At: at, Kind: store.KindLeave, Source: "slurm", Job: "42", Nodes: []string{"n1", "n2", "n3"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -154,6 +157,7 @@ func TestMetricsFile(t *testing.T) {
 		{"bftrainer_busy_nodes", "", 3},
 		{"bftrainer_reclaims_total", "", 1},
 		{"bftrainer_hook_duration_seconds", "", 3},
+		{"bftrainer_kill_duration_seconds", "", 1},
 	} {
 		if got := metric(t, fams, c.name, c.label); got != c.want {
 			t.Errorf("after the reclaim: %s{%s} = %v, want %v", c.name, c.label, got, c.want)
