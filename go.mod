@@ -1,13 +1,13 @@
 module github.com/bftrainer/bftrainer
 
-go 1.26.7
+go 1.26.0
 
 require (
 	github.com/BurntSushi/toml v1.6.0
 	github.com/mattn/go-sqlite3 v1.14.53
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.73.1
-	github.com/prometheus/prometheus v0.316.0
+	github.com/prometheus/prometheus v0.305.0
 	github.com/rogpeppe/go-internal v1.16.0
 	github.com/urfave/cli/v2 v2.27.7
 	golang.org/x/sys v0.50.0

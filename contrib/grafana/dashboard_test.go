@@ -105,7 +105,7 @@ type selector struct {
 // selectors parses expr with Prometheus' PromQL parser and returns its
 // series selectors.
 func selectors(expr string) ([]selector, error) {
-	e, err := parser.NewParser(parser.Options{}).ParseExpr(grafanaVars.ReplaceAllString(expr, "5m"))
+	e, err := parser.ParseExpr(grafanaVars.ReplaceAllString(expr, "5m"))
 	if err != nil {
 		return nil, err
 	}
