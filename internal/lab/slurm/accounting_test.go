@@ -2,8 +2,6 @@ package slurm
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -17,34 +15,11 @@ import (
 // as a replay trace: two jobs that ran, with the nodes they held; a job
 // that cannot run yet listed as never started.
 func TestSlurmAccounting(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a real Slurm cluster with slurmdbd and MariaDB")
-	}
-	if err := Need(); err != nil {
-		t.Skip(err)
-	}
 	if err := NeedAccounting(); err != nil {
 		t.Skip(err)
 	}
 	ctx := context.Background()
-	script, err := filepath.Abs("lab.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "lab")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	l, err := startLab(ctx, script, dir, Options{Nodes: 3, Prefix: "alab", Accounting: true, Timeout: 2 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Stop(context.Background()); err != nil {
-			t.Errorf("stop the lab: %v", err)
-		}
-	})
+	l := testLab(t, Options{Nodes: 3, Prefix: "alab", Accounting: true, Timeout: 2 * time.Minute})
 	a, err := l.Submit(ctx, JobSpec{Nodes: 2, NodeList: "alab[1-2]", Name: "a"})
 	if err != nil {
 		t.Fatal(err)

@@ -19,31 +19,8 @@ import (
 // start plus 10 minutes, its nodes, its 5-minute limit. A job Slurm
 // cannot plan yet is left out, not an error.
 func TestSlurmPlannedStart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a real Slurm cluster")
-	}
-	if err := Need(); err != nil {
-		t.Skip(err)
-	}
 	ctx := context.Background()
-	script, err := filepath.Abs("lab.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "lab")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	l, err := startLab(ctx, script, dir, Options{Nodes: 3, Prefix: "plab"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Stop(context.Background()); err != nil {
-			t.Errorf("stop the lab: %v", err)
-		}
-	})
+	l := testLab(t, Options{Nodes: 3, Prefix: "plab"})
 	a, err := l.Submit(ctx, JobSpec{Nodes: 2, NodeList: "plab[1-2]", Held: true, Name: "a", Args: []string{"--time=10"}})
 	if err != nil {
 		t.Fatal(err)
@@ -98,4 +75,36 @@ func TestSlurmPlannedStart(t *testing.T) {
 	if got.Duration != 5*time.Minute {
 		t.Errorf("job %s reserves %v, want its 5 min limit", b.ID, got.Duration)
 	}
+}
+
+// testLab starts a small cluster of its own for one test, in a short
+// temporary directory, and stops it when the test ends; it skips, saying
+// why, under -short or where Slurm is not installed.
+func testLab(t *testing.T, o Options) *Lab {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a real Slurm cluster")
+	}
+	if err := Need(); err != nil {
+		t.Skip(err)
+	}
+	script, err := filepath.Abs("lab.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "lab")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	l, err := startLab(context.Background(), script, dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := l.Stop(context.Background()); err != nil {
+			t.Errorf("stop the lab: %v", err)
+		}
+	})
+	return l
 }
