@@ -137,6 +137,9 @@ func openToOthers(glob string) bool {
 	files, _ := filepath.Glob(glob)
 	for _, f := range files {
 		fi, err := os.Stat(f)
+		if err == nil && fi.IsDir() {
+			continue // /dev/nvidia-caps: no device to open
+		}
 		if err != nil || fi.Mode().Perm()&0o006 != 0o006 {
 			return false
 		}
@@ -190,7 +193,10 @@ func (g gpuRun) mode(ctx context.Context, bin, mode string) (string, error) {
 	if err := os.Chown(dir, uid, gid); err != nil {
 		return "", err
 	}
-	argv := []string{g.exe, "-c", gpuHolder, dir, strconv.FormatFloat(g.gib, 'f', -1, 64)}
+	// A holder that fails (no CUDA for this user, no memory) says so at
+	// once, instead of leaving the wait for ready to run out.
+	argv := []string{"/bin/sh", "-c", `"$@" || echo "exit $?" > "$ESC_DIR/failed"`, "holder",
+		g.exe, "-c", gpuHolder, dir, strconv.FormatFloat(g.gib, 'f', -1, 64)}
 	if g.holder != "" {
 		argv = []string{"/bin/sh", "-c", g.holder}
 	}
@@ -202,7 +208,7 @@ func (g gpuRun) mode(ctx context.Context, bin, mode string) (string, error) {
 	if out, err := start.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("start: %v: %s", err, out)
 	}
-	if err := waitReady(dir, 120*time.Second); err != nil {
+	if err := waitReady(ctx, dir, 60*time.Second); err != nil {
 		return "", fmt.Errorf("%w; the Trainer's output: %s", err, e.trainerLog())
 	}
 	pids := trainertest.EscapePIDs(dir)
@@ -300,15 +306,22 @@ func (g gpuRun) mode(ctx context.Context, bin, mode string) (string, error) {
 	return line, errors.Join(failed...)
 }
 
-// waitReady waits for the Trainer's ready file.
-func waitReady(dir string, timeout time.Duration) error {
+// waitReady waits for the Trainer's ready file; a cancelled ctx (the
+// device check's time limit) ends the wait, and the caller's cleanup runs.
+func waitReady(ctx context.Context, dir string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "ready")); err == nil {
 			return nil
 		}
+		if b, err := os.ReadFile(filepath.Join(dir, "failed")); err == nil {
+			return fmt.Errorf("the Trainer failed (%s)", strings.TrimSpace(string(b)))
+		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the Trainer did not say ready within %v", timeout)
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("waiting for the Trainer: %w", err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -92,7 +92,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "hook":
 		return (&hookCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "rescale":
-		return benchRescale(rest)
+		return benchRescale(ctx, rest)
 	case "slurm":
 		return (&slurmCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "reclaim":

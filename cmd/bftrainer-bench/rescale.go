@@ -51,7 +51,7 @@ import (
 // the interpreter with torch that runs everything (torchrun, the stores,
 // train.py): Debian's /usr/bin/python3 by default, another torch's (2.x on a
 // GPU machine) for the device check.
-func benchRescale(args []string) error {
+func benchRescale(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("rescale", flag.ContinueOnError)
 	bin := fs.String("bftrainer", "", "the bftrainer binary (default: beside bftrainer-bench, else bin/bftrainer)")
 	contrib := fs.String("contrib", "contrib/trainer", "directory with train.py and fast_torchrun.py")
@@ -94,7 +94,7 @@ func benchRescale(args []string) error {
 	var all []rescaleEvent
 	for i := 1; i <= *passes; i++ {
 		for _, l := range launchers {
-			evs, err := rescalePass(rescaleSetup{bin: b, contrib: cdir, python: pdir, exe: *exe, shim: *shim, launcher: l, pass: i})
+			evs, err := rescalePass(ctx, rescaleSetup{bin: b, contrib: cdir, python: pdir, exe: *exe, shim: *shim, launcher: l, pass: i})
 			if err != nil {
 				return err
 			}
@@ -234,7 +234,10 @@ func (r rescaleRun) costs(db, trainer string) ([]float64, []string, error) {
 }
 
 // rescalePass runs the scenario once under one launcher.
-func rescalePass(s rescaleSetup) (evs []rescaleEvent, err error) {
+// A cancelled ctx (SIGTERM, SIGINT: the device check's time limit) ends
+// the wait for the next change: the pass cancels its Trainers and removes
+// its cgroups on the way out, nothing of it left running.
+func rescalePass(ctx context.Context, s rescaleSetup) (evs []rescaleEvent, err error) {
 	dir, err := os.MkdirTemp("", "bftrainer-rescale")
 	if err != nil {
 		return nil, err
@@ -298,7 +301,7 @@ pythonpath = %q
 			return err
 		}
 		hold := 10 + rng.IntN(5) // so that kills do not line up with checkpoints
-		m, err := waitChange(r.log, since, t0, world, to, hold)
+		m, err := waitChange(ctx, r.log, since, t0, world, to, hold)
 		if err != nil {
 			return fmt.Errorf("%s pass %d: %s to %d: %w (see %s)", s.launcher, s.pass, direction, to, err, dir)
 		}
@@ -394,7 +397,7 @@ type changeCost struct {
 // waitChange waits, at most 180 s, until train.py has logged hold steps
 // at the new world size after the action at t0, and measures the change
 // (for the start: once hold steps ran).
-func waitChange(log string, since, t0 time.Time, from, to, hold int) (changeCost, error) {
+func waitChange(ctx context.Context, log string, since, t0 time.Time, from, to, hold int) (changeCost, error) {
 	deadline := time.Now().Add(180 * time.Second)
 	for {
 		lines, _ := trainertest.ReadSteps(log) // not there yet, or a line cut short: look again
@@ -414,6 +417,9 @@ func waitChange(log string, since, t0 time.Time, from, to, hold int) (changeCost
 		}
 		if time.Now().After(deadline) {
 			return changeCost{}, errors.New("no steps at the new size within 180 s")
+		}
+		if err := ctx.Err(); err != nil {
+			return changeCost{}, fmt.Errorf("waiting for steps at the new size: %w", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
