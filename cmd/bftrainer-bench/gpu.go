@@ -157,11 +157,9 @@ func (g gpuRun) mode(ctx context.Context, bin, mode string) (string, error) {
 	} else {
 		glob = "/dev/nvidia*"
 	}
-	owner := "user"
-	if !openToOthers(glob) {
-		owner = "root"
-		extra += "allow_root_owner = true\n"
-	}
+	// Root may own a Trainer here: the fallback below, where the
+	// throwaway user cannot use the GPU.
+	extra += "allow_root_owner = true\n"
 	e, err := newReclaimEnv(bin, mode, extra)
 	if err != nil {
 		return "", err
@@ -172,44 +170,31 @@ func (g gpuRun) mode(ctx context.Context, bin, mode string) (string, error) {
 		return fmt.Sprintf("gpu-reclaim containment=cgroup skipped=%q", "this node is "+got), nil
 	}
 	label := strings.SplitN(got, " ", 2)[0]
-	uid, gid, name := 0, 0, "root"
-	if owner == "user" {
+	idle, err := g.memUsed(ctx)
+	if err != nil {
+		return "", err
+	}
+	owner, uid := "root", 0
+	var dir string
+	if openToOthers(glob) {
 		u, err := slurm.NewUser("bftg")
 		if err != nil {
 			return "", err
 		}
 		defer u.Remove()
-		uid, gid, name = u.UID, u.GID, u.Name
+		dir, err = g.launch(ctx, e, "bench-gpu", u.Name, u.UID, u.GID)
+		if err == nil {
+			owner, uid = "user", u.UID
+		} else if g.holder != "" || !strings.Contains(err.Error(), "the Trainer failed") {
+			return "", err
+		} else {
+			fmt.Fprintf(os.Stderr, "bftrainer-bench: gpu %s: as the throwaway user %s: %v; again as root\n", mode, u.Name, err)
+		}
 	}
-	idle, err := g.memUsed(ctx)
-	if err != nil {
-		return "", err
-	}
-	dir, err := os.MkdirTemp(e.dir, "gpu")
-	if err != nil {
-		return "", err
-	}
-	os.Chmod(dir, 0o755)
-	if err := os.Chown(dir, uid, gid); err != nil {
-		return "", err
-	}
-	// A holder that fails (no CUDA for this user, no memory) says so at
-	// once, instead of leaving the wait for ready to run out.
-	argv := []string{"/bin/sh", "-c", `"$@" || echo "exit $?" > "$ESC_DIR/failed"`, "holder",
-		g.exe, "-c", gpuHolder, dir, strconv.FormatFloat(g.gib, 'f', -1, 64)}
-	if g.holder != "" {
-		argv = []string{"/bin/sh", "-c", g.holder}
-	}
-	l := wire.Launch{Trainer: "bench-gpu", Node: e.node, Owner: name, Run: wire.NewRun(), Argv: argv,
-		Env: map[string]string{"ESC_DIR": dir}, Workdir: "/", Token: wire.NewToken("bench-gpu", e.node).String()}
-	body, _ := json.Marshal(l)
-	start := e.cmd("node-agent", "start")
-	start.Stdin = bytes.NewReader(body)
-	if out, err := start.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("start: %v: %s", err, out)
-	}
-	if err := waitReady(ctx, dir, 60*time.Second); err != nil {
-		return "", fmt.Errorf("%w; the Trainer's output: %s", err, e.trainerLog())
+	if owner == "root" {
+		if dir, err = g.launch(ctx, e, "bench-gpu-root", "root", 0, 0); err != nil {
+			return "", err
+		}
 	}
 	pids := trainertest.EscapePIDs(dir)
 	if len(pids) == 0 {
@@ -304,6 +289,38 @@ func (g gpuRun) mode(ctx context.Context, bin, mode string) (string, error) {
 		failed = append(failed, fmt.Errorf("the GPU's memory was not back to idle %v after the prolog's exec: %.0f MiB in use, %.0f idle", g.wait, mem.last, idle))
 	}
 	return line, errors.Join(failed...)
+}
+
+// launch starts the Trainer as owner and waits until it holds the GPU;
+// it returns the Trainer's directory (its pid is there).
+func (g gpuRun) launch(ctx context.Context, e *reclaimEnv, trainer, owner string, uid, gid int) (string, error) {
+	dir, err := os.MkdirTemp(e.dir, "gpu")
+	if err != nil {
+		return "", err
+	}
+	os.Chmod(dir, 0o755)
+	if err := os.Chown(dir, uid, gid); err != nil {
+		return "", err
+	}
+	// A holder that fails (no CUDA for this user, no memory) says so at
+	// once, instead of leaving the wait for ready to run out.
+	argv := []string{"/bin/sh", "-c", `"$@" || echo "exit $?" > "$ESC_DIR/failed"`, "holder",
+		g.exe, "-c", gpuHolder, dir, strconv.FormatFloat(g.gib, 'f', -1, 64)}
+	if g.holder != "" {
+		argv = []string{"/bin/sh", "-c", g.holder}
+	}
+	l := wire.Launch{Trainer: trainer, Node: e.node, Owner: owner, Run: wire.NewRun(), Argv: argv,
+		Env: map[string]string{"ESC_DIR": dir}, Workdir: "/", Token: wire.NewToken(trainer, e.node).String()}
+	body, _ := json.Marshal(l)
+	start := e.cmd("node-agent", "start")
+	start.Stdin = bytes.NewReader(body)
+	if out, err := start.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("start: %v: %s", err, out)
+	}
+	if err := waitReady(ctx, dir, 60*time.Second); err != nil {
+		return "", fmt.Errorf("%w; the Trainer's output: %s", err, e.trainerLog())
+	}
+	return dir, nil
 }
 
 // waitReady waits for the Trainer's ready file; a cancelled ctx (the
