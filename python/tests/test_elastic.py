@@ -246,6 +246,8 @@ class ElasticTest(unittest.TestCase):
                 "--print-every", "0"]
         def rows():
             out = []
+            if not os.path.exists(self.log):
+                return out
             with open(self.log) as f:
                 for line in f:
                     if not line.endswith("\n"):
@@ -255,8 +257,16 @@ class ElasticTest(unittest.TestCase):
                                 int(kv["samples"]), line.rstrip().endswith("done")))
             return out
 
+        # b is ready before a trains: started after a, it could still be importing torch on a
+        # loaded machine when a has done its 150 steps (seen: 10 s).
+        r.start("b", argv)
+        r.wait_ready(["b"])
         r.grow({"a": argv})
-        r.grow({"b": argv})
+        deadline = time.monotonic() + 60
+        while not any(row[1] == 1 for row in rows()):  # a step at world 1 first
+            self.assertLess(time.monotonic(), deadline, "no steps at world 1")
+            time.sleep(0.01)
+        r.wait_formed(r.publish(["a", "b"]))
         deadline = time.monotonic() + 60
         while sum(1 for row in rows() if row[1] == 2) < 10:  # a few steps at world 2
             self.assertLess(time.monotonic(), deadline, "no steps at world 2")
