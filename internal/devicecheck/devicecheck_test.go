@@ -180,6 +180,9 @@ func tail(b []byte, n int) string {
 // both containment modes: the holder is named, its process gone, the
 // "memory" back.
 func TestGPUReclaimStandIn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds both binaries")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (the node agent starts the Trainer as a throwaway user)")
 	}
