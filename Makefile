@@ -32,7 +32,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.defaultConfig=$(CONFIG) -X main.bi
 # package initialisation every hook call would otherwise pay.
 TAGS    := urfave_cli_no_docs
 
-.PHONY: build test test-loaded test-short test-python bench demo install install-highs install-man man packages clean
+.PHONY: build test test-loaded test-short test-python bench demo install install-highs install-man man packages clean device-check device-check-build
 
 build: $(OUT)/bftrainer
 	$(GO) build -o $(OUT)/bftrainer-bench ./cmd/bftrainer-bench
@@ -75,6 +75,17 @@ test-short:
 # Figures: exact solver vs CBC, hooks, replay, rescale and reclaim, Slurm.
 bench: build
 	$(OUT)/bftrainer-bench all
+
+# The device check (README.md, "The device check"): what a lent GPU
+# machine proves that CPU runs cannot. device-check-build builds the
+# binaries here, into bin/, which travels with the tree; device-check runs
+# internal/devicecheck/device-check.sh, which builds nothing (there is no
+# Go there): results and logs in $OUT where set, else device-check-out/.
+# CI runs the same script through go test (internal/devicecheck).
+device-check-build: build
+
+device-check:
+	internal/devicecheck/device-check.sh
 
 # The main job on embedded defaults: a generated heavy-tailed idle-node
 # trace, a generated Trainer workload, the exact allocator; prints the
@@ -184,4 +195,4 @@ install-highs:
 	fi
 
 clean:
-	rm -rf $(OUT) demo-out
+	rm -rf $(OUT) demo-out device-check-out

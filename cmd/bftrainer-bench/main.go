@@ -43,6 +43,9 @@ commands:
            elastic Trainer moved off by the plan vs killed (issue 15)
   reclaim  the node prolog's kill against Trainers that try to escape it,
            cgroup and degraded containment (root)
+  gpu      the node prolog's kill of a Trainer holding GPU memory: until the
+           process is gone and the memory back (root, a GPU, torch with CUDA;
+           not in all)
 
 Run "bftrainer-bench <command> -h" for a command's flags.
 `
@@ -89,11 +92,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "hook":
 		return (&hookCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "rescale":
-		return benchRescale(rest)
+		return benchRescale(ctx, rest)
 	case "slurm":
 		return (&slurmCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "reclaim":
 		return (&reclaimCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
+	case "gpu":
+		return (&gpuCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "all":
 		if len(rest) > 0 {
 			fmt.Fprintf(stderr, "bftrainer-bench: all takes no flags\n")

@@ -76,7 +76,7 @@ func (c *reclaimCommand) Run(ctx context.Context, args []string) error {
 
 // mode measures every escape with one containment mode.
 func (c *reclaimCommand) mode(ctx context.Context, bin string, u *slurm.User, mode string, runs, procs int, envMB float64) error {
-	e, err := newReclaimEnv(bin, mode)
+	e, err := newReclaimEnv(bin, mode, "")
 	if err != nil {
 		return err
 	}
@@ -148,7 +148,9 @@ type reclaimEnv struct {
 	job                    int
 }
 
-func newReclaimEnv(bin, mode string) (*reclaimEnv, error) {
+// newReclaimEnv writes a configuration for one containment mode; extra
+// are more lines of its [trainer] table.
+func newReclaimEnv(bin, mode, extra string) (*reclaimEnv, error) {
 	dir, err := os.MkdirTemp("", "bftrainer-bench-reclaim")
 	if err != nil {
 		return nil, err
@@ -179,6 +181,7 @@ cgroup_root = %q
 containment = %q
 `, filepath.Join(dir, "db", "bftrainer.db"), filepath.Join(dir, "spool"), filepath.Join(dir, "hooks.log"),
 		filepath.Join(dir, "registry"), filepath.Join(dir, "logs"), filepath.Join(dir, "runner"), cg, containment)
+	conf += extra
 	if err := os.WriteFile(e.config, []byte(conf), 0o644); err != nil {
 		e.remove()
 		return nil, err

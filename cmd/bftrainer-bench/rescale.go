@@ -47,8 +47,11 @@ import (
 // the action (the command that records the change, or the prolog) to the
 // first step at the new size; redone the steps trained twice; measured
 // the launcher's own measure, as recorded in the history (cost events,
-// elastic only); hook_ms the prolog's kill. Needs root.
-func benchRescale(args []string) error {
+// elastic only); hook_ms the prolog's kill. Needs root. -python-exe is
+// the interpreter with torch that runs everything (torchrun, the stores,
+// train.py): Debian's /usr/bin/python3 by default, another torch's (2.x on a
+// GPU machine) for the device check.
+func benchRescale(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("rescale", flag.ContinueOnError)
 	bin := fs.String("bftrainer", "", "the bftrainer binary (default: beside bftrainer-bench, else bin/bftrainer)")
 	contrib := fs.String("contrib", "contrib/trainer", "directory with train.py and fast_torchrun.py")
@@ -56,6 +59,7 @@ func benchRescale(args []string) error {
 	shim := fs.Bool("shim", false, "torchrun: use fast_torchrun.py (1 s × 5 rendezvous keep-alive) instead of stock torchrun")
 	passes := fs.Int("n", 3, "passes of the scenario per launcher")
 	which := fs.String("launchers", "torchrun,elastic", "launchers to measure, comma-separated")
+	exe := fs.String("python-exe", "/usr/bin/python3", "the interpreter with torch: torchrun, the stores and train.py")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -65,7 +69,7 @@ func benchRescale(args []string) error {
 		fmt.Fprintln(os.Stderr, "bftrainer-bench: rescale: skipped: needs root (the runner starts Trainer processes as their owner)")
 		return nil
 	}
-	if err := trainertest.HaveTorch(); err != nil {
+	if err := trainertest.HavePythonTorch(*exe); err != nil {
 		fmt.Fprintf(os.Stderr, "bftrainer-bench: rescale: skipped: %v\n", err)
 		return nil
 	}
@@ -90,7 +94,7 @@ func benchRescale(args []string) error {
 	var all []rescaleEvent
 	for i := 1; i <= *passes; i++ {
 		for _, l := range launchers {
-			evs, err := rescalePass(rescaleSetup{bin: b, contrib: cdir, python: pdir, shim: *shim, launcher: l, pass: i})
+			evs, err := rescalePass(ctx, rescaleSetup{bin: b, contrib: cdir, python: pdir, exe: *exe, shim: *shim, launcher: l, pass: i})
 			if err != nil {
 				return err
 			}
@@ -149,6 +153,7 @@ func rescaleBinary(flagged string) (string, error) {
 // rescaleSetup is what one pass runs.
 type rescaleSetup struct {
 	bin, contrib, python string
+	exe                  string // the interpreter with torch
 	shim                 bool
 	launcher             string
 	pass                 int
@@ -229,15 +234,18 @@ func (r rescaleRun) costs(db, trainer string) ([]float64, []string, error) {
 }
 
 // rescalePass runs the scenario once under one launcher.
-func rescalePass(s rescaleSetup) (evs []rescaleEvent, err error) {
+// A cancelled ctx (SIGTERM, SIGINT: the device check's time limit) ends
+// the wait for the next change: the pass cancels its Trainers and removes
+// its cgroups on the way out, nothing of it left running.
+func rescalePass(ctx context.Context, s rescaleSetup) (evs []rescaleEvent, err error) {
 	dir, err := os.MkdirTemp("", "bftrainer-rescale")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	torchrun := `["/usr/bin/python3", "-m", "torch.distributed.run"]`
+	torchrun := fmt.Sprintf(`[%q, "-m", "torch.distributed.run"]`, s.exe)
 	if s.shim {
-		torchrun = fmt.Sprintf(`["/usr/bin/python3", %q]`, filepath.Join(s.contrib, "fast_torchrun.py"))
+		torchrun = fmt.Sprintf(`[%q, %q]`, s.exe, filepath.Join(s.contrib, "fast_torchrun.py"))
 	}
 	r := rescaleRun{bin: s.bin, dir: dir, config: filepath.Join(dir, "bftrainer.toml"), log: filepath.Join(dir, "progress.log")}
 	db := filepath.Join(dir, "db", "bftrainer.db")
@@ -263,11 +271,13 @@ allow_root_owner = true
 [trainer.launcher.torchrun]
 store_ports = "%d-%d"
 command = %s
+python = %q
 [trainer.launcher.elastic]
 store_ports = "%d-%d"
+python = %q
 pythonpath = %q
 `, db, filepath.Join(dir, "spool"), filepath.Join(dir, "hooks.log"), filepath.Join(dir, "registry"), filepath.Join(dir, "logs"),
-		filepath.Join(dir, "runner"), cgroups, ports, ports+4, torchrun, ports+5, ports+9, s.python)
+		filepath.Join(dir, "runner"), cgroups, ports, ports+4, torchrun, s.exe, ports+5, ports+9, s.exe, s.python)
 	if err := os.WriteFile(r.config, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
@@ -291,7 +301,7 @@ pythonpath = %q
 			return err
 		}
 		hold := 10 + rng.IntN(5) // so that kills do not line up with checkpoints
-		m, err := waitChange(r.log, since, t0, world, to, hold)
+		m, err := waitChange(ctx, r.log, since, t0, world, to, hold)
 		if err != nil {
 			return fmt.Errorf("%s pass %d: %s to %d: %w (see %s)", s.launcher, s.pass, direction, to, err, dir)
 		}
@@ -316,7 +326,7 @@ pythonpath = %q
 			return r.cli("trainer", "submit", "--launcher", s.launcher, "--name", a, "--min", "1", "--max", "4",
 				"--curve", "1:100,2:200,3:300,4:400", "--rescale-up", "1", "--rescale-down", "1", "--workdir", dir,
 				"--env", "PYTHONDONTWRITEBYTECODE=1", "--",
-				"/usr/bin/python3", filepath.Join(s.contrib, "train.py"), "--steps", "100000000", "--print-every", "0",
+				s.exe, filepath.Join(s.contrib, "train.py"), "--steps", "100000000", "--print-every", "0",
 				"--ckpt-dir", filepath.Join(dir, "ckpt"), "--log", r.log, "--sleep", "0.2", "--pg-timeout", "10")
 		}},
 		{"up", 3, func() error { return r.cli("node", "join", "n2", "n3") }},
@@ -387,7 +397,7 @@ type changeCost struct {
 // waitChange waits, at most 180 s, until train.py has logged hold steps
 // at the new world size after the action at t0, and measures the change
 // (for the start: once hold steps ran).
-func waitChange(log string, since, t0 time.Time, from, to, hold int) (changeCost, error) {
+func waitChange(ctx context.Context, log string, since, t0 time.Time, from, to, hold int) (changeCost, error) {
 	deadline := time.Now().Add(180 * time.Second)
 	for {
 		lines, _ := trainertest.ReadSteps(log) // not there yet, or a line cut short: look again
@@ -407,6 +417,9 @@ func waitChange(log string, since, t0 time.Time, from, to, hold int) (changeCost
 		}
 		if time.Now().After(deadline) {
 			return changeCost{}, errors.New("no steps at the new size within 180 s")
+		}
+		if err := ctx.Err(); err != nil {
+			return changeCost{}, fmt.Errorf("waiting for steps at the new size: %w", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -59,6 +59,7 @@ class LocalRunner:
         self.epoch = 0
         self.store = None
         self.port = self.control_port = None
+        self.server_kind = None
         self.ctl = None
         os.makedirs(workdir, exist_ok=True)
 
@@ -93,6 +94,7 @@ class LocalRunner:
                 line += c
         fields = dict(f.split("=", 1) for f in line.decode().split() if "=" in f)
         self.port, self.control_port = int(fields["port"]), int(fields["control"])
+        self.server_kind = fields.get("server", "blocking")  # libuv: torch 2.x's default
         self.ctl = Control("127.0.0.1", self.control_port)
         self.ctl.ping()
 

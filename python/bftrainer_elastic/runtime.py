@@ -130,6 +130,14 @@ def _bytes(t):
         return bytes(t.tolist())
 
 
+def _on_cuda(model):
+    """True if any of the model's parameters is on a CUDA device."""
+    params = getattr(model, "parameters", None)
+    if not callable(params):
+        return False
+    return any(getattr(t, "is_cuda", False) for t in params())
+
+
 def _stateful(v):
     return callable(getattr(v, "state_dict", None)) and callable(getattr(v, "load_state_dict", None))
 
@@ -141,7 +149,10 @@ class Runtime:
     checkpoint       file rank 0 writes every `checkpoint_every` steps and at finish(), and
                      reads when a group forms with no member holding the state (on a
                      filesystem every node shares); None: no disk checkpoint
-    backend          "gloo" or "nccl"; default nccl when CUDA and NCCL are there, else gloo
+    backend          "gloo" or "nccl"; default nccl when the model's parameters are on a CUDA
+                     device and NCCL is there, else gloo (a CPU model on a GPU node, or
+                     several workers sharing one GPU, need gloo: NCCL takes CUDA tensors
+                     only, one rank per device)
     timeout          collective timeout, seconds (default $BFTRAINER_ELASTIC_TIMEOUT or 10):
                      how long a hung peer can stall the group
     join_timeout     how long to wait for the members of a new epoch to arrive before giving
@@ -205,8 +216,7 @@ class Runtime:
         import torch.distributed as dist
         self._dist = dist
         if self.backend is None:
-            import torch
-            self.backend = "nccl" if (torch.cuda.is_available() and dist.is_nccl_available()) else "gloo"
+            self.backend = "nccl" if (_on_cuda(self.state.model) and dist.is_nccl_available()) else "gloo"
         self._connect()
         self.store.set(p.k_ready(self.id), p.dump({"id": self.id, "pid": os.getpid(),
                                                    "host": socket.gethostname(), "time": p.now()}))

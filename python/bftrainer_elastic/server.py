@@ -3,8 +3,10 @@ port, in one process on the controller (a host that is never reclaimed).
 
     /usr/bin/python3 -m bftrainer_elastic.server --port P --control-port C
 
-prints `store ready port=P control=C` (one line, flushed) once both listen; a port given as 0
-is chosen by the kernel and shows in that line. Exits 0 on SIGTERM, SIGINT or SIGHUP.
+prints `store ready port=P control=C server=S` (one line, flushed) once both listen; a port
+given as 0 is chosen by the kernel and shows in that line; S is the kind of torch's store server,
+`blocking` (torch 1.13, and 2.x with use_libuv off) or `libuv` (the 2.x default). Exits 0 on
+SIGTERM, SIGINT or SIGHUP.
 
 Why a control port instead of the runner writing store keys itself: TCPStore's wire format
 changed between torch releases (1.13 sends bare requests; 2.x prefixes a magic number and has
@@ -28,7 +30,10 @@ waiting for the rest, and every worker and every control request waits with it. 
 listening socket gets a receive and send timeout (--peer-timeout), which every connection it
 accepts inherits: a peer silent in the middle of a request is cut off after that long (torch
 drops the connection and serves the others), while an idle peer, or one waiting on a key, is
-never read from and keeps its connection.
+never read from and keeps its connection. torch 2.x's libuv server reads every connection
+without blocking and keeps a partial request until the rest comes, serving the others meanwhile:
+it needs no such timeout, and gets none (a receive timeout does nothing on its non-blocking
+sockets); its stalled peer keeps its connection.
 """
 
 import argparse
@@ -104,6 +109,12 @@ def bound_peers(port, seconds):
     return found
 
 
+def server_kind(store):
+    """`libuv` if this process's TCPStore server is torch 2.x's libuv one, else `blocking` (torch
+    1.13's, or 2.x's with use_libuv off): what a peer stalled mid-request does to it."""
+    return "libuv" if getattr(store, "libuvBackend", False) else "blocking"
+
+
 class _Handler(socketserver.StreamRequestHandler):
     def handle(self):
         for raw in self.rfile:
@@ -143,14 +154,15 @@ def main(argv=None):
     # and go. The object is also a client of its own server, used by the control requests.
     store = TCPStore(a.host, a.port, None, True, timedelta(seconds=a.timeout),
                      wait_for_workers=False)
-    if not bound_peers(store.port, a.peer_timeout):
+    kind = server_kind(store)
+    if kind == "blocking" and not bound_peers(store.port, a.peer_timeout):
         print("bftrainer-elastic: warning: cannot find the store's listening socket: "
               "a worker stopped mid-request will stall the store", file=sys.stderr, flush=True)
     store.set(p.key("version"), str(p.VERSION))
     ctl = _Control((a.control_host, a.control_port), _Handler)
     ctl.store, ctl.lock = store, threading.Lock()
     threading.Thread(target=ctl.serve_forever, name="control", daemon=True).start()
-    print(f"store ready port={store.port} control={ctl.server_address[1]}", flush=True)
+    print(f"store ready port={store.port} control={ctl.server_address[1]} server={kind}", flush=True)
     while not stop.wait(3600):
         pass
     ctl.shutdown()

@@ -9,7 +9,10 @@ oracle the tests compare the elastic run's final parameters with.
 
 One line per completed step to --log (a single write(2)):
     <unix time> id=<worker id> epoch=E rank=R world=W step=S
-At the end rank 0 saves the parameters to --out and prints `done step=N`.
+At the end rank 0 saves the parameters (on the CPU) to --out and prints `done step=N`.
+With --device cuda the model, its optimizer state and the batches live on the GPU (the runtime
+then broadcasts CUDA state; the process group stays gloo, which takes CUDA tensors and lets
+several workers share one GPU).
 """
 
 import argparse
@@ -22,14 +25,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IN_DIM, HIDDEN = 8, 16
 
 
-def build(seed=0):
+def build(seed=0, device="cpu"):
     import torch
     torch.manual_seed(seed)
     # float64: summing the gradient over 1..4 shards rounds differently than over one batch;
     # in double that stays ~1e-13 after hundreds of steps, far below what one lost or doubled
     # step changes (~1e-3), so the comparison can be tight.
     model = torch.nn.Sequential(torch.nn.Linear(IN_DIM, HIDDEN), torch.nn.Tanh(),
-                                torch.nn.Linear(HIDDEN, 1)).double()
+                                torch.nn.Linear(HIDDEN, 1)).double().to(device)
     # Momentum: the optimizer has state, which a newcomer must receive too.
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     return model, opt
@@ -68,19 +71,21 @@ def main(argv=None):
     ap.add_argument("--ckpt-every", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=5.0)
     ap.add_argument("--no-snapshot", action="store_true")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
     a = ap.parse_args(argv)
 
     import torch
     import bftrainer_elastic as elastic
     torch.set_num_threads(1)
-    model, opt = build()
+    model, opt = build(device=a.device)
     state = elastic.State(model, opt)
     rt = elastic.Runtime(state, checkpoint=a.ckpt or None, checkpoint_every=a.ckpt_every,
-                         timeout=a.timeout, snapshot=not a.no_snapshot)
+                         timeout=a.timeout, snapshot=not a.no_snapshot,
+                         backend="gloo" if a.device != "cpu" else None)
     fd = os.open(a.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def train_step(rt):
-        x, y = batch(state.step, a.batch)
+        x, y = (t.to(a.device) for t in batch(state.step, a.batch))
         sl = rt.shard(a.batch)
         if a.sleep > 0:
             time.sleep(a.sleep)
@@ -97,7 +102,7 @@ def main(argv=None):
         print(f"left step={state.step}", flush=True)
         return 0
     if rt.rank == 0 and a.out:
-        torch.save(model.state_dict(), a.out)
+        torch.save({k: v.cpu() for k, v in model.state_dict().items()}, a.out)
     rt.finish()
     print(f"done step={state.step}", flush=True)
     return 0

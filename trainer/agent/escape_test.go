@@ -180,9 +180,20 @@ func TestFullRegistry(t *testing.T) {
 
 // TestDeviceHolders: the report lists the processes that held a device
 // file (a stand-in for /dev/nvidia0), and the kill returns once they are
-// gone.
+// gone: a holder that left the launch's group, and one that stayed in it
+// (which a degraded kill takes with its group, before any scan could see
+// its descriptors).
 func TestDeviceHolders(t *testing.T) {
 	u := trainertest.MustUser(t, "bftgpu")
+	for _, tc := range []struct{ name, prefix string }{
+		{"escaped", "setsid env -i "},
+		{"in the group", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) { deviceHolders(t, u, tc.prefix) })
+	}
+}
+
+func deviceHolders(t *testing.T, u trainertest.User, prefix string) {
 	modes(t, func(t *testing.T, degraded bool, mode func(*trainertest.AgentConfig)) {
 		devs := t.TempDir()
 		trainertest.OpenUp(t, devs)
@@ -192,7 +203,7 @@ func TestDeviceHolders(t *testing.T) {
 		}
 		a := trainertest.MustAgent(t, mode, func(c *trainertest.AgentConfig) { c.DeviceGlob = filepath.Join(devs, "nvidia*") })
 		escDir := trainertest.EscapeDir(t, u.UID, u.GID)
-		holder := trainertest.Escape{Kind: "gpu", Pids: 1, Script: `setsid env -i /bin/sh -c 'exec 3<` + dev + `; exec /bin/sleep 600' & echo $! >> "$ESC_DIR/pids"`}
+		holder := trainertest.Escape{Kind: "gpu", Pids: 1, Script: prefix + `/bin/sh -c 'exec 3<` + dev + `; exec /bin/sleep 600' & echo $! >> "$ESC_DIR/pids"`}
 		if _, err := a.Start(context.Background(), escapeLaunch(a, u, holder, escDir)); err != nil {
 			t.Fatal(err)
 		}

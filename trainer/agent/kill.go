@@ -214,16 +214,56 @@ func (k *killing) killCgroups() {
 // is gone are left to the scan, which checks their members' owner.
 func (k *killing) killGroups() {
 	defer k.done("groups")
+	type live struct {
+		e      wire.Entry
+		leader Proc
+	}
+	var kill []live
 	for _, e := range k.ents {
 		if e.Cgroup != "" || e.Hosted || e.PGID <= 1 {
 			continue
 		}
 		k.degraded = append(k.degraded, "launch started without a cgroup")
 		if p, ok := readProc(e.PGID); ok && !p.Dead() && e.Ticks != 0 && p.Ticks == e.Ticks {
-			k.killGroup(e, &p)
-			k.pids = append(k.pids, p.PID)
+			kill = append(kill, live{e, p})
 		}
 	}
+	pgids := map[int]bool{}
+	for _, l := range kill {
+		pgids[l.e.PGID] = true
+	}
+	k.groupHolders(pgids)
+	for _, l := range kill {
+		k.killGroup(l.e, &l.leader)
+		k.pids = append(k.pids, l.leader.PID)
+	}
+}
+
+// groupHolders adds to the report the members of the process groups that
+// hold a device file, before the groups are killed: once killed, their
+// descriptors are gone in a moment and the scan after the kill would see
+// none (a GPU process's memory is freed later still, as its device file
+// is released). It costs one pass over /proc, reading stat alone, and
+// only on a node whose device glob matches something.
+func (k *killing) groupHolders(pgids map[int]bool) {
+	if len(pgids) == 0 {
+		return
+	}
+	if !k.devicesRead {
+		k.devices, k.devicesRead = k.a.deviceFiles(), true
+	}
+	if k.devices == nil {
+		return
+	}
+	var s scanner
+	var pids []int
+	s.each(func(p *Proc) bool {
+		if pgids[p.PGID] && !p.Dead() {
+			pids = append(pids, p.PID)
+		}
+		return true
+	})
+	k.holders(pids)
 }
 
 // killGroup sends SIGKILL to an entry's process group, once.

@@ -104,9 +104,17 @@ func RepoRoot(tb testing.TB) string {
 
 // HaveTorch reports why Debian's torch does not import with
 // /usr/bin/python3, or nil when it does.
-func HaveTorch() error {
-	if out, err := exec.Command("/usr/bin/python3", "-c", "import torch.distributed").CombinedOutput(); err != nil {
-		return fmt.Errorf("needs torch for /usr/bin/python3 (apt-get install python3-torch): %w %s", err, strings.TrimSpace(string(out)))
+func HaveTorch() error { return HavePythonTorch("/usr/bin/python3") }
+
+// HavePythonTorch reports why torch.distributed does not import with the
+// interpreter python, or nil when it does.
+func HavePythonTorch(python string) error {
+	if out, err := exec.Command(python, "-c", "import torch.distributed").CombinedOutput(); err != nil {
+		hint := ""
+		if python == "/usr/bin/python3" {
+			hint = " (apt-get install python3-torch)"
+		}
+		return fmt.Errorf("needs torch for %s%s: %w %s", python, hint, err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
