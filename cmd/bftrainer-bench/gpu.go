@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -311,11 +309,8 @@ func (g gpuRun) launch(ctx context.Context, e *reclaimEnv, trainer, owner string
 	}
 	l := wire.Launch{Trainer: trainer, Node: e.node, Owner: owner, Run: wire.NewRun(), Argv: argv,
 		Env: map[string]string{"ESC_DIR": dir}, Workdir: "/", Token: wire.NewToken(trainer, e.node).String()}
-	body, _ := json.Marshal(l)
-	start := e.cmd("node-agent", "start")
-	start.Stdin = bytes.NewReader(body)
-	if out, err := start.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("start: %v: %s", err, out)
+	if _, err := e.agent().Start(ctx, l); err != nil {
+		return "", fmt.Errorf("start: %w", err)
 	}
 	if err := waitReady(ctx, dir, 60*time.Second); err != nil {
 		return "", fmt.Errorf("%w; the Trainer's output: %s", err, e.trainerLog())
