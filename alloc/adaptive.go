@@ -137,6 +137,10 @@ type adaptiveModel struct {
 	free     []nodeOutlook // free nodes, oldest first
 	youngest nodeOutlook   // the youngest node of the decision
 	before   []int         // B_j
+	// freeBlocks are the free pool's blocks (runs of equal age), the
+	// i-th starting at position freeStart[i].
+	freeBlocks []block
+	freeStart  []int
 }
 
 func newAdaptiveModel(p *Problem) *adaptiveModel {
@@ -166,6 +170,12 @@ func newAdaptiveModel(p *Problem) *adaptiveModel {
 	m.free = make([]nodeOutlook, len(free))
 	for i := range free {
 		m.free[i] = m.outlookUntil(ages[i], free[i].Until)
+	}
+	m.freeBlocks = blocksOf(m.free)
+	m.freeStart = make([]int, len(m.freeBlocks))
+	for i, at := 1, 0; i < len(m.freeBlocks); i++ {
+		at += m.freeBlocks[i-1].n
+		m.freeStart[i] = at
 	}
 	young := 0.0
 	if len(ages) > 0 {
@@ -268,27 +278,78 @@ func (m *adaptiveModel) sets(j, hi int) trainerSets {
 func (m *adaptiveModel) gains(j int) []float64 {
 	_, hi := m.p.bounds(j)
 	hi = max(hi, len(m.p.Trainers[j].Held))
-	ts := m.sets(j, hi)
-	rates := m.rates(j, hi)
+	rates, speed := m.rates(j, hi)
 	out := make([]float64, hi+1)
-	held, added := blocksOf(ts.held), blocksOf(ts.added)
+	ts := trainerSets{held: m.heldOutlooks(j), youngFirst: m.p.Semantics == Reference}
+	held, added := blocksOf(ts.held), m.addedBlocks(j, hi-len(ts.held))
 	buf := make([]block, 0, len(held)+len(added))
 	for k := 1; k <= hi; k++ {
 		buf = ts.blocks(k, held, added, buf)
-		out[k] = m.gainOf(j, k, buf, rates)
+		out[k] = m.gainOf(j, k, buf, rates, speed[k])
 	}
 	return out
 }
 
-// rates returns Trainer j's metric O'(i) (0 below Min) for i = 0..hi.
-func (m *adaptiveModel) rates(j, hi int) []float64 {
-	t := &m.p.Trainers[j]
-	obj := m.p.Goal()
-	out := make([]float64, hi+1)
-	for i := range out {
-		out[i] = t.Rate(obj, i)
+// heldOutlooks returns the outlooks of Trainer j's nodes, in Place's order.
+func (m *adaptiveModel) heldOutlooks(j int) []nodeOutlook {
+	held := sortedNodes(m.p.Trainers[j].Held)
+	out := make([]nodeOutlook, len(held))
+	for i := range held {
+		out[i] = m.outlookUntil(ageSeconds(m.now, held[i].Since), held[i].Until)
 	}
 	return out
+}
+
+// addedBlocks returns the blocks of the n nodes Trainer j's growth is
+// priced on (see sets), from the free pool's blocks: the block holding
+// position B_j cut there (priced on the node at B_j), the next ones, and
+// the positions past the pool as one block of the youngest node (joined
+// to the last if of the same age, as a run of the node list would be).
+func (m *adaptiveModel) addedBlocks(j, n int) []block {
+	var out []block
+	pos, end := m.before[j], m.before[j]+max(n, 0)
+	if stop := min(end, len(m.free)); pos < stop {
+		b, _ := slices.BinarySearch(m.freeStart, pos+1)
+		b-- // the last block starting at or before pos
+		for ; pos < stop; b++ {
+			o := m.freeBlocks[b].o
+			if pos != m.freeStart[b] {
+				o = m.free[pos]
+			}
+			o.added = true
+			take := min(m.freeStart[b]+m.freeBlocks[b].n, stop) - pos
+			out = append(out, block{o: o, n: take})
+			pos += take
+		}
+	}
+	if pos < end {
+		if l := len(out) - 1; l >= 0 && out[l].o.age == m.youngest.age {
+			out[l].n += end - pos
+		} else {
+			o := m.youngest
+			o.added = true
+			out = append(out, block{o: o, n: end - pos})
+		}
+	}
+	return out
+}
+
+// rates returns Trainer j's metric O'(i) (0 below Min) and its
+// throughput P(i) (0 below Min) for i = 0..hi, walking the curve once
+// (interpAll: Interp's arithmetic, without a search per count).
+func (m *adaptiveModel) rates(j, hi int) (rate, speed []float64) {
+	t := &m.p.Trainers[j]
+	ys, scale := m.p.Goal().Column(&t.Curve)
+	rate = interpAll(t.Curve.Nodes, ys, hi)
+	speed = interpAll(t.Curve.Nodes, t.Curve.Throughput, hi)
+	for i := range rate {
+		if !runs(i, t.Min) {
+			rate[i], speed[i] = 0, 0
+			continue
+		}
+		rate[i] /= scale
+	}
+	return rate, speed
 }
 
 // gain returns Trainer j's gain on k nodes on its own (the same arithmetic
@@ -297,8 +358,9 @@ func (m *adaptiveModel) gain(j, k int) float64 {
 	if k <= 0 {
 		return 0
 	}
-	ts := m.sets(j, k)
-	return m.gainOf(j, k, ts.blocks(k, blocksOf(ts.held), blocksOf(ts.added), nil), m.rates(j, k))
+	ts := trainerSets{held: m.heldOutlooks(j), youngFirst: m.p.Semantics == Reference}
+	rates, speed := m.rates(j, k)
+	return m.gainOf(j, k, ts.blocks(k, blocksOf(ts.held), m.addedBlocks(j, k-len(ts.held)), nil), rates, speed[k])
 }
 
 // block is a run of n consecutive nodes of a count's set with the same
@@ -373,11 +435,11 @@ func (ts *trainerSets) blocks(k int, held, added []block, buf []block) []block {
 }
 
 // gainOf prices Trainer j on the blocks of its set (oldest first, k nodes
-// in all), with rates[i] = O'(i) (see AdaptiveHorizon).
-func (m *adaptiveModel) gainOf(j, k int, set []block, rates []float64) float64 {
+// in all), with rates[i] = O'(i) and P = P(k) (see AdaptiveHorizon).
+func (m *adaptiveModel) gainOf(j, k int, set []block, rates []float64, P float64) float64 {
 	t := &m.p.Trainers[j]
 	finish := math.Inf(1)
-	if P := t.Curve.SamplesPerSecond(k, t.Min); t.Remaining > 0 && P > 0 {
+	if t.Remaining > 0 && P > 0 {
 		finish = t.Remaining / P
 	}
 	grown := min(finish, m.gap) // what a node it grows onto is worth over

@@ -9,6 +9,7 @@ import (
 
 	"github.com/bftrainer/bftrainer/alloc"
 	"github.com/bftrainer/bftrainer/alloc/alloctest"
+	"github.com/bftrainer/bftrainer/internal/allocbefore"
 )
 
 // oracleProblem draws a random adaptive problem and then, by the draw, one
@@ -55,7 +56,7 @@ func oracleProblem(r *rand.Rand, trainers, nodes, nmax int) *alloc.Problem {
 }
 
 // TestAdaptiveGainsMatchOracle holds the block evaluation of the adaptive
-// gains to the node-by-node one it replaced (alloc.OracleAdaptive), every
+// gains to the node-by-node one it replaced (internal/allocbefore), every
 // Trainer and count, on random problems with N_max from 1 to N.
 func TestAdaptiveGainsMatchOracle(t *testing.T) {
 	r := rand.New(rand.NewPCG(23, 1))
@@ -63,7 +64,7 @@ func TestAdaptiveGainsMatchOracle(t *testing.T) {
 	for i := range 1500 {
 		n := 1 + r.IntN(300)
 		p := oracleProblem(r, 1+r.IntN(6), n, 1+r.IntN(n))
-		got, want := alloc.AdaptiveHorizon{}.Gains(p), alloc.OracleAdaptive.Gains(p)
+		got, want := alloc.AdaptiveHorizon{}.Gains(p), allocbefore.AdaptiveGains(p)
 		for j := range p.Trainers {
 			tr := &p.Trainers[j]
 			top := max(min(tr.MaxNodes(), p.Size()), len(tr.Held)) + 2 // past it: counts no solver takes
@@ -99,7 +100,7 @@ func TestAdaptiveMatchesOracle(t *testing.T) {
 
 func checkAgainstOracle(t *testing.T, i int, p *alloc.Problem) {
 	t.Helper()
-	want, ok := alloc.OracleAdaptiveCounts(p)
+	want, ok := allocbefore.AdaptiveCounts(p)
 	pl, err := alloc.Adaptive{}.Solve(context.Background(), p)
 	if err != nil {
 		t.Fatalf("problem %d: %v", i, err)

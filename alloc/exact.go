@@ -51,6 +51,8 @@ type piece struct {
 	alpha, beta float64
 }
 
+var debugDP = false
+
 // parallelWidth is the stage width from which a stage is split across two
 // goroutines: below it the hand-off costs more than it saves.
 const parallelWidth = 1024
@@ -253,6 +255,14 @@ func optimalCounts(p *Problem, val valueFunc, linear bool) ([]int, bool) {
 		for j := 1; j <= J; j++ {
 			F[j], T[j] = max(L[j], from[j]), min(U[j], to[j])
 		}
+	}
+	if debugDP {
+		tw, fw := 0, 0
+		for j := 0; j <= J; j++ {
+			tw += max(0, T[j]-F[j]+1)
+			fw += U[j] - L[j] + 1
+		}
+		println("dp widths pruned", tw, "unpruned", fw, "N", N, "J", J)
 	}
 	width, maxPieces, maxLen, total := 1, 0, 0, 0
 	for j := 0; j <= J; j++ {
