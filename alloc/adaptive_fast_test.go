@@ -119,3 +119,29 @@ func checkAgainstOracle(t *testing.T, i int, p *alloc.Problem) {
 		t.Fatalf("problem %d: adaptive %v (counts %v), oracle %v (counts %v)", i, pl.Objective, pl.Counts(), wantObj, want)
 	}
 }
+
+// TestExactMatchesOracle solves random problems with Exact and with the
+// previous implementation: the same objective, and the same counts (the
+// DP and its tie rule are unchanged; only the pruning bound is computed
+// otherwise).
+func TestExactMatchesOracle(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 3))
+	for i := range 600 {
+		n := 1 + r.IntN(400)
+		p := oracleProblem(r, 1+r.IntN(12), n, 1+r.IntN(n))
+		want, ok := allocbefore.ExactCounts(p)
+		pl, err := alloc.Exact{}.Solve(context.Background(), p)
+		if err != nil {
+			t.Fatalf("problem %d: %v", i, err)
+		}
+		if !ok {
+			if pl.Status != alloc.Infeasible {
+				t.Fatalf("problem %d: oracle infeasible, exact %v", i, pl.Status)
+			}
+			continue
+		}
+		if wantObj := p.ObjectiveOf(want); !approxRel(pl.Objective, wantObj, 1e-9) {
+			t.Fatalf("problem %d: exact %v (counts %v), oracle %v (counts %v)", i, pl.Objective, pl.Counts(), wantObj, want)
+		}
+	}
+}

@@ -51,8 +51,6 @@ type piece struct {
 	alpha, beta float64
 }
 
-var debugDP = false
-
 // parallelWidth is the stage width from which a stage is split across two
 // goroutines: below it the hand-off costs more than it saves.
 const parallelWidth = 1024
@@ -82,6 +80,9 @@ type stage struct {
 	base int
 	lo   int       // first capacity of the stage; cur indexes c-lo
 	cur  []float64 // dp value per capacity
+	// top is the largest m at which ext can be finite: a tabled count k
+	// is tried at capacity c only from c−top.
+	top int
 }
 
 // run fills cur for capacities c0..c1.
@@ -103,7 +104,7 @@ func (s *stage) run(d *deques, c0, c1 int) {
 		}
 		if tab := ch.table; tab != nil {
 			// Every count its own value: max over k of dp(c−k) + v(k).
-			for k := ch.lo; k <= min(ch.maxK, c-base); k++ {
+			for k := max(ch.lo, c-s.top); k <= min(ch.maxK, c-base); k++ {
 				bv = max(bv, ext[c-k-base]+tab[k-ch.lo])
 			}
 		}
@@ -256,14 +257,6 @@ func optimalCounts(p *Problem, val valueFunc, linear bool) ([]int, bool) {
 			F[j], T[j] = max(L[j], from[j]), min(U[j], to[j])
 		}
 	}
-	if debugDP {
-		tw, fw := 0, 0
-		for j := 0; j <= J; j++ {
-			tw += max(0, T[j]-F[j]+1)
-			fw += U[j] - L[j] + 1
-		}
-		println("dp widths pruned", tw, "unpruned", fw, "N", N, "J", J)
-	}
 	width, maxPieces, maxLen, total := 1, 0, 0, 0
 	for j := 0; j <= J; j++ {
 		width = max(width, T[j]-F[j]+1)
@@ -313,7 +306,10 @@ func optimalCounts(p *Problem, val valueFunc, linear bool) ([]int, bool) {
 		for m := base; m <= hi; m++ {
 			ext = append(ext, at(j-1, m))
 		}
-		st := stage{ch: &chs[j-1], ext: ext, base: base, lo: lo, cur: dps[j]}
+		st := stage{ch: &chs[j-1], ext: ext, base: base, lo: lo, cur: dps[j], top: hi}
+		if T[j-1] < U[j-1] {
+			st.top = T[j-1] // above it the previous stage is −Inf
+		}
 		if parts == 1 || hi-lo+1 < parallelWidth {
 			st.run(&ws[0], lo, hi)
 		} else {
