@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/alloc/alloctest"
+	"github.com/bftrainer/bftrainer/pool"
+)
+
+// decideStages are one decision's stages, timed apart: building the
+// problem from the pool (Problem), the solver (Solve, with the learner's
+// probes: Propose less Problem), the commit's bookkeeping (Decide less
+// Propose: the node moves, costs and history) and the state a store saves
+// (State).
+type decideStages struct {
+	problem, solve, commit, state, decide time.Duration
+}
+
+// decidePool returns a pool of n nodes (joined in cohorts of 16 over the
+// last day) running the J Trainers of alloctest.Summit(J, n, nmax, 1),
+// after a first decision has placed them.
+func decidePool(ctx context.Context, s alloc.Solver, J, n, nmax int) (*pool.Pool, error) {
+	ap := alloctest.Summit(J, n, nmax, 1)
+	p, err := pool.New(pool.Config{MaxTrainers: J, TFwd: 10}, pool.State{})
+	if err != nil {
+		return nil, err
+	}
+	start := ap.Now.Add(-24 * time.Hour)
+	for j, t := range ap.Trainers {
+		spec := pool.Spec{ID: t.ID, Min: t.Min, Max: t.Max, Curve: t.Curve, RUp: t.RUp, RDown: t.RDown, Samples: t.Remaining, Submit: start}
+		if err := p.Submit(start, spec); err != nil {
+			return nil, fmt.Errorf("trainer %d: %w", j, err)
+		}
+	}
+	for i := 0; i < n; i += 16 {
+		var names []string
+		for k := i; k < min(i+16, n); k++ {
+			names = append(names, fmt.Sprintf("n%05d", k))
+		}
+		p.Join(start.Add(time.Duration(i)*time.Second), names, fmt.Sprintf("j%d", i))
+	}
+	if _, err := p.Decide(ctx, s, false); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// decideMedian builds the instance's pool and returns the median of each
+// stage over runs decisions.
+func decideMedian(ctx context.Context, s alloc.Solver, in benchInstance, runs int) (decideStages, error) {
+	p, err := decidePool(ctx, s, in.J, in.N, in.nmax)
+	if err != nil {
+		return decideStages{}, err
+	}
+	var problem, solve, commit, state, decide []time.Duration
+	for r := range runs {
+		st, err := timeDecision(ctx, p, s, r)
+		if err != nil {
+			return decideStages{}, err
+		}
+		problem, solve, commit = append(problem, st.problem), append(solve, st.solve), append(commit, st.commit)
+		state, decide = append(state, st.state), append(decide, st.decide)
+	}
+	return decideStages{problem: median(problem), solve: median(solve), commit: max(0, median(commit)), state: median(state), decide: median(decide)}, nil
+}
+
+// timeDecision moves the pool to the next event (a cohort of 16 nodes
+// leaves, 16 others join, a minute later) and times the decision's stages.
+func timeDecision(ctx context.Context, p *pool.Pool, s alloc.Solver, round int) (decideStages, error) {
+	var st decideStages
+	at := p.Now().Add(time.Minute)
+	var gone, come []string
+	for k := range 16 {
+		gone = append(gone, fmt.Sprintf("n%05d", round*16+k))
+		come = append(come, fmt.Sprintf("x%03d-%02d", round, k))
+	}
+	p.Leave(at, gone, "main")
+	p.Join(at, come, "")
+	t0 := time.Now()
+	p.Problem()
+	st.problem = time.Since(t0)
+	t0 = time.Now()
+	p.Propose(ctx, s, false)
+	st.solve = time.Since(t0) - st.problem
+	t0 = time.Now()
+	if _, err := p.Decide(ctx, s, false); err != nil {
+		return st, err
+	}
+	st.decide = time.Since(t0)
+	st.commit = st.decide - st.solve - st.problem
+	t0 = time.Now()
+	p.State()
+	st.state = time.Since(t0)
+	return st, nil
+}
