@@ -96,6 +96,9 @@ func TestAdaptiveMatchesOracle(t *testing.T) {
 	for seed := uint64(1); seed <= 4; seed++ {
 		checkAgainstOracle(t, int(seed), alloctest.SummitCohorts(8+int(seed), 600, []int{64, 600}[seed%2], int(1+seed%2*15), seed))
 	}
+	// Large enough that the Trainers' values are built on all cores
+	// (perTrainer), every node its own cohort.
+	checkAgainstOracle(t, 99, alloctest.SummitCohorts(12, 1500, 1500, 1, 7))
 }
 
 func checkAgainstOracle(t *testing.T, i int, p *alloc.Problem) {

@@ -151,9 +151,15 @@ func (t *unitTree) fill(x int) (v, next float64) {
 func envelopes(chs []choices) (k0 []int, v0 []float64, all []seg, ok bool) {
 	k0, v0 = make([]int, len(chs)), make([]float64, len(chs))
 	per := make([][]seg, len(chs))
+	okj := make([]bool, len(chs))
+	work := 0
+	for j := range chs {
+		work += len(chs[j].table)
+	}
+	perTrainer(len(chs), work, func(j int) { k0[j], v0[j], per[j], okj[j] = chs[j].envelope(j) })
 	n := 0
 	for j := range chs {
-		if k0[j], v0[j], per[j], ok = chs[j].envelope(j); !ok {
+		if !okj[j] {
 			return nil, nil, nil, false
 		}
 		n += len(per[j])
