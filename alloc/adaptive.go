@@ -372,7 +372,13 @@ type block struct {
 
 // blocksOf splits nodes into maximal runs of equal age.
 func blocksOf(ns []nodeOutlook) []block {
-	var out []block
+	n := 0
+	for i := range ns {
+		if i == 0 || ns[i].age != ns[i-1].age {
+			n++
+		}
+	}
+	out := make([]block, 0, n)
 	for i := 0; i < len(ns); {
 		e := i + 1
 		for e < len(ns) && ns[e].age == ns[i].age {

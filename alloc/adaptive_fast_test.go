@@ -2,6 +2,7 @@ package alloc_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -146,5 +147,21 @@ func TestExactMatchesOracle(t *testing.T) {
 		if wantObj := p.ObjectiveOf(want); !approxRel(pl.Objective, wantObj, 1e-9) {
 			t.Fatalf("problem %d: exact %v (counts %v), oracle %v (counts %v)", i, pl.Objective, pl.Counts(), wantObj, want)
 		}
+	}
+}
+
+// BenchmarkAdaptiveBefore times the previous implementation
+// (internal/allocbefore) on BenchmarkAdaptive's instances, for a ratio
+// measured in the same run.
+func BenchmarkAdaptiveBefore(b *testing.B) {
+	for _, c := range []struct{ J, N, nmax, cohort int }{
+		{10, 400, 64, 16}, {10, 4654, 64, 16}, {100, 4734, 64, 16}, {100, 4734, 64, 1}, {100, 4734, 4734, 16},
+	} {
+		p := alloctest.SummitCohorts(c.J, c.N, c.nmax, c.cohort, 1)
+		b.Run(fmt.Sprintf("J=%d/N=%d/Nmax=%d/cohort=%d", c.J, c.N, c.nmax, c.cohort), func(b *testing.B) {
+			for b.Loop() {
+				allocbefore.AdaptiveCounts(p)
+			}
+		})
 	}
 }
