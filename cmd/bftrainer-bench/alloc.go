@@ -47,8 +47,9 @@ import (
 //
 // decide_ms is pool.Decide with Adaptive on a pool holding the instance's
 // nodes and Trainers (decidePool), after an event (16 nodes leave, 16
-// join), decide_exact_ms the same with Exact; the stage fields split
-// decide_ms (decideStages). The exascale instances (Aurora's 10,624 nodes)
+// join), decide_exact_ms the same with Exact; the stage fields time a
+// decision's stages with Adaptive, each decision after its own event
+// (decideStages). The exascale instances (Aurora's 10,624 nodes)
 // skip the MILP solvers: cbc_ms=skipped.
 type allocCommand struct {
 	stdout, stderr io.Writer

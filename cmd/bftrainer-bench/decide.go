@@ -11,10 +11,10 @@ import (
 )
 
 // decideStages are one decision's stages, timed apart: building the
-// problem from the pool (Problem), the solver (Solve, with the learner's
-// probes: Propose less Problem), the commit's bookkeeping (Decide less
-// Propose: the node moves, costs and history) and the state a store saves
-// (State).
+// problem from the pool (Problem), the solver (Propose less Problem: the
+// learner's probes and Solve), the commit's bookkeeping (Commit: the node
+// moves, costs and history) and the state a store saves (State); decide
+// is a whole pool.Decide, timed on its own event.
 type decideStages struct {
 	problem, solve, commit, state, decide time.Duration
 }
@@ -49,7 +49,8 @@ func decidePool(ctx context.Context, s alloc.Solver, J, n, nmax int) (*pool.Pool
 }
 
 // decideMedian builds the instance's pool and returns the median of each
-// stage over runs decisions.
+// stage over runs decisions split into stages and runs whole ones, each
+// after its own event.
 func decideMedian(ctx context.Context, s alloc.Solver, in benchInstance, runs int) (decideStages, error) {
 	p, err := decidePool(ctx, s, in.J, in.N, in.nmax)
 	if err != nil {
@@ -57,20 +58,24 @@ func decideMedian(ctx context.Context, s alloc.Solver, in benchInstance, runs in
 	}
 	var problem, solve, commit, state, decide []time.Duration
 	for r := range runs {
-		st, err := timeDecision(ctx, p, s, r)
+		st, err := timeStages(ctx, p, s, 2*r)
 		if err != nil {
 			return decideStages{}, err
 		}
 		problem, solve, commit = append(problem, st.problem), append(solve, st.solve), append(commit, st.commit)
-		state, decide = append(state, st.state), append(decide, st.decide)
+		state = append(state, st.state)
+		d, err := timeDecide(ctx, p, s, 2*r+1)
+		if err != nil {
+			return decideStages{}, err
+		}
+		decide = append(decide, d)
 	}
-	return decideStages{problem: median(problem), solve: median(solve), commit: max(0, median(commit)), state: median(state), decide: median(decide)}, nil
+	return decideStages{problem: median(problem), solve: median(solve), commit: median(commit), state: median(state), decide: median(decide)}, nil
 }
 
-// timeDecision moves the pool to the next event (a cohort of 16 nodes
-// leaves, 16 others join, a minute later) and times the decision's stages.
-func timeDecision(ctx context.Context, p *pool.Pool, s alloc.Solver, round int) (decideStages, error) {
-	var st decideStages
+// event moves the pool to its next event: a minute later, a cohort of 16
+// nodes leaves (a main job starts on them) and 16 others join.
+func event(p *pool.Pool, round int) {
 	at := p.Now().Add(time.Minute)
 	var gone, come []string
 	for k := range 16 {
@@ -79,20 +84,37 @@ func timeDecision(ctx context.Context, p *pool.Pool, s alloc.Solver, round int) 
 	}
 	p.Leave(at, gone, "main")
 	p.Join(at, come, "")
+}
+
+// timeStages times one decision stage by stage: Propose and Commit are
+// what Decide does when no scheduler plan is set and admission is first
+// come first served.
+func timeStages(ctx context.Context, p *pool.Pool, s alloc.Solver, round int) (decideStages, error) {
+	var st decideStages
+	event(p, round)
 	t0 := time.Now()
 	p.Problem()
 	st.problem = time.Since(t0)
 	t0 = time.Now()
-	p.Propose(ctx, s, false)
-	st.solve = time.Since(t0) - st.problem
+	d := p.Propose(ctx, s, false)
+	st.solve = max(0, time.Since(t0)-st.problem)
 	t0 = time.Now()
-	if _, err := p.Decide(ctx, s, false); err != nil {
+	if err := p.Commit(d.Plan); err != nil {
 		return st, err
 	}
-	st.decide = time.Since(t0)
-	st.commit = st.decide - st.solve - st.problem
+	st.commit = time.Since(t0)
 	t0 = time.Now()
 	p.State()
 	st.state = time.Since(t0)
 	return st, nil
+}
+
+// timeDecide times one whole pool.Decide.
+func timeDecide(ctx context.Context, p *pool.Pool, s alloc.Solver, round int) (time.Duration, error) {
+	event(p, round)
+	t0 := time.Now()
+	if _, err := p.Decide(ctx, s, false); err != nil {
+		return 0, err
+	}
+	return time.Since(t0), nil
 }
