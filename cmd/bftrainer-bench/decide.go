@@ -20,7 +20,7 @@ type decideStages struct {
 }
 
 // decidePool returns a pool of n nodes (joined in cohorts of 16 over the
-// last day) running the J Trainers of alloctest.Summit(J, n, nmax, 1),
+// last hours) running the J Trainers of alloctest.Summit(J, n, nmax, 1),
 // after a first decision has placed them.
 func decidePool(ctx context.Context, s alloc.Solver, J, n, nmax int) (*pool.Pool, error) {
 	ap := alloctest.Summit(J, n, nmax, 1)
@@ -73,10 +73,12 @@ func decideMedian(ctx context.Context, s alloc.Solver, in benchInstance, runs in
 	return decideStages{problem: median(problem), solve: median(solve), commit: median(commit), state: median(state), decide: median(decide)}, nil
 }
 
-// event moves the pool to its next event: a minute later, a cohort of 16
-// nodes leaves (a main job starts on them) and 16 others join.
+// event moves the pool to its next event: a second later (so that few of
+// the Trainers, whose remaining work is alloctest's, finish during the
+// measurement), a cohort of 16 nodes leaves (a main job starts on them)
+// and 16 others join.
 func event(p *pool.Pool, round int) {
-	at := p.Now().Add(time.Minute)
+	at := p.Now().Add(time.Second)
 	var gone, come []string
 	for k := range 16 {
 		gone = append(gone, fmt.Sprintf("n%05d", round*16+k))
