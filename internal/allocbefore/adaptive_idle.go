@@ -40,13 +40,6 @@ const (
 	priorHigh   = 86400.0 // 1 day
 )
 
-// The prior of the time between two moments nodes become free, before the
-// pool has seen any: priorFrees pseudo-moments a minute apart (not fitted to
-// any machine; a few real ones outweigh it).
-const (
-	priorFrees   = 4.0
-	priorFreeGap = 60.0
-)
 
 var IdleBin = alloc.IdleBin
 

@@ -50,5 +50,3 @@ func bounds(p *alloc.Problem, j int) (lo, hi int) {
 	hi = min(t.MaxNodes(), p.Size())
 	return lo, hi
 }
-
-func runs(n, min int) bool { return n > 0 && n >= min }
