@@ -40,7 +40,6 @@ const (
 	priorHigh   = 86400.0 // 1 day
 )
 
-
 var IdleBin = alloc.IdleBin
 
 const IdleBins = alloc.IdleBins
