@@ -40,11 +40,11 @@ const (
 	priorHigh   = 86400.0 // 1 day
 )
 
-var IdleBin = alloc.IdleBin
+var idleBin = alloc.IdleBin
 
-const IdleBins = alloc.IdleBins
+const idleBins = alloc.IdleBins
 
-// idleEdge returns the lower edge of bin b in seconds; idleEdge(IdleBins) is
+// idleEdge returns the lower edge of bin b in seconds; idleEdge(idleBins) is
 // the top of the grid.
 func idleEdge(b int) float64 {
 	if b <= 0 {
@@ -56,9 +56,9 @@ func idleEdge(b int) float64 {
 
 // priorMass returns the prior's pseudo-observations in each bin.
 func priorMass() []float64 {
-	out := make([]float64, IdleBins)
+	out := make([]float64, idleBins)
 	lo, hi := math.Log(priorLow), math.Log(priorHigh)
-	for b := 1; b < IdleBins; b++ {
+	for b := 1; b < idleBins; b++ {
 		a, z := math.Log(idleEdge(b)), math.Log(idleEdge(b+1))
 		if w := min(z, hi) - max(a, lo); w > 0 {
 			out[b] = priorWeight * w / (hi - lo)
@@ -72,7 +72,7 @@ var prior = priorMass()
 // survival is the life table of one decision: S and its integral at the bin
 // edges, and an exponential tail past the data.
 type survival struct {
-	edge []float64 // edge[b], b = 0..IdleBins
+	edge []float64 // edge[b], b = 0..idleBins
 	s    []float64 // S(edge[b])
 	cum  []float64 // ∫_0^edge[b] S
 	// Past end (the first edge where no observation is at risk, or the top
@@ -86,16 +86,16 @@ type survival struct {
 // and the ages of the nodes idle now (censored: still running). Within a
 // bin a censored period counts half at risk (the actuarial rule).
 func newSurvival(h *alloc.IdleHistory, ages []float64) *survival {
-	d := make([]float64, IdleBins)
+	d := make([]float64, idleBins)
 	copy(d, prior)
 	if h != nil {
 		for b, n := range h.Ended {
 			d[b] += n
 		}
 	}
-	c := make([]float64, IdleBins)
+	c := make([]float64, idleBins)
 	for _, a := range ages {
-		c[IdleBin(a)]++
+		c[idleBin(a)]++
 	}
 	return lifeTable(d, c)
 }
@@ -104,17 +104,17 @@ func newSurvival(h *alloc.IdleHistory, ages []float64) *survival {
 // censored (still running) in each bin.
 func lifeTable(d, c []float64) *survival {
 	sv := &survival{
-		edge: make([]float64, IdleBins+1),
-		s:    make([]float64, IdleBins+1),
-		cum:  make([]float64, IdleBins+1),
-		end:  IdleBins,
+		edge: make([]float64, idleBins+1),
+		s:    make([]float64, idleBins+1),
+		cum:  make([]float64, idleBins+1),
+		end:  idleBins,
 	}
 	for b := range sv.edge {
 		sv.edge[b] = idleEdge(b)
 	}
 	risk := 0.0
 	deaths, exposure := 0.0, 0.0
-	for b := range IdleBins {
+	for b := range idleBins {
 		risk += d[b] + c[b]
 		mid := (sv.edge[b] + sv.edge[b+1]) / 2
 		deaths += d[b]
@@ -124,11 +124,11 @@ func lifeTable(d, c []float64) *survival {
 		sv.hazard = deaths / exposure
 	}
 	sv.s[0] = 1
-	for b := range IdleBins {
+	for b := range idleBins {
 		q := 0.0
 		if at := risk - c[b]/2; at > 0 {
 			q = min(1, d[b]/at)
-		} else if sv.end == IdleBins {
+		} else if sv.end == idleBins {
 			sv.end = b // nobody left at risk: the tail takes over
 		}
 		risk -= d[b] + c[b]
@@ -152,7 +152,7 @@ func (sv *survival) at(x float64) (s, cum float64) {
 		e := math.Exp(-sv.hazard * (x - top))
 		return s0 * e, c0 + s0*(1-e)/sv.hazard
 	}
-	b := IdleBin(x)
+	b := idleBin(x)
 	lo, w := sv.edge[b], sv.edge[b+1]-sv.edge[b]
 	f := (x - lo) / w
 	s0, s1 := sv.s[b], sv.s[b+1]
