@@ -273,27 +273,36 @@ func (c *allocCommand) before(ctx context.Context, in benchInstance, p *alloc.Pr
 	if in.nmax > 1000 && in.N > 5000 {
 		oldRuns = 1
 	}
-	var oldA, oldE []time.Duration
+	// Each old run is paired with a new one, back to back, so that the
+	// ratios (speedup_adaptive, speedup_exact) compare runs under the
+	// same load.
+	var oldA, oldE, newA, newE []time.Duration
 	var countsA, countsE []int
+	var pa, pe *alloc.Plan
 	for range oldRuns {
 		fmt.Fprintf(c.stderr, "bftrainer-bench: alloc: %s: previous adaptive and exact\n", in.name())
 		start := time.Now()
 		countsA, _ = allocbefore.AdaptiveCounts(p)
 		oldA = append(oldA, time.Since(start))
 		start = time.Now()
+		var err error
+		if pa, err = (alloc.Adaptive{}).Solve(ctx, p); err != nil {
+			return "", err
+		}
+		newA = append(newA, time.Since(start))
+		start = time.Now()
 		countsE, _ = allocbefore.ExactCounts(p)
 		oldE = append(oldE, time.Since(start))
-	}
-	pa, err := alloc.Adaptive{}.Solve(ctx, p)
-	if err != nil {
-		return "", err
-	}
-	pe, err := alloc.Exact{}.Solve(ctx, p)
-	if err != nil {
-		return "", err
+		start = time.Now()
+		if pe, err = (alloc.Exact{}).Solve(ctx, p); err != nil {
+			return "", err
+		}
+		newE = append(newE, time.Since(start))
 	}
 	same := sameValue(pa.Objective, p.ObjectiveWith(alloc.AdaptiveHorizon{}, countsA)) && sameValue(pe.Objective, p.ObjectiveOf(countsE))
-	out := fmt.Sprintf(" before_ms=%s before_exact_ms=%s before_same=%t", fmtMS(ms(median(oldA))), fmtMS(ms(median(oldE))), same)
+	out := fmt.Sprintf(" before_ms=%s before_exact_ms=%s before_same=%t speedup_adaptive=%s speedup_exact=%s",
+		fmtMS(ms(median(oldA))), fmtMS(ms(median(oldE))), same,
+		fmtRatio(ms(median(oldA))/ms(median(newA))), fmtRatio(ms(median(oldE))/ms(median(newE))))
 	stages, err := decideMedian(ctx, alloc.Adaptive{}, in, runs)
 	if err != nil {
 		return "", fmt.Errorf("decide: %w", err)
