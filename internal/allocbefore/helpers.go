@@ -16,6 +16,41 @@ func AdaptiveCounts(p *alloc.Problem) ([]int, bool) {
 	return optimalCounts(p, prices(p, adaptiveHorizon{}.Gains(p)), false)
 }
 
+// AdaptiveSolve is the old alloc.Adaptive's Solve for a timing that
+// compares with the new one's: validation, the counts, and placement
+// (alloc.PlaceWith, unchanged) priced by the values the counts were chosen
+// on. It returns the counts, and false when no allocation is feasible.
+func AdaptiveSolve(p *alloc.Problem) ([]int, bool, error) {
+	if err := p.Validate(); err != nil {
+		return nil, false, err
+	}
+	g := adaptiveHorizon{}.Gains(p)
+	counts, ok := optimalCounts(p, prices(p, g), false)
+	if ok {
+		alloc.PlaceWith(p, madeGains{g}, counts)
+	}
+	return counts, ok, nil
+}
+
+// ExactSolve is AdaptiveSolve for the old alloc.Exact.
+func ExactSolve(p *alloc.Problem) ([]int, bool, error) {
+	if err := p.Validate(); err != nil {
+		return nil, false, err
+	}
+	counts, ok := optimalCounts(p, p.Value, true)
+	if ok {
+		alloc.PlaceWith(p, nil, counts)
+	}
+	return counts, ok, nil
+}
+
+// madeGains is an alloc.Pricing whose gains are already computed.
+type madeGains struct{ g func(j, k int) float64 }
+
+func (madeGains) Name() string { return "adaptive" }
+
+func (m madeGains) Gains(*alloc.Problem) func(j, k int) float64 { return m.g }
+
 // ExactCounts returns the counts the old alloc.Exact chose, and false
 // when no allocation is feasible.
 func ExactCounts(p *alloc.Problem) ([]int, bool) {
