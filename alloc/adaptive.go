@@ -137,6 +137,10 @@ type adaptiveModel struct {
 	free     []nodeOutlook // free nodes, oldest first
 	youngest nodeOutlook   // the youngest node of the decision
 	before   []int         // B_j
+	// freeBlocks are the free pool's blocks (runs of equal age), the
+	// i-th starting at position freeStart[i].
+	freeBlocks []block
+	freeStart  []int
 }
 
 func newAdaptiveModel(p *Problem) *adaptiveModel {
@@ -166,6 +170,12 @@ func newAdaptiveModel(p *Problem) *adaptiveModel {
 	m.free = make([]nodeOutlook, len(free))
 	for i := range free {
 		m.free[i] = m.outlookUntil(ages[i], free[i].Until)
+	}
+	m.freeBlocks = blocksOf(m.free)
+	m.freeStart = make([]int, len(m.freeBlocks))
+	for i, at := 1, 0; i < len(m.freeBlocks); i++ {
+		at += m.freeBlocks[i-1].n
+		m.freeStart[i] = at
 	}
 	young := 0.0
 	if len(ages) > 0 {
@@ -255,28 +265,91 @@ func (m *adaptiveModel) sets(j, hi int) trainerSets {
 }
 
 // gains returns Trainer j's gain for k = 0..hi (its largest count).
+//
+// A count's set is walked as blocks, not nodes: a block is a run of
+// consecutive nodes of equal age, held or added, priced on its first
+// node's outlook, which is what the node-by-node walk did (it took a
+// run's h and a cohort's π from their first node). The held nodes' blocks
+// are found once; the added nodes' blocks once, their prefix for each
+// count. A count costs O(blocks in its set), not O(k): on a pool whose
+// nodes became idle in cohorts, and for every Trainer whose growth is
+// priced past the free pool (all on the youngest node: one block), that
+// is a few blocks where k is thousands of nodes.
 func (m *adaptiveModel) gains(j int) []float64 {
 	_, hi := m.p.bounds(j)
 	hi = max(hi, len(m.p.Trainers[j].Held))
-	ts := m.sets(j, hi)
-	rates := m.rates(j, hi)
+	rates, speed := m.rates(j, hi)
 	out := make([]float64, hi+1)
-	buf := make([]nodeOutlook, 0, hi)
+	ts := trainerSets{held: m.heldOutlooks(j), youngFirst: m.p.Semantics == Reference}
+	held, added := blocksOf(ts.held), m.addedBlocks(j, hi-len(ts.held))
+	buf := make([]block, 0, len(held)+len(added))
 	for k := 1; k <= hi; k++ {
-		out[k] = m.gainOf(j, k, ts.set(k, buf), rates)
+		buf = ts.blocks(k, held, added, buf)
+		out[k] = m.gainOf(j, k, buf, rates, speed[k])
 	}
 	return out
 }
 
-// rates returns Trainer j's metric O'(i) (0 below Min) for i = 0..hi.
-func (m *adaptiveModel) rates(j, hi int) []float64 {
-	t := &m.p.Trainers[j]
-	obj := m.p.Goal()
-	out := make([]float64, hi+1)
-	for i := range out {
-		out[i] = t.Rate(obj, i)
+// heldOutlooks returns the outlooks of Trainer j's nodes, in Place's order.
+func (m *adaptiveModel) heldOutlooks(j int) []nodeOutlook {
+	held := sortedNodes(m.p.Trainers[j].Held)
+	out := make([]nodeOutlook, len(held))
+	for i := range held {
+		out[i] = m.outlookUntil(ageSeconds(m.now, held[i].Since), held[i].Until)
 	}
 	return out
+}
+
+// addedBlocks returns the blocks of the n nodes Trainer j's growth is
+// priced on (see sets), from the free pool's blocks: the block holding
+// position B_j cut there (priced on the node at B_j), the next ones, and
+// the positions past the pool as one block of the youngest node (joined
+// to the last if of the same age, as a run of the node list would be).
+func (m *adaptiveModel) addedBlocks(j, n int) []block {
+	var out []block
+	pos, end := m.before[j], m.before[j]+max(n, 0)
+	if stop := min(end, len(m.free)); pos < stop {
+		b, _ := slices.BinarySearch(m.freeStart, pos+1)
+		b-- // the last block starting at or before pos
+		for ; pos < stop; b++ {
+			o := m.freeBlocks[b].o
+			if pos != m.freeStart[b] {
+				o = m.free[pos]
+			}
+			o.added = true
+			take := min(m.freeStart[b]+m.freeBlocks[b].n, stop) - pos
+			out = append(out, block{o: o, n: take})
+			pos += take
+		}
+	}
+	if pos < end {
+		if l := len(out) - 1; l >= 0 && out[l].o.age == m.youngest.age {
+			out[l].n += end - pos
+		} else {
+			o := m.youngest
+			o.added = true
+			out = append(out, block{o: o, n: end - pos})
+		}
+	}
+	return out
+}
+
+// rates returns Trainer j's metric O'(i) (0 below Min) and its
+// throughput P(i) (0 below Min) for i = 0..hi, walking the curve once
+// (interpAll: Interp's arithmetic, without a search per count).
+func (m *adaptiveModel) rates(j, hi int) (rate, speed []float64) {
+	t := &m.p.Trainers[j]
+	ys, scale := m.p.Goal().Column(&t.Curve)
+	rate = interpAll(t.Curve.Nodes, ys, hi)
+	speed = interpAll(t.Curve.Nodes, t.Curve.Throughput, hi)
+	for i := range rate {
+		if !runs(i, t.Min) {
+			rate[i], speed[i] = 0, 0
+			continue
+		}
+		rate[i] /= scale
+	}
+	return rate, speed
 }
 
 // gain returns Trainer j's gain on k nodes on its own (the same arithmetic
@@ -285,70 +358,126 @@ func (m *adaptiveModel) gain(j, k int) float64 {
 	if k <= 0 {
 		return 0
 	}
-	ts := m.sets(j, k)
-	return m.gainOf(j, k, ts.set(k, nil), m.rates(j, k))
+	ts := trainerSets{held: m.heldOutlooks(j), youngFirst: m.p.Semantics == Reference}
+	rates, speed := m.rates(j, k)
+	return m.gainOf(j, k, ts.blocks(k, blocksOf(ts.held), m.addedBlocks(j, k-len(ts.held)), nil), rates, speed[k])
 }
 
-// set returns the outlooks count k is priced on, oldest first.
-func (ts *trainerSets) set(k int, buf []nodeOutlook) []nodeOutlook {
+// block is a run of n consecutive nodes of a count's set with the same
+// age, all held or all added; o is its first node's outlook.
+type block struct {
+	o nodeOutlook
+	n int
+}
+
+// blocksOf splits nodes into maximal runs of equal age.
+func blocksOf(ns []nodeOutlook) []block {
+	n := 0
+	for i := range ns {
+		if i == 0 || ns[i].age != ns[i-1].age {
+			n++
+		}
+	}
+	out := make([]block, 0, n)
+	for i := 0; i < len(ns); {
+		e := i + 1
+		for e < len(ns) && ns[e].age == ns[i].age {
+			e++
+		}
+		out = append(out, block{o: ns[i], n: e - i})
+		i = e
+	}
+	return out
+}
+
+// blocks returns the blocks of the set count k is priced on, oldest first:
+// the k kept held nodes, or the held nodes merged with the first k−C added
+// ones (held first among equal ages), as a node-by-node merge orders them.
+// held and added are ts.held's and ts.added's blocks.
+func (ts *trainerSets) blocks(k int, held, added []block, buf []block) []block {
+	buf = buf[:0]
 	C := len(ts.held)
 	if k <= C {
 		if ts.youngFirst {
-			return append(buf[:0], ts.held[C-k:]...)
+			// held[C−k:]: the suffix, its first block cut at node C−k.
+			skip, i := C-k, 0
+			for ; skip >= held[i].n; i++ {
+				skip -= held[i].n
+			}
+			first := held[i]
+			if skip > 0 {
+				first = block{o: ts.held[C-k], n: first.n - skip}
+			}
+			buf = append(buf, first)
+			return append(buf, held[i+1:]...)
 		}
-		return append(buf[:0], ts.held[:k]...)
+		for _, b := range held {
+			if k == 0 {
+				break
+			}
+			b.n = min(b.n, k)
+			k -= b.n
+			buf = append(buf, b)
+		}
+		return buf
 	}
-	// Merge held and added, both oldest first.
-	buf = buf[:0]
-	add := ts.added[:k-C]
+	// Merge: a whole block of one side goes in at a time, since every node
+	// of a block compares alike with the other side's next node.
+	left := k - C
 	i, a := 0, 0
-	for i < C || a < len(add) {
-		if a == len(add) || (i < C && ts.held[i].age >= add[a].age) {
-			buf = append(buf, ts.held[i])
+	for i < len(held) || left > 0 {
+		if left == 0 || (i < len(held) && held[i].o.age >= added[a].o.age) {
+			buf = append(buf, held[i])
 			i++
 		} else {
-			buf = append(buf, add[a])
+			b := added[a]
+			b.n = min(b.n, left)
+			left -= b.n
+			buf = append(buf, b)
 			a++
 		}
 	}
 	return buf
 }
 
-// gainOf prices Trainer j on the node set (outlooks, oldest first, len k),
-// with rates[i] = O'(i) (see AdaptiveHorizon).
-func (m *adaptiveModel) gainOf(j, k int, set []nodeOutlook, rates []float64) float64 {
+// gainOf prices Trainer j on the blocks of its set (oldest first, k nodes
+// in all), with rates[i] = O'(i) and P = P(k) (see AdaptiveHorizon).
+func (m *adaptiveModel) gainOf(j, k int, set []block, rates []float64, P float64) float64 {
 	t := &m.p.Trainers[j]
 	finish := math.Inf(1)
-	if P := t.Curve.SamplesPerSecond(k, t.Min); t.Remaining > 0 && P > 0 {
+	if t.Remaining > 0 && P > 0 {
 		finish = t.Remaining / P
 	}
 	grown := min(finish, m.gap) // what a node it grows onto is worth over
 	g := 0.0
+	pos := 0 // rank of the cohort's first node
 	for s := 0; s < len(set); {
-		e := s + 1
-		for e < len(set) && set[e].age == set[s].age {
+		e, end := s+1, pos+set[s].n
+		for e < len(set) && set[e].o.age == set[s].o.age {
+			end += set[e].n
 			e++
 		}
 		// One cohort, one reclaim: R_down at the rate then, if it comes
 		// before the Trainer finishes or the pool re-places.
-		_, pi := m.over(set[s], grown)
-		g -= t.RDown * rates[e] * pi
-		// Its nodes' steps of the curve, held ones first (set puts them
-		// first among equal ages), each over its horizon.
-		for a := s; a < e; {
-			b := a + 1
-			for b < e && set[b].added == set[a].added {
+		_, pi := m.over(set[s].o, grown)
+		g -= t.RDown * rates[end] * pi
+		// Its nodes' steps of the curve, held ones first (the merge puts
+		// them first among equal ages), each run over its horizon.
+		for a, ra := s, pos; a < e; {
+			b, rb := a+1, ra+set[a].n
+			for b < e && set[b].o.added == set[a].o.added {
+				rb += set[b].n
 				b++
 			}
 			horizon := m.gap
-			if set[a].added {
+			if set[a].o.added {
 				horizon = grown
 			}
-			h, _ := m.over(set[a], horizon)
-			g += (rates[b] - rates[a]) * h
-			a = b
+			h, _ := m.over(set[a].o, horizon)
+			g += (rates[rb] - rates[ra]) * h
+			a, ra = b, rb
 		}
-		s = e
+		s, pos = e, end
 	}
 	return g
 }

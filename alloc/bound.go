@@ -1,7 +1,6 @@
 package alloc
 
 import (
-	"math"
 	"slices"
 )
 
@@ -32,7 +31,7 @@ func (ch *choices) envelope(owner int) (k0 int, v0 float64, segs []seg, ok bool)
 		k int
 		v float64
 	}
-	var pts []pt
+	pts := make([]pt, 0, 2+2*len(ch.pieces)+len(ch.table))
 	if ch.zero {
 		pts = append(pts, pt{0, ch.zeroV})
 	}
@@ -48,7 +47,9 @@ func (ch *choices) envelope(owner int) (k0 int, v0 float64, segs []seg, ok bool)
 	if len(pts) == 0 {
 		return 0, 0, nil, false
 	}
-	slices.SortFunc(pts, func(a, b pt) int { return a.k - b.k })
+	if byK := func(a, b pt) int { return a.k - b.k }; !slices.IsSortedFunc(pts, byK) {
+		slices.SortStableFunc(pts, byK)
+	}
 	// Upper hull, left to right (monotone chain).
 	hull := pts[:0:0]
 	for _, q := range pts {
@@ -82,32 +83,65 @@ func (ch *choices) envelope(owner int) (k0 int, v0 float64, segs []seg, ok bool)
 	return k0, v0, segs, true
 }
 
-// lpFill writes G(c) for c = from, from+1, … into out, where G is the LP
-// relaxation of the Trainers whose index is in [ownLo, ownHi): all of them
-// at their smallest feasible counts (k0 nodes, worth v0), then the
-// segments of the slope-sorted list segs by decreasing slope. −Inf below k0.
-func lpFill(k0 int, v0 float64, segs []seg, ownLo, ownHi int, from int, out []float64) {
-	c, i := from, 0
-	for ; i < len(out) && c < k0; i, c = i+1, c+1 {
-		out[i] = math.Inf(-1)
+// unitTree holds a subset of the slope-sorted segments (by rank in the
+// sorted list) in a Fenwick tree of their node counts and values, so that
+// the greedy fill of x nodes, G's value less the smallest counts', is a
+// descent of O(log S) instead of a scan of the list.
+type unitTree struct {
+	segs  []seg
+	units []int     // Fenwick, 1-based
+	value []float64 // Fenwick, 1-based
+	high  int       // the largest power of two ≤ len(segs)
+}
+
+func newUnitTree(segs []seg) *unitTree {
+	t := &unitTree{segs: segs, units: make([]int, len(segs)+1), value: make([]float64, len(segs)+1), high: 1}
+	for t.high*2 <= len(segs) {
+		t.high *= 2
 	}
-	v, used, s, taken := v0, k0, 0, 0
-	for ; i < len(out); i, c = i+1, c+1 {
-		for used < c && s < len(segs) {
-			if o := segs[s].owner; o < ownLo || o >= ownHi {
-				s++
-				continue
-			}
-			step := min(c-used, segs[s].len-taken)
-			v += float64(step) * segs[s].slope
-			used += step
-			taken += step
-			if taken == segs[s].len {
-				s, taken = s+1, 0
-			}
+	return t
+}
+
+// fillAll puts every segment in the tree, in O(S).
+func (t *unitTree) fillAll() {
+	for r, sg := range t.segs {
+		t.units[r+1] += sg.len
+		t.value[r+1] += float64(sg.len) * sg.slope
+		if up := (r + 1) + (r+1)&-(r+1); up < len(t.units) {
+			t.units[up] += t.units[r+1]
+			t.value[up] += t.value[r+1]
 		}
-		out[i] = v
 	}
+}
+
+// add puts segment r in the tree (sign 1) or takes it out (sign −1).
+func (t *unitTree) add(r, sign int) {
+	u := sign * t.segs[r].len
+	v := float64(u) * t.segs[r].slope
+	for i := r + 1; i < len(t.units); i += i & -i {
+		t.units[i] += u
+		t.value[i] += v
+	}
+}
+
+// fill returns the value of the best x nodes of the segments in the tree
+// (all of them if they hold fewer) and the slope of the node after them
+// (0 when none is left).
+func (t *unitTree) fill(x int) (v, next float64) {
+	pos, left := 0, x
+	for step := t.high; step > 0 && len(t.segs) > 0; step >>= 1 {
+		if q := pos + step; q < len(t.units) && t.units[q] <= left {
+			pos, left = q, left-t.units[q]
+			v += t.value[q]
+		}
+	}
+	// Segments before rank pos are taken whole; rank pos holds more than
+	// left nodes (or the list is used up).
+	if pos < len(t.segs) {
+		v += float64(left) * t.segs[pos].slope
+		next = t.segs[pos].slope
+	}
+	return v, next
 }
 
 // envelopes returns every Trainer's smallest feasible count and its value,
@@ -116,21 +150,34 @@ func lpFill(k0 int, v0 float64, segs []seg, ownLo, ownHi int, from int, out []fl
 // Trainer has no feasible count.
 func envelopes(chs []choices) (k0 []int, v0 []float64, all []seg, ok bool) {
 	k0, v0 = make([]int, len(chs)), make([]float64, len(chs))
+	per := make([][]seg, len(chs))
+	okj := make([]bool, len(chs))
+	work := 0
 	for j := range chs {
-		var segs []seg
-		if k0[j], v0[j], segs, ok = chs[j].envelope(j); !ok {
+		work += len(chs[j].table)
+	}
+	perTrainer(len(chs), work, func(j int) { k0[j], v0[j], per[j], okj[j] = chs[j].envelope(j) })
+	n := 0
+	for j := range chs {
+		if !okj[j] {
 			return nil, nil, nil, false
 		}
+		n += len(per[j])
+	}
+	all = make([]seg, 0, n)
+	for _, segs := range per {
 		all = append(all, segs...)
 	}
-	slices.SortStableFunc(all, func(a, b seg) int {
+	// One Trainer's envelope slopes strictly decrease, so ordering equal
+	// slopes by Trainer is the stable order, with an unstable sort.
+	slices.SortFunc(all, func(a, b seg) int {
 		switch {
 		case a.slope > b.slope:
 			return -1
 		case a.slope < b.slope:
 			return 1
 		}
-		return 0
+		return a.owner - b.owner
 	})
 	return k0, v0, all, true
 }
@@ -181,30 +228,93 @@ func prune(p *Problem, chs []choices, L, U []int, tol float64, val valueFunc) (f
 		lb += val(j, k)
 	}
 	// Prefix sums of the smallest counts; the prefix and suffix bounds of
-	// each stage filter the one slope-sorted list by owner.
+	// each stage are fills of the Trainers before it and from it on, kept
+	// in two trees that Trainer j−1's segments move between.
 	k0s := make([]int, J+1) // k0s[j]: Σ k0 of Trainers before j
 	v0s := make([]float64, J+1)
 	for j := range chs {
 		k0s[j+1], v0s[j+1] = k0s[j]+k0[j], v0s[j]+v0[j]
 	}
+	byOwner := make([][]int, J)
+	pre, suf := newUnitTree(all), newUnitTree(all)
+	for r, sg := range all {
+		byOwner[sg.owner] = append(byOwner[sg.owner], r)
+	}
+	suf.fillAll()
 	from, to = make([]int, J+1), make([]int, J+1)
-	var gp, gs []float64
 	for j := 1; j <= J; j++ {
-		lo, hi := L[j], U[j]
-		w := hi - lo + 1
-		gp = slices.Grow(gp[:0], w)[:w]
-		gs = slices.Grow(gs[:0], w)[:w]
-		lpFill(k0s[j], v0s[j], all, 0, j, lo, gp)
-		// Suffix (Trainers j..J-1, 0-based) at capacity N−c, c from hi down.
-		lpFill(k0s[J]-k0s[j], v0s[J]-v0s[j], all, j, J, N-hi, gs)
-		from[j], to[j] = hi+1, lo-1
-		for i := 0; i < w; i++ {
-			c := lo + i
-			if gp[i]+gs[hi-c] >= lb-tol {
-				from[j] = min(from[j], c)
-				to[j] = max(to[j], c)
-			}
+		for _, r := range byOwner[j-1] {
+			pre.add(r, 1)
+			suf.add(r, -1)
 		}
+		b := stageBound{pre: pre, suf: suf, n: N, k0p: k0s[j], v0p: v0s[j], k0s: k0s[J] - k0s[j], v0s: v0s[J] - v0s[j]}
+		from[j], to[j] = b.interval(L[j], U[j], lb-tol)
 	}
 	return from, to, true
+}
+
+// stageBound is the LP bound of one stage at capacity c: the Trainers
+// before it filling c nodes, plus those from it on filling the N − c left,
+// f(c) = G_pre(c) + G_suf(N − c). Each G is concave (a fill by
+// decreasing slope), so f is concave and {c : f(c) ≥ lb} an interval:
+// found by binary searches for f's peak (where its increments turn
+// non-positive) and for lb on either side, O(log N · log S) a stage.
+type stageBound struct {
+	pre, suf *unitTree
+	n        int
+	k0p, k0s int
+	v0p, v0s float64
+}
+
+func (b *stageBound) f(c int) float64 {
+	vp, _ := b.pre.fill(c - b.k0p)
+	vs, _ := b.suf.fill(b.n - c - b.k0s)
+	return b.v0p + vp + b.v0s + vs
+}
+
+// rising reports whether f(c+1) > f(c).
+func (b *stageBound) rising(c int) bool {
+	_, up := b.pre.fill(c - b.k0p)             // the prefix's next node
+	_, down := b.suf.fill(b.n - c - 1 - b.k0s) // the suffix's last node at N−c
+	return up > down
+}
+
+// interval returns the capacities of [lo, hi] where f ≥ lb (from > to if
+// none).
+func (b *stageBound) interval(lo, hi int, lb float64) (from, to int) {
+	lo, hi = max(lo, b.k0p), min(hi, b.n-b.k0s) // where f is finite
+	if lo > hi {
+		return hi + 1, lo - 1
+	}
+	// The peak: the first c whose increment is not positive.
+	a, z := lo, hi
+	for a < z {
+		if m := a + (z-a)/2; b.rising(m) {
+			a = m + 1
+		} else {
+			z = m
+		}
+	}
+	peak := a
+	if b.f(peak) < lb {
+		return hi + 1, lo - 1
+	}
+	a, z = lo, peak // the first c with f(c) ≥ lb: f rises up to the peak
+	for a < z {
+		if m := a + (z-a)/2; b.f(m) >= lb {
+			z = m
+		} else {
+			a = m + 1
+		}
+	}
+	from = a
+	a, z = peak, hi // the last: f falls after it
+	for a < z {
+		if m := a + (z-a+1)/2; b.f(m) >= lb {
+			a = m
+		} else {
+			z = m - 1
+		}
+	}
+	return from, a
 }

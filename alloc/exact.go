@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // Exact is the default solver: optimal over node counts, then Place.
@@ -45,6 +47,32 @@ func (Exact) Solve(_ context.Context, p *Problem) (*Plan, error) {
 	return newPlan(p, "exact", counts), nil
 }
 
+// parallelWork is the number of counts to value from which per-Trainer
+// work is spread over the cores.
+const parallelWork = 1 << 14
+
+// perTrainer calls f(j) for j = 0..n−1, on GOMAXPROCS goroutines when work
+// is at least parallelWork; f must touch only Trainer j's own data.
+func perTrainer(n, work int, f func(j int)) {
+	procs := min(runtime.GOMAXPROCS(0), n)
+	if work < parallelWork || procs < 2 {
+		for j := range n {
+			f(j)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range procs {
+		wg.Go(func() {
+			for j := int(next.Add(1)) - 1; j < n; j = int(next.Add(1)) - 1 {
+				f(j)
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // piece is a run of counts [a, b] on which a Trainer's value is α + β·k.
 type piece struct {
 	a, b        int
@@ -80,6 +108,9 @@ type stage struct {
 	base int
 	lo   int       // first capacity of the stage; cur indexes c-lo
 	cur  []float64 // dp value per capacity
+	// top is the largest m at which ext can be finite: a tabled count k
+	// is tried at capacity c only from c−top.
+	top int
 }
 
 // run fills cur for capacities c0..c1.
@@ -101,7 +132,7 @@ func (s *stage) run(d *deques, c0, c1 int) {
 		}
 		if tab := ch.table; tab != nil {
 			// Every count its own value: max over k of dp(c−k) + v(k).
-			for k := ch.lo; k <= min(ch.maxK, c-base); k++ {
+			for k := max(ch.lo, c-s.top); k <= min(ch.maxK, c-base); k++ {
 				bv = max(bv, ext[c-k-base]+tab[k-ch.lo])
 			}
 		}
@@ -214,9 +245,18 @@ func optimalCounts(p *Problem, val valueFunc, linear bool) ([]int, bool) {
 	J, N := len(p.Trainers), p.Size()
 	step := p.StepLimit()
 	chs := make([]choices, J)
+	// Each Trainer's choices (with linear unset, a value per count) are
+	// its own: built on all cores when there are many counts to value.
+	work := 0
+	if !linear {
+		for j := range chs {
+			_, hi := p.bounds(j)
+			work += hi
+		}
+	}
+	perTrainer(J, work, func(j int) { chs[j] = trainerChoices(p, j, step, val, linear) })
 	scale := 1.0
 	for j := range chs {
-		chs[j] = trainerChoices(p, j, step, val, linear)
 		scale += math.Abs(chs[j].zeroV) + math.Abs(chs[j].curV)
 		for _, pc := range chs[j].pieces {
 			scale += math.Abs(pc.alpha) + math.Abs(pc.beta)*float64(pc.b)
@@ -303,7 +343,10 @@ func optimalCounts(p *Problem, val valueFunc, linear bool) ([]int, bool) {
 		for m := base; m <= hi; m++ {
 			ext = append(ext, at(j-1, m))
 		}
-		st := stage{ch: &chs[j-1], ext: ext, base: base, lo: lo, cur: dps[j]}
+		st := stage{ch: &chs[j-1], ext: ext, base: base, lo: lo, cur: dps[j], top: hi}
+		if T[j-1] < U[j-1] {
+			st.top = T[j-1] // above it the previous stage is −Inf
+		}
 		if parts == 1 || hi-lo+1 < parallelWidth {
 			st.run(&ws[0], lo, hi)
 		} else {

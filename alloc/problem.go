@@ -317,6 +317,40 @@ func Interp(xs []int, ys []float64, x int) float64 {
 	return y0 + (y1-y0)*float64(x-x0)/float64(x1-x0)
 }
 
+// interpAll returns Interp(xs, ys, x) for x = 0..n, with the same
+// arithmetic, walking the points once instead of searching for each x.
+func interpAll(xs []int, ys []float64, n int) []float64 {
+	out := make([]float64, n+1)
+	i := 0 // the first point with xs[i] ≥ x
+	for x := 1; x <= n; x++ {
+		for i < len(xs) && xs[i] < x {
+			i++
+		}
+		if i < len(xs) && xs[i] == x {
+			out[x] = ys[i]
+			continue
+		}
+		var x0, x1 int
+		var y0, y1 float64
+		switch {
+		case len(xs) == 0:
+			continue
+		case i == 0:
+			x1, y1 = xs[0], ys[0]
+		case i == len(xs):
+			if len(xs) == 1 {
+				x1, y1 = xs[0], ys[0]
+			} else {
+				x0, y0, x1, y1 = xs[i-2], ys[i-2], xs[i-1], ys[i-1]
+			}
+		default:
+			x0, y0, x1, y1 = xs[i-1], ys[i-1], xs[i], ys[i]
+		}
+		out[x] = y0 + (y1-y0)*float64(x-x0)/float64(x1-x0)
+	}
+	return out
+}
+
 // SamplesPerSecond is the curve's throughput on n nodes for a Trainer that
 // needs at least min of them: 0 below min (and at 0 nodes), since below its
 // minimum a Trainer does not run. This is the reference's accounting, and

@@ -395,19 +395,39 @@ func (p *Pool) commit(pl *alloc.Plan, probes []Probe) error {
 	}
 	p.decided(pl, probes)
 	// Releases first, so that growing Trainers can take released nodes.
+	// The free list changes once for all of them, and once for all the
+	// nodes taken (a node at a time, each insert and delete moved the
+	// whole list: O(N) a node on a 10,000-node pool).
+	var freed []alloc.Node
 	for i, a := range pl.Trainers {
 		t := p.running[i]
+		if len(a.Release) == 0 {
+			continue
+		}
+		gone := make(map[string]bool, len(a.Release))
 		for _, name := range a.Release {
-			j := slices.IndexFunc(t.Nodes, func(x alloc.Node) bool { return x.Name == name })
-			if j < 0 {
+			gone[name] = true
+		}
+		kept := t.Nodes[:0:0]
+		for _, n := range t.Nodes {
+			if gone[n.Name] {
+				delete(gone, n.Name)
+				p.nodes[n.Name].Trainer = ""
+				freed = append(freed, n)
+				continue
+			}
+			kept = append(kept, n)
+		}
+		for _, name := range a.Release {
+			if gone[name] {
 				return fmt.Errorf("commit: trainer %q releases %q, which it does not hold", t.ID, name)
 			}
-			n := t.Nodes[j]
-			t.Nodes = slices.Delete(t.Nodes, j, j+1)
-			p.nodes[name].Trainer = ""
-			p.addFree(n)
 		}
+		t.Nodes = kept
 	}
+	p.addFreeAll(freed)
+	var taken []alloc.Node
+	defer func() { p.removeFreeAll(taken) }()
 	for i, a := range pl.Trainers {
 		t := p.running[i]
 		for _, name := range a.Add {
@@ -416,7 +436,7 @@ func (p *Pool) commit(pl *alloc.Plan, probes []Probe) error {
 				return fmt.Errorf("commit: trainer %q takes %q, which is not free", t.ID, name)
 			}
 			an := alloc.Node{Name: n.Name, Since: n.Since, Order: n.Order}
-			p.removeFree(an)
+			taken = append(taken, an)
 			n.Trainer = t.ID
 			t.Nodes = append(t.Nodes, an)
 		}

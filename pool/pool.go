@@ -235,6 +235,47 @@ func (p *Pool) addFree(n alloc.Node) {
 	p.free = slices.Insert(p.free, i, n)
 }
 
+// addFreeAll is addFree for many nodes: one merge of the sorted list.
+func (p *Pool) addFreeAll(ns []alloc.Node) {
+	if len(ns) < 4 {
+		for _, n := range ns {
+			p.addFree(n)
+		}
+		return
+	}
+	add := slices.SortedFunc(slices.Values(ns), alloc.CompareNodes)
+	out := make([]alloc.Node, 0, len(p.free)+len(add))
+	i := 0
+	for _, n := range add {
+		for i < len(p.free) && alloc.CompareNodes(p.free[i], n) < 0 {
+			out = append(out, p.free[i])
+			i++
+		}
+		out = append(out, n)
+	}
+	p.free = append(out, p.free[i:]...)
+}
+
+// removeFreeAll is removeFree for many nodes: one pass over the list,
+// dropping each entry removeFree would have found (equal under
+// CompareNodes).
+func (p *Pool) removeFreeAll(ns []alloc.Node) {
+	if len(ns) < 4 {
+		for _, n := range ns {
+			p.removeFree(n)
+		}
+		return
+	}
+	drop := make(map[string]alloc.Node, len(ns))
+	for _, n := range ns {
+		drop[n.Name] = n
+	}
+	p.free = slices.DeleteFunc(p.free, func(x alloc.Node) bool {
+		n, ok := drop[x.Name]
+		return ok && alloc.CompareNodes(x, n) == 0
+	})
+}
+
 func (p *Pool) removeFree(n alloc.Node) bool {
 	i, ok := slices.BinarySearchFunc(p.free, n, alloc.CompareNodes)
 	if !ok {

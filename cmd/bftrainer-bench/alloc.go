@@ -14,6 +14,7 @@ import (
 	"github.com/bftrainer/bftrainer/alloc"
 	"github.com/bftrainer/bftrainer/alloc/alloctest"
 	"github.com/bftrainer/bftrainer/alloc/milp"
+	"github.com/bftrainer/bftrainer/internal/allocbefore"
 )
 
 // allocCommand times alloc.Exact against CBC and HiGHS on the paper's
@@ -36,6 +37,20 @@ import (
 // its comparison fields are n/a; highs_ms=absent when HiGHS cannot run
 // (the reason is on stderr). adaptive_ms is alloc.Adaptive's time on the
 // same instance (its own objective; its runs interleaved with exact's).
+// Each line then has the previous implementation's times in the same run
+// (internal/allocbefore, the solvers before the exascale work, issue 23),
+// whether their objectives are the new ones', and the whole decision:
+//
+//	before_ms=<old adaptive> before_exact_ms=<old exact>
+//	before_same=<true|false> decide_ms=<median> decide_exact_ms=<median>
+//	problem_ms=… solve_ms=… commit_ms=… state_ms=…
+//
+// decide_ms is pool.Decide with Adaptive on a pool holding the instance's
+// nodes and Trainers (decidePool), after an event (16 nodes leave, 16
+// join), decide_exact_ms the same with Exact; the stage fields time a
+// decision's stages with Adaptive, each decision after its own event
+// (decideStages). The exascale instances (Aurora's 10,624 nodes)
+// skip the MILP solvers: cbc_ms=skipped.
 type allocCommand struct {
 	stdout, stderr io.Writer
 }
@@ -46,6 +61,7 @@ type benchInstance struct {
 	J, N, nmax int
 	limited    bool
 	quick      bool // part of the -quick set
+	noMILP     bool // too large for CBC and HiGHS: exact and adaptive only
 }
 
 func (b benchInstance) name() string {
@@ -57,6 +73,9 @@ var benchInstances = []benchInstance{
 	{J: 10, N: 4654, nmax: 64, quick: true},
 	{J: 10, N: 4654, nmax: 4654},
 	{J: 100, N: 4734, nmax: 64, limited: true},
+	{J: 1000, N: 10624, nmax: 64, noMILP: true},
+	{J: 1000, N: 10624, nmax: 512, noMILP: true},
+	{J: 100, N: 10624, nmax: 10624, noMILP: true},
 }
 
 // unlimited is the MILP solvers' time limit on the instances they are
@@ -70,9 +89,10 @@ func (c *allocCommand) Run(ctx context.Context, args []string) error {
 	runs := fs.Int("runs", 0, "runs per solver and instance (default 5 for exact, 3 for CBC and HiGHS)")
 	limit := fs.Duration("cbc-limit", 60*time.Second, "CBC's and HiGHS' time limit on the 100-Trainer instance (the 10-Trainer ones run to optimality)")
 	quick := fs.Bool("quick", false, "only the two smallest instances, 3 exact runs and 1 run per MILP solver")
+	scale := fs.Bool("scale", false, "only the instances without MILP solvers (Aurora's 10,624 nodes)")
 	highsPath := fs.String("highs", "", "the highs program or WebAssembly driver `PATH` (default: highs or bftrainer-highs on PATH, else "+repoHiGHS+")")
 	fs.Usage = func() {
-		fmt.Fprintf(c.stderr, "usage: bftrainer-bench alloc [-runs N] [-cbc-limit 60s] [-highs PATH] [-quick]\n\n")
+		fmt.Fprintf(c.stderr, "usage: bftrainer-bench alloc [-runs N] [-cbc-limit 60s] [-highs PATH] [-quick] [-scale]\n\n")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -86,7 +106,7 @@ func (c *allocCommand) Run(ctx context.Context, args []string) error {
 		exactRuns, cbcRuns = 3, 1
 	}
 	cbc := milp.CBC{}
-	if err := cbc.Available(); err != nil {
+	if err := cbc.Available(); err != nil && !*scale {
 		return fmt.Errorf("alloc: %w", err)
 	}
 	highs := benchHiGHS(*highsPath)
@@ -97,7 +117,7 @@ func (c *allocCommand) Run(ctx context.Context, args []string) error {
 	fmt.Fprintf(c.stderr, "bftrainer-bench: alloc: %d exact and %d cbc and highs runs per instance, GOMAXPROCS=%d; timings on a shared machine are noisy\n",
 		exactRuns, cbcRuns, runtime.GOMAXPROCS(0))
 	for _, in := range benchInstances {
-		if *quick && !in.quick {
+		if *quick && !in.quick || *scale && !in.noMILP {
 			continue
 		}
 		lim := unlimited
@@ -191,6 +211,9 @@ func (c *allocCommand) measure(ctx context.Context, in benchInstance, cbc, highs
 	if highs != nil {
 		solvers = append(solvers, &backendRuns{solver: milp.Solver{Backend: highs, TimeLimit: limit}})
 	}
+	if in.noMILP {
+		milpN = 0
+	}
 	var exactT, adaptiveT []time.Duration
 	var exactObj float64
 	for i := range max(exactRuns, milpN) {
@@ -218,18 +241,89 @@ func (c *allocCommand) measure(ctx context.Context, in benchInstance, cbc, highs
 	}
 	exactMS := ms(median(exactT))
 	line := fmt.Sprintf("alloc instance=%s trainers=%d nodes=%d exact_ms=%s", in.name(), in.J, in.N, fmtMS(exactMS))
-	cbcMS, same := solvers[0].result(exactObj)
-	speedup := "n/a"
-	if solvers[0].stopped == nil && !solvers[0].failed {
-		speedup = fmtRatio(ms(median(solvers[0].times)) / exactMS)
+	if in.noMILP {
+		line += " cbc_ms=skipped speedup=n/a same_objective=n/a highs_ms=skipped highs_same_objective=n/a"
+	} else {
+		cbcMS, same := solvers[0].result(exactObj)
+		speedup := "n/a"
+		if solvers[0].stopped == nil && !solvers[0].failed {
+			speedup = fmtRatio(ms(median(solvers[0].times)) / exactMS)
+		}
+		line += " cbc_ms=" + cbcMS + " speedup=" + speedup + " same_objective=" + same
+		highsMS, highsSame := "absent", "n/a"
+		if highs != nil {
+			highsMS, highsSame = solvers[1].result(exactObj)
+		}
+		line += " highs_ms=" + highsMS + " highs_same_objective=" + highsSame
 	}
-	line += " cbc_ms=" + cbcMS + " speedup=" + speedup + " same_objective=" + same
-	highsMS, highsSame := "absent", "n/a"
-	if highs != nil {
-		highsMS, highsSame = solvers[1].result(exactObj)
+	line += " adaptive_ms=" + fmtMS(ms(median(adaptiveT)))
+	before, err := c.before(ctx, in, p, exactRuns)
+	if err != nil {
+		return "", err
 	}
-	return line + " highs_ms=" + highsMS + " highs_same_objective=" + highsSame + " adaptive_ms=" + fmtMS(ms(median(adaptiveT))), nil
+	return line + before, nil
 }
+
+// before times the previous implementation (internal/allocbefore) on p,
+// checks its objectives against the new solvers', and times whole
+// decisions; it returns the line's remaining fields.
+func (c *allocCommand) before(ctx context.Context, in benchInstance, p *alloc.Problem, runs int) (string, error) {
+	// The old adaptive took 50 s on the largest instance: one run there.
+	oldRuns := runs
+	if in.nmax > 1000 && in.N > 5000 {
+		oldRuns = 1
+	}
+	// Each old run is paired with a new one, back to back, so that the
+	// ratios (speedup_adaptive, speedup_exact) compare runs under the
+	// same load.
+	var oldA, oldE, newA, newE []time.Duration
+	var countsA, countsE []int
+	var pa, pe *alloc.Plan
+	for range oldRuns {
+		fmt.Fprintf(c.stderr, "bftrainer-bench: alloc: %s: previous adaptive and exact\n", in.name())
+		// A previous solve: validation, its counts, then placement (Place
+		// is unchanged), the work Solve does.
+		start := time.Now()
+		var err error
+		if countsA, _, err = allocbefore.AdaptiveSolve(p); err != nil {
+			return "", err
+		}
+		oldA = append(oldA, time.Since(start))
+		start = time.Now()
+		if pa, err = (alloc.Adaptive{}).Solve(ctx, p); err != nil {
+			return "", err
+		}
+		newA = append(newA, time.Since(start))
+		start = time.Now()
+		if countsE, _, err = allocbefore.ExactSolve(p); err != nil {
+			return "", err
+		}
+		oldE = append(oldE, time.Since(start))
+		start = time.Now()
+		if pe, err = (alloc.Exact{}).Solve(ctx, p); err != nil {
+			return "", err
+		}
+		newE = append(newE, time.Since(start))
+	}
+	same := sameValue(pa.Objective, p.ObjectiveWith(alloc.AdaptiveHorizon{}, countsA)) && sameValue(pe.Objective, p.ObjectiveOf(countsE))
+	out := fmt.Sprintf(" before_ms=%s before_exact_ms=%s before_same=%t speedup_adaptive=%s speedup_exact=%s",
+		fmtMS(ms(median(oldA))), fmtMS(ms(median(oldE))), same,
+		fmtRatio(ms(median(oldA))/ms(median(newA))), fmtRatio(ms(median(oldE))/ms(median(newE))))
+	stages, err := decideMedian(ctx, alloc.Adaptive{}, in, runs)
+	if err != nil {
+		return "", fmt.Errorf("decide: %w", err)
+	}
+	exact, err := decideMedian(ctx, alloc.Exact{}, in, runs)
+	if err != nil {
+		return "", fmt.Errorf("decide exact: %w", err)
+	}
+	return out + fmt.Sprintf(" decide_ms=%s decide_exact_ms=%s problem_ms=%s solve_ms=%s commit_ms=%s state_ms=%s",
+		fmtMS(ms(stages.decide)), fmtMS(ms(exact.decide)), fmtMS(ms(stages.problem)), fmtMS(ms(stages.solve)),
+		fmtMS(ms(stages.commit)), fmtMS(ms(stages.state))), nil
+}
+
+// sameValue reports whether two objectives agree to 1e-9 relative.
+func sameValue(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
 
 func median(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)

@@ -1,0 +1,167 @@
+package alloc_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/alloc/alloctest"
+	"github.com/bftrainer/bftrainer/internal/allocbefore"
+)
+
+// oracleProblem draws a random adaptive problem and then, by the draw, one
+// of the pricing's edge cases: no idle history, no clock, planned starts
+// on some nodes (past, within and beyond the horizons), Trainers near
+// their end (little work left), every node its own cohort, and curves
+// with superlinear stretches and plateaus (alloctest's curves already
+// have arbitrary slopes, zero ones among them).
+func oracleProblem(r *rand.Rand, trainers, nodes, nmax int) *alloc.Problem {
+	o := adaptiveOptions(r, trainers, nodes)
+	o.MaxNodes = nmax
+	o.Breaks = 1 + r.IntN(8)
+	p := alloctest.Problem(r, o)
+	if r.IntN(5) == 0 {
+		p.Idle = nil
+	}
+	if r.IntN(6) == 0 {
+		p.Now = time.Time{}
+	}
+	all := [][]alloc.Node{p.Free}
+	for j := range p.Trainers {
+		all = append(all, p.Trainers[j].Held)
+	}
+	distinct := r.IntN(4) == 0
+	planned := r.IntN(3) == 0
+	for _, ns := range all {
+		for i := range ns {
+			if distinct {
+				ns[i].Since = ns[i].Since.Add(-time.Duration(r.IntN(5000)) * time.Second)
+			}
+			if planned && r.IntN(4) == 0 {
+				ns[i].Until = p.Now.Add(time.Duration(r.IntN(4000)-500) * time.Second)
+			}
+		}
+	}
+	for j := range p.Trainers {
+		t := &p.Trainers[j]
+		if r.IntN(4) == 0 {
+			// Near its end: a few seconds to a minute of work at its top rate.
+			t.Remaining = t.Curve.Throughput[len(t.Curve.Throughput)-1] * (1 + 60*r.Float64())
+		}
+	}
+	return p
+}
+
+// TestAdaptiveGainsMatchOracle holds the block evaluation of the adaptive
+// gains to the node-by-node one it replaced (internal/allocbefore), every
+// Trainer and count, on random problems with N_max from 1 to N.
+func TestAdaptiveGainsMatchOracle(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 1))
+	worst := 0.0
+	for i := range 1500 {
+		n := 1 + r.IntN(300)
+		p := oracleProblem(r, 1+r.IntN(6), n, 1+r.IntN(n))
+		got, want := alloc.AdaptiveHorizon{}.Gains(p), allocbefore.AdaptiveGains(p)
+		for j := range p.Trainers {
+			tr := &p.Trainers[j]
+			top := max(min(tr.MaxNodes(), p.Size()), len(tr.Held)) + 2 // past it: counts no solver takes
+			for k := 0; k <= top; k++ {
+				g, w := got(j, k), want(j, k)
+				if d := math.Abs(g-w) / math.Max(1, math.Abs(w)); d > worst {
+					worst = d
+				}
+				if !approxRel(g, w, 1e-12) {
+					t.Fatalf("problem %d: trainer %d, %d nodes: gain %v, oracle %v", i, j, k, g, w)
+				}
+			}
+		}
+	}
+	t.Logf("largest relative difference %.3g", worst)
+}
+
+// TestAdaptiveMatchesOracle solves random problems with Adaptive and with
+// the previous implementation (old pricing, old DP): the same objective,
+// and the same counts where the old one's are the only optimum (checked
+// by the objective: equal counts, or a tie in value).
+func TestAdaptiveMatchesOracle(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 2))
+	for i := range 600 {
+		n := 1 + r.IntN(400)
+		p := oracleProblem(r, 1+r.IntN(12), n, 1+r.IntN(n))
+		checkAgainstOracle(t, i, p)
+	}
+	for seed := uint64(1); seed <= 4; seed++ {
+		checkAgainstOracle(t, int(seed), alloctest.SummitCohorts(8+int(seed), 600, []int{64, 600}[seed%2], int(1+seed%2*15), seed))
+	}
+	// Large enough that the Trainers' values are built on all cores
+	// (perTrainer), every node its own cohort.
+	checkAgainstOracle(t, 99, alloctest.SummitCohorts(12, 1500, 1500, 1, 7))
+}
+
+func checkAgainstOracle(t *testing.T, i int, p *alloc.Problem) {
+	t.Helper()
+	want, ok := allocbefore.AdaptiveCounts(p)
+	pl, err := alloc.Adaptive{}.Solve(context.Background(), p)
+	if err != nil {
+		t.Fatalf("problem %d: %v", i, err)
+	}
+	if !ok {
+		if pl.Status != alloc.Infeasible {
+			t.Fatalf("problem %d: oracle infeasible, adaptive %v", i, pl.Status)
+		}
+		return
+	}
+	if err := alloc.Check(p, pl); err != nil {
+		t.Fatalf("problem %d: %v", i, err)
+	}
+	wantObj := p.ObjectiveWith(alloc.AdaptiveHorizon{}, want)
+	if !approxRel(pl.Objective, wantObj, 1e-9) {
+		t.Fatalf("problem %d: adaptive %v (counts %v), oracle %v (counts %v)", i, pl.Objective, pl.Counts(), wantObj, want)
+	}
+}
+
+// TestExactMatchesOracle solves random problems with Exact and with the
+// previous implementation: the same objective, and the same counts (the
+// DP and its tie rule are unchanged; only the pruning bound is computed
+// otherwise).
+func TestExactMatchesOracle(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 3))
+	for i := range 600 {
+		n := 1 + r.IntN(400)
+		p := oracleProblem(r, 1+r.IntN(12), n, 1+r.IntN(n))
+		want, ok := allocbefore.ExactCounts(p)
+		pl, err := alloc.Exact{}.Solve(context.Background(), p)
+		if err != nil {
+			t.Fatalf("problem %d: %v", i, err)
+		}
+		if !ok {
+			if pl.Status != alloc.Infeasible {
+				t.Fatalf("problem %d: oracle infeasible, exact %v", i, pl.Status)
+			}
+			continue
+		}
+		if wantObj := p.ObjectiveOf(want); !approxRel(pl.Objective, wantObj, 1e-9) {
+			t.Fatalf("problem %d: exact %v (counts %v), oracle %v (counts %v)", i, pl.Objective, pl.Counts(), wantObj, want)
+		}
+	}
+}
+
+// BenchmarkAdaptiveBefore times the previous implementation
+// (internal/allocbefore) on BenchmarkAdaptive's instances, for a ratio
+// measured in the same run.
+func BenchmarkAdaptiveBefore(b *testing.B) {
+	for _, c := range []struct{ J, N, nmax, cohort int }{
+		{10, 400, 64, 16}, {10, 4654, 64, 16}, {100, 4734, 64, 16}, {100, 4734, 64, 1}, {100, 4734, 4734, 16},
+	} {
+		p := alloctest.SummitCohorts(c.J, c.N, c.nmax, c.cohort, 1)
+		b.Run(fmt.Sprintf("J=%d/N=%d/Nmax=%d/cohort=%d", c.J, c.N, c.nmax, c.cohort), func(b *testing.B) {
+			for b.Loop() {
+				allocbefore.AdaptiveCounts(p)
+			}
+		})
+	}
+}

@@ -1,0 +1,327 @@
+package allocbefore
+
+import (
+	"github.com/bftrainer/bftrainer/alloc"
+	"math"
+	"slices"
+	"time"
+)
+
+// adaptiveHorizon prices a Trainer's count by what its nodes are expected to
+// yield before the pool can do better with them, from what the pool has
+// observed (Problem.Idle: how long idle periods last, how often nodes
+// become free) and the ages of its nodes (Problem.Now − Node.Since).
+// Nothing of the future enters.
+//
+// The horizon. The pool re-decides whenever nodes become free — nodes join,
+// or a Trainer ends and frees its own — so a placement pays until the next
+// such moment, τ = Idle.FreeGap() seconds away on average (the observed
+// mean gap), unless its node is reclaimed before: a node idle for a seconds
+// yields h(a, τ), its expected idle time within τ (see survival). That is
+// the paper's T_fwd, measured: long on a machine where nodes seldom come
+// free (one growth must last), short where they come free often (a growth
+// by one node now would be followed by another at the next moment, each
+// paying its rescale).
+//
+// The model. Trainer j on a set of k nodes finishes its remaining work
+// (Trainer.Remaining samples) in T = Remaining / P(k) seconds at its
+// throughput P(k) (T = ∞ when the work is not known). Its nodes are ranked
+// by idle age, oldest first; with heavy-tailed idle periods the oldest are
+// the likeliest to stay, so the i-th ranked node is taken to carry the i-th
+// step of the curve, O'(i) − O'(i−1) (O' is the metric, 0 below Min). A
+// node it holds carries its step for h(a, τ), whether or not the Trainer
+// finishes before: a Trainer that finishes frees its nodes for the next,
+// and the pool loses nothing by it. A node it would grow onto carries its
+// step only for h(a, min(τ, T)): after the Trainer finishes that node
+// would have been free anyway, so a growth must win back its rescale cost
+// before the Trainer is done. Nodes that became idle at the same instant (a
+// cohort: one job's nodes, released together) are taken to be reclaimed
+// together, by one event; a reclaim within min(τ, T) costs the Trainer
+// R_down seconds of its rate then, O'(r) with r the nodes ranked up to the
+// cohort's last, as the pool charges a reclaim. So, with π(a, T) the
+// probability that a node of age a is reclaimed within T, the gain of the
+// set is
+//
+//	Σ_c [ Σ_runs (O'(end) − O'(start−1))·h(a_c, horizon) − R_down·O'(e_c)·π(a_c, min(τ, T)) ]
+//
+// over its cohorts c (of age a_c, last rank e_c) and, within a cohort, the
+// run of its held nodes and the run of those it would grow onto, each over
+// its horizon. The rescale cost is the paper's (Problem.Value), so the term
+// of the count is w·(gain − [k>C]·R_up·r − [k<C]·R_down·r).
+//
+// Which nodes. The gain depends on the set, and the optimum must not depend
+// on which physical nodes a count stands for, or the count-level DP would
+// not be exact. So the set a count is priced on is fixed by the count:
+//
+//   - keeping k ≤ C nodes: the k that Place keeps (under Default semantics
+//     the oldest, since a shrink releases the youngest);
+//   - growing by δ: the Trainer's nodes plus the free nodes at positions
+//     B_j … B_j+δ−1 of the free pool, oldest first, where B_j = Σ_{i<j}
+//     (MaxNodes_i − C_i)⁺ is the most that the Trainers before it in
+//     Problem order can take; positions past the free pool are priced as
+//     the youngest node of the decision.
+//
+// The scheduler's plan. A node the scheduler plans a main job on
+// (Node.Until) has its horizon end there: h(a, min(T, u)) and π = 1 when
+// the planned start u is within T. A wrong plan (an early or late job)
+// costs what a wrong guess costs; it never makes a node unusable. Such
+// nodes come last in the node order (CompareNodes), so growth prices and
+// takes unplanned nodes first.
+//
+// This makes every term a function of the Trainer's own count, so Σ_j is
+// separable and the DP over counts (optimalCounts) is exact for it. It is
+// also a bound on what Place gives: growers take, in Problem order, the
+// oldest nodes of the free pool merged with the nodes released in the same
+// decision, so the Trainers before j take G ≤ B_j of them and j's nodes are
+// positions G … G+δ−1 of a pool that contains the free one. The m-th oldest
+// node of a superset is at least as old as the m-th oldest of the set, and
+// ages fall along the order, so j's i-th oldest added node is at least as
+// old as the free node at position B_j+i, or than the youngest node when
+// that position is past the free pool (TestAdaptivePricedSetBoundsPlacement
+// checks it). The first Trainer that can grow is priced on exactly the
+// nodes it gets; later ones on nodes no older than theirs.
+type adaptiveHorizon struct{}
+
+// Gains returns the adaptive gain of every Trainer and count; it computes
+// the life table and each Trainer's gains once.
+func (adaptiveHorizon) Gains(p *alloc.Problem) func(j, k int) float64 {
+	m := newAdaptiveModel(p)
+	tables := make([][]float64, len(p.Trainers))
+	return func(j, k int) float64 {
+		if tables[j] == nil {
+			tables[j] = m.gains(j)
+		}
+		if k <= 0 || k >= len(tables[j]) {
+			if k <= 0 {
+				return 0
+			}
+			return m.gain(j, k)
+		}
+		return tables[j][k]
+	}
+}
+
+// adaptiveModel is what AdaptiveHorizon needs of one Problem.
+type adaptiveModel struct {
+	p        *alloc.Problem
+	now      time.Time // decision time (Problem.Now, or the youngest node's Since)
+	gap      float64   // τ: Problem.Idle.FreeGap()
+	sv       *survival
+	free     []nodeOutlook // free nodes, oldest first
+	youngest nodeOutlook   // the youngest node of the decision
+	before   []int         // B_j
+}
+
+func newAdaptiveModel(p *alloc.Problem) *adaptiveModel {
+	m := &adaptiveModel{p: p, now: p.Now, gap: p.Idle.FreeGap(), before: make([]int, len(p.Trainers))}
+	if m.now.IsZero() {
+		// Without a clock, the youngest node has just become idle.
+		for i := range p.Free {
+			m.now = later(m.now, p.Free[i].Since)
+		}
+		for j := range p.Trainers {
+			for _, n := range p.Trainers[j].Held {
+				m.now = later(m.now, n.Since)
+			}
+		}
+	}
+	ages := make([]float64, 0, p.Size())
+	free := sortedNodes(p.Free)
+	for i := range free {
+		ages = append(ages, ageSeconds(m.now, free[i].Since))
+	}
+	for j := range p.Trainers {
+		for _, n := range p.Trainers[j].Held {
+			ages = append(ages, ageSeconds(m.now, n.Since))
+		}
+	}
+	m.sv = newSurvival(p.Idle, ages)
+	m.free = make([]nodeOutlook, len(free))
+	for i := range free {
+		m.free[i] = m.outlookUntil(ages[i], free[i].Until)
+	}
+	young := 0.0
+	if len(ages) > 0 {
+		young = slices.Min(ages)
+	}
+	m.youngest = m.outlook(young)
+	b := 0
+	for j := range p.Trainers {
+		m.before[j] = b
+		t := &p.Trainers[j]
+		b += max(0, t.MaxNodes()-len(t.Held))
+	}
+	return m
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// outlook is a node's outlook, with its h and π over τ.
+func (m *adaptiveModel) outlook(age float64) nodeOutlook {
+	return m.outlookUntil(age, time.Time{})
+}
+
+// outlookUntil is outlook for a node the scheduler plans a main job on at
+// until (zero: no plan): its idle time ends there at the latest.
+func (m *adaptiveModel) outlookUntil(age float64, until time.Time) nodeOutlook {
+	o := m.sv.outlook(age)
+	o.until = math.Inf(1)
+	if !until.IsZero() {
+		o.until = ageSeconds(until, m.now) // seconds from now, 0 if past
+	}
+	o.hTau, o.piTau = m.capped(o, m.gap)
+	return o
+}
+
+// over is the survival's over, from the outlook's cache at τ.
+func (m *adaptiveModel) over(o nodeOutlook, horizon float64) (h, pi float64) {
+	if horizon == m.gap {
+		return o.hTau, o.piTau
+	}
+	return m.capped(o, horizon)
+}
+
+// capped is the survival's over for a horizon that a planned start cuts
+// short: a node planned within the horizon is idle until then at most (as
+// the history says it may be reclaimed before) and is then surely
+// reclaimed. The plan shortens the horizon; it never makes a node
+// unusable.
+func (m *adaptiveModel) capped(o nodeOutlook, horizon float64) (h, pi float64) {
+	if o.until >= horizon {
+		return m.sv.over(o, horizon)
+	}
+	h, _ = m.sv.over(o, o.until)
+	return h, 1
+}
+
+// trainerSets is the ordered node outlooks a Trainer's counts are priced on:
+// the first k kept for k ≤ C, held plus added[:k−C] for k > C.
+type trainerSets struct {
+	held  []nodeOutlook // oldest first
+	added []nodeOutlook // oldest first
+	// youngFirst: Place keeps the youngest held nodes (Reference
+	// semantics), so keeping k is held[C−k:].
+	youngFirst bool
+}
+
+func (m *adaptiveModel) sets(j, hi int) trainerSets {
+	t := &m.p.Trainers[j]
+	held := sortedNodes(t.Held)
+	ts := trainerSets{held: make([]nodeOutlook, len(held)), youngFirst: m.p.Semantics == alloc.Reference}
+	for i := range held {
+		ts.held[i] = m.outlookUntil(ageSeconds(m.now, held[i].Since), held[i].Until)
+	}
+	for i := 0; len(held)+i < hi; i++ {
+		o := m.youngest
+		if pos := m.before[j] + i; pos < len(m.free) {
+			o = m.free[pos]
+		}
+		o.added = true
+		ts.added = append(ts.added, o)
+	}
+	return ts
+}
+
+// gains returns Trainer j's gain for k = 0..hi (its largest count).
+func (m *adaptiveModel) gains(j int) []float64 {
+	_, hi := bounds(m.p, j)
+	hi = max(hi, len(m.p.Trainers[j].Held))
+	ts := m.sets(j, hi)
+	rates := m.rates(j, hi)
+	out := make([]float64, hi+1)
+	buf := make([]nodeOutlook, 0, hi)
+	for k := 1; k <= hi; k++ {
+		out[k] = m.gainOf(j, k, ts.set(k, buf), rates)
+	}
+	return out
+}
+
+// rates returns Trainer j's metric O'(i) (0 below Min) for i = 0..hi.
+func (m *adaptiveModel) rates(j, hi int) []float64 {
+	t := &m.p.Trainers[j]
+	obj := m.p.Goal()
+	out := make([]float64, hi+1)
+	for i := range out {
+		out[i] = t.Rate(obj, i)
+	}
+	return out
+}
+
+// gain returns Trainer j's gain on k nodes on its own (the same arithmetic
+// as gains).
+func (m *adaptiveModel) gain(j, k int) float64 {
+	if k <= 0 {
+		return 0
+	}
+	ts := m.sets(j, k)
+	return m.gainOf(j, k, ts.set(k, nil), m.rates(j, k))
+}
+
+// set returns the outlooks count k is priced on, oldest first.
+func (ts *trainerSets) set(k int, buf []nodeOutlook) []nodeOutlook {
+	C := len(ts.held)
+	if k <= C {
+		if ts.youngFirst {
+			return append(buf[:0], ts.held[C-k:]...)
+		}
+		return append(buf[:0], ts.held[:k]...)
+	}
+	// Merge held and added, both oldest first.
+	buf = buf[:0]
+	add := ts.added[:k-C]
+	i, a := 0, 0
+	for i < C || a < len(add) {
+		if a == len(add) || (i < C && ts.held[i].age >= add[a].age) {
+			buf = append(buf, ts.held[i])
+			i++
+		} else {
+			buf = append(buf, add[a])
+			a++
+		}
+	}
+	return buf
+}
+
+// gainOf prices Trainer j on the node set (outlooks, oldest first, len k),
+// with rates[i] = O'(i) (see AdaptiveHorizon).
+func (m *adaptiveModel) gainOf(j, k int, set []nodeOutlook, rates []float64) float64 {
+	t := &m.p.Trainers[j]
+	finish := math.Inf(1)
+	if P := t.Curve.SamplesPerSecond(k, t.Min); t.Remaining > 0 && P > 0 {
+		finish = t.Remaining / P
+	}
+	grown := min(finish, m.gap) // what a node it grows onto is worth over
+	g := 0.0
+	for s := 0; s < len(set); {
+		e := s + 1
+		for e < len(set) && set[e].age == set[s].age {
+			e++
+		}
+		// One cohort, one reclaim: R_down at the rate then, if it comes
+		// before the Trainer finishes or the pool re-places.
+		_, pi := m.over(set[s], grown)
+		g -= t.RDown * rates[e] * pi
+		// Its nodes' steps of the curve, held ones first (set puts them
+		// first among equal ages), each over its horizon.
+		for a := s; a < e; {
+			b := a + 1
+			for b < e && set[b].added == set[a].added {
+				b++
+			}
+			horizon := m.gap
+			if set[a].added {
+				horizon = grown
+			}
+			h, _ := m.over(set[a], horizon)
+			g += (rates[b] - rates[a]) * h
+			a = b
+		}
+		s = e
+	}
+	return g
+}

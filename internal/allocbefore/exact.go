@@ -1,0 +1,312 @@
+package allocbefore
+
+import (
+	"fmt"
+	"github.com/bftrainer/bftrainer/alloc"
+	"math"
+	"slices"
+	"sync"
+)
+
+// piece is a run of counts [a, b] on which a Trainer's value is α + β·k.
+type piece struct {
+	a, b        int
+	alpha, beta float64
+}
+
+// parallelWidth is the stage width from which a stage is split across two
+// goroutines: below it the hand-off costs more than it saves.
+const parallelWidth = 1024
+
+// deques holds one monotone deque per piece: m ascending, h(m) = dp(m) −
+// β·m descending, in m[q*stride:], h[q*stride:].
+type deques struct {
+	stride int
+	m      []int32
+	h      []float64
+	w      []window
+}
+
+// window is one piece's deque bounds [head, tail) and the next m to push.
+type window struct{ head, tail, next int }
+
+func newDeques(pieces, stride int) deques {
+	return deques{stride: stride, m: make([]int32, pieces*stride), h: make([]float64, pieces*stride), w: make([]window, pieces)}
+}
+
+// stage computes one Trainer's DP values over part of its capacity range.
+// Only values: the counts are recovered afterwards, one stage at a time,
+// so the hot loops carry no argmax bookkeeping.
+type stage struct {
+	ch   *choices
+	ext  []float64 // previous stage's dp at m, indexed m-base
+	base int
+	lo   int       // first capacity of the stage; cur indexes c-lo
+	cur  []float64 // dp value per capacity
+}
+
+// run fills cur for capacities c0..c1.
+func (s *stage) run(d *deques, c0, c1 int) {
+	ch, ext, base := s.ch, s.ext, s.base
+	dqM, dqH := d.m, d.h
+	np := len(ch.pieces)
+	for q := range np {
+		d.w[q] = window{head: q * d.stride, tail: q * d.stride, next: max(base, c0-ch.pieces[q].b)}
+	}
+	C := ch.cur
+	for c := c0; c <= c1; c++ {
+		bv := math.Inf(-1)
+		if ch.zero && c >= base {
+			bv = ext[c-base] + ch.zeroV
+		}
+		if C > 0 && c-C >= base {
+			bv = max(bv, ext[c-C-base]+ch.curV)
+		}
+		if tab := ch.table; tab != nil {
+			// Every count its own value: max over k of dp(c−k) + v(k).
+			for k := ch.lo; k <= min(ch.maxK, c-base); k++ {
+				bv = max(bv, ext[c-k-base]+tab[k-ch.lo])
+			}
+		}
+		for q := range np {
+			pc, w := &ch.pieces[q], &d.w[q]
+			beta := pc.beta
+			for top := c - pc.a; w.next <= top; w.next++ {
+				hv := ext[w.next-base] - beta*float64(w.next)
+				t := w.tail
+				for t > w.head && dqH[t-1] <= hv {
+					t--
+				}
+				dqM[t], dqH[t] = int32(w.next), hv
+				w.tail = t + 1
+			}
+			for w.tail > w.head && int(dqM[w.head]) < c-pc.b {
+				w.head++
+			}
+			if w.tail > w.head {
+				bv = max(bv, pc.alpha+beta*float64(c)+dqH[w.head])
+			}
+		}
+		s.cur[c-s.lo] = bv
+	}
+}
+
+// choices describes the counts one Trainer may take.
+type choices struct {
+	zero   bool    // 0 is feasible
+	zeroV  float64 // value at 0
+	cur    int     // current size C, or -1 if C is not a feasible count (or is 0)
+	curV   float64
+	pieces []piece // feasible counts other than 0 and C, in increasing order
+	// table, when set instead of pieces, holds the value of every count
+	// lo..maxK (C included).
+	table []float64
+	maxK  int // largest feasible count
+	lo    int // smallest feasible count above 0 (maxK+1 if none)
+}
+
+// valueFunc is an objective term: Trainer j's value on k nodes.
+type valueFunc func(j, k int) float64
+
+// trainerChoices describes Trainer j's feasible counts and their values.
+// With linear set, val is linear between the curve's breakpoints and on
+// either side of the current size (Problem.Value is), so runs of counts
+// become pieces; otherwise the value of every count is kept in a table.
+func trainerChoices(p *alloc.Problem, j, step int, val valueFunc, linear bool) choices {
+	t := &p.Trainers[j]
+	c := len(t.Held)
+	lo, hi := bounds(p, j)
+	lo, hi = max(lo, c-step), min(hi, c+step)
+	ch := choices{cur: -1, lo: 1}
+	if c <= step {
+		ch.zero, ch.zeroV = true, val(j, 0)
+	}
+	if lo > hi {
+		return ch
+	}
+	ch.maxK, ch.lo = hi, lo
+	if c >= lo && c <= hi {
+		ch.cur, ch.curV = c, val(j, c)
+	}
+	if !linear {
+		ch.table = make([]float64, hi-lo+1)
+		for k := lo; k <= hi; k++ {
+			ch.table[k-lo] = val(j, k)
+		}
+		return ch
+	}
+	// Breakpoints where the value's slope may change.
+	cuts := []int{lo, hi + 1}
+	for _, n := range t.Curve.Nodes {
+		if n > lo && n <= hi {
+			cuts = append(cuts, n)
+		}
+	}
+	if c > lo && c <= hi {
+		cuts = append(cuts, c)
+	}
+	if c+1 > lo && c+1 <= hi {
+		cuts = append(cuts, c+1)
+	}
+	slices.Sort(cuts)
+	cuts = slices.Compact(cuts)
+	for i := 0; i+1 < len(cuts); i++ {
+		a, b := cuts[i], cuts[i+1]-1
+		if a == c && b == c {
+			continue // the current size is handled on its own
+		}
+		va := val(j, a)
+		beta := 0.0
+		if b > a {
+			beta = (val(j, b) - va) / float64(b-a)
+		}
+		ch.pieces = append(ch.pieces, piece{a: a, b: b, alpha: va - beta*float64(a), beta: beta})
+	}
+	return ch
+}
+
+// optimalCounts maximises Σ_j val(j, k_j) over feasible counts (see
+// trainerChoices for linear).
+func optimalCounts(p *alloc.Problem, val valueFunc, linear bool) ([]int, bool) {
+	J, N := len(p.Trainers), p.Size()
+	step := p.StepLimit()
+	chs := make([]choices, J)
+	scale := 1.0
+	for j := range chs {
+		chs[j] = trainerChoices(p, j, step, val, linear)
+		scale += math.Abs(chs[j].zeroV) + math.Abs(chs[j].curV)
+		for _, pc := range chs[j].pieces {
+			scale += math.Abs(pc.alpha) + math.Abs(pc.beta)*float64(pc.b)
+		}
+		for _, v := range chs[j].table {
+			scale += math.Abs(v)
+		}
+		if !chs[j].zero && chs[j].maxK == 0 {
+			return nil, false
+		}
+	}
+	tol := 1e-12 * scale
+
+	// Capacity range per stage: dp_j is constant above U[j] (the first j
+	// Trainers cannot use more), and capacities below L[j] are never read
+	// (the later Trainers cannot use what would be left).
+	U := make([]int, J+1)
+	L := make([]int, J+1)
+	for j := 1; j <= J; j++ {
+		U[j] = min(N, U[j-1]+chs[j-1].maxK)
+	}
+	suffix := 0
+	for j := J; j >= 0; j-- {
+		L[j] = min(max(0, N-suffix), U[j])
+		if j > 0 {
+			suffix += chs[j-1].maxK
+		}
+	}
+	// Capacities that can lie on an optimal path (LP bounds): stage j
+	// keeps values for [F[j], T[j]] only; outside is −Inf, above U[j] the
+	// value at U[j].
+	F, T := slices.Clone(L), slices.Clone(U)
+	if from, to, ok := prune(p, chs, L, U, 1e-9*scale, val); ok {
+		for j := 1; j <= J; j++ {
+			F[j], T[j] = max(L[j], from[j]), min(U[j], to[j])
+		}
+	}
+	width, maxPieces, maxLen, total := 1, 0, 0, 0
+	for j := 0; j <= J; j++ {
+		width = max(width, T[j]-F[j]+1)
+		total += max(0, T[j]-F[j]+1)
+		if j < J {
+			maxPieces = max(maxPieces, len(chs[j].pieces))
+			for _, pc := range chs[j].pieces {
+				maxLen = max(maxLen, pc.b-pc.a+1)
+			}
+		}
+	}
+	// Every stage's values are kept for the walk back.
+	buf := make([]float64, total)
+	dps := make([][]float64, J+1)
+	for j := 0; j <= J; j++ {
+		n := max(0, T[j]-F[j]+1)
+		dps[j], buf = buf[:n], buf[n:]
+	}
+	at := func(j, m int) float64 {
+		m = min(m, U[j])
+		if m < F[j] || m > T[j] {
+			return math.Inf(-1)
+		}
+		return dps[j][m-F[j]]
+	}
+	ext := make([]float64, 0, N+1)
+	// Large stages are split in two halves run on two goroutines (the
+	// halves read the previous stage only); each half has its own deques.
+	parts := 1
+	if width >= parallelWidth {
+		parts = 2
+	}
+	ws := make([]deques, parts)
+	for i := range ws {
+		// A piece pushes at most width + its length values per stage.
+		ws[i] = newDeques(maxPieces, width+maxLen+2)
+	}
+	var wg sync.WaitGroup
+	for j := 1; j <= J; j++ {
+		lo, hi := F[j], T[j]
+		if lo > hi {
+			continue
+		}
+		// ext[m-base] = dp_{j-1}(m) for m in [base, hi].
+		base := F[j-1]
+		ext = ext[:0]
+		for m := base; m <= hi; m++ {
+			ext = append(ext, at(j-1, m))
+		}
+		st := stage{ch: &chs[j-1], ext: ext, base: base, lo: lo, cur: dps[j]}
+		if parts == 1 || hi-lo+1 < parallelWidth {
+			st.run(&ws[0], lo, hi)
+		} else {
+			mid := lo + (hi-lo+1)/2
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				st.run(&ws[1], mid, hi)
+			}()
+			st.run(&ws[0], lo, mid-1)
+			wg.Wait()
+		}
+	}
+	if math.IsInf(at(J, U[J]), -1) {
+		return nil, false
+	}
+	// Walk back: at each stage pick a count that attains the stage's
+	// value (within the tolerance), keeping the current size on a tie,
+	// then preferring fewer nodes.
+	counts := make([]int, J)
+	c := U[J]
+	for j := J; j >= 1; j-- {
+		ch := &chs[j-1]
+		target := at(j, c)
+		best := -1
+		consider := func(k int, v float64) {
+			switch {
+			case v < target-tol || math.IsInf(v, -1):
+			case best < 0, k == ch.cur && best != ch.cur:
+				best = k
+			case best == ch.cur:
+			case k < best:
+				best = k
+			}
+		}
+		if ch.zero {
+			consider(0, at(j-1, c)+ch.zeroV)
+		}
+		for k := ch.lo; k <= min(ch.maxK, c); k++ {
+			consider(k, at(j-1, c-k)+val(j-1, k))
+		}
+		if best < 0 {
+			panic(fmt.Sprintf("alloc: exact: no count attains stage %d value %v at capacity %d", j, target, c))
+		}
+		counts[j-1] = best
+		c = min(c-best, U[j-1])
+	}
+	return counts, true
+}
