@@ -267,6 +267,10 @@ func TestSignalForwarded(t *testing.T) {
 			if !r.out.Scan() || r.out.Text() != "ready" {
 				t.Fatalf("program not ready: %q %s", r.out.Text(), r.stderr)
 			}
+			// Should the signal go nowhere, the program would wait forever:
+			// end it then, so that the test fails rather than hangs.
+			watchdog := time.AfterFunc(30*time.Second, func() { syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL) })
+			defer watchdog.Stop()
 			// To the supervisor's pid only, not its process group.
 			if err := syscall.Kill(r.cmd.Process.Pid, c.sig); err != nil {
 				t.Fatal(err)
