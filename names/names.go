@@ -59,8 +59,13 @@ func userByte(c byte) bool {
 
 // ValidateNode checks that name is safe to use as a node name: 1 to 253
 // characters from letters, digits, '-', '_' and '.', not starting with '-'
-// (it would read as an option to ssh and friends).
+// (it would read as an option to ssh and friends), and not "." or ".."
+// (as a path component, the directory itself or its parent: the node
+// agent's registry keeps a directory per node).
 func ValidateNode(name string) error {
+	if name == "." || name == ".." {
+		return fmt.Errorf("node name %q: a directory's own name: %w", name, ErrNode)
+	}
 	return validateToken("node name", name, maxNameLen, nameByte, ErrNode)
 }
 

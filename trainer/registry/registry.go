@@ -204,6 +204,9 @@ func (r Registry) Entry(node, trainer string) (wire.Entry, bool, error) {
 // Write saves an entry atomically, so that a kill reading it
 // concurrently sees the old or the new one, whole.
 func (r Registry) Write(e wire.Entry) error {
+	if err := names.ValidateTrainer(e.Trainer); err != nil {
+		return err
+	}
 	d, err := r.nodeDir(e.Node)
 	if err != nil {
 		return err
@@ -218,6 +221,12 @@ func (r Registry) Write(e wire.Entry) error {
 // Remove forgets a Trainer's entry on a node; removing a file needs no
 // free space, so this works on a full filesystem too.
 func (r Registry) Remove(node, trainer string) error {
+	if err := names.ValidateNode(node); err != nil {
+		return err
+	}
+	if err := names.ValidateTrainer(trainer); err != nil {
+		return err
+	}
 	err := os.Remove(r.entryPath(node, trainer))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
