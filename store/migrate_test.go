@@ -1,8 +1,10 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -273,4 +275,48 @@ func TestMigrationFailureRollsBack(t *testing.T) {
 	if v, err := db.SchemaVersion(ctx); err != nil || v != latest {
 		t.Fatalf("version after the cause was removed: %d (%v), want %d", v, err, latest)
 	}
+}
+
+// TestNewerSchemaRefused: a database a newer bftrainer wrote (a schema
+// version past the last migration this one knows) is not opened for
+// writing — an older binary's statements could lose what the newer one
+// keeps — and its bytes are unchanged; it still opens read-only.
+func TestNewerSchemaRefused(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "bftrainer.db")
+	db, err := store.Open(ctx, path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	raw, err := sql.Open("sqlite3", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.ExecContext(ctx, "PRAGMA user_version = 99"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Open(ctx, path, store.Options{}); !errors.Is(err, store.ErrNewerSchema) {
+		t.Fatalf("Open of a version 99 database: %v, want %v", err, store.ErrNewerSchema)
+	}
+	after, _ := os.ReadFile(path)
+	if !bytes.Equal(before, after) {
+		t.Fatal("the refused database was written")
+	}
+	ro, err := store.Open(ctx, path, store.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatalf("read-only: %v", err)
+	}
+	ro.Close()
 }

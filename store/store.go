@@ -246,6 +246,10 @@ func migrations() ([]migration, error) {
 	return out, nil
 }
 
+// ErrNewerSchema says the database was written by a newer bftrainer than
+// this one; it is not written.
+var ErrNewerSchema = errors.New("database schema newer than this bftrainer")
+
 // migrate applies the embedded migrations not yet applied, in order, each
 // in its own transaction.
 func (s *DB) migrate(ctx context.Context) error {
@@ -258,7 +262,11 @@ func (s *DB) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if have >= ms[len(ms)-1].version {
+	if last := ms[len(ms)-1].version; have > last {
+		// Written by a newer bftrainer (a downgrade): writing it with an
+		// older schema's statements could lose what the newer one keeps.
+		return fmt.Errorf("%w: the database is at schema version %d, this bftrainer knows up to %d: run the version that wrote it, or a newer one", ErrNewerSchema, have, last)
+	} else if have == last {
 		return nil
 	}
 	for _, m := range ms {
