@@ -104,7 +104,9 @@ def attack(xdir):
 
     # 1. The control channel: each request bare, with a made-up proof, and the captured one
     # replayed on a new connection (with and without HELLO).
-    bare = ["PING", "STATUS", "WORKERS a b", "MEMBERS 3 mallory", "MEMBERS 3 a"]
+    ids = info["ids"]
+    bare = ["PING", "STATUS", "WORKERS " + " ".join(ids), "MEMBERS 99 mallory",
+            "MEMBERS 99 " + ids[0]]
     res["control_bare"] = control_lines(cport, bare)
     hello_then = ["HELLO"] + [secrets.token_hex(32) + " " + x for x in bare]
     res["control_forged"] = control_lines(cport, hello_then)[1:]
@@ -113,7 +115,7 @@ def attack(xdir):
 
     # 2. The store: read, write and wait on the protocol's keys, guessed; enumerate.
     c = dist.TCPStore("127.0.0.1", port, None, False, timedelta(seconds=10))
-    guessed = ["bft/version", "bft/epoch", "bft/members/1", "bft/members/2", "bft/ready/a",
+    guessed = ["bft/version", "bft/epoch", "bft/members/1", "bft/members/2", f"bft/ready/{ids[0]}",
                "bft/formed/1", "bft/formed/2", "bft/switch/2", "bft/pg/2/0", "bft/finished"]
     res["store_read"] = {k: p.peek(c, k) for k in guessed}
     res["store_count"] = attempt(lambda: c.num_keys())
@@ -138,17 +140,15 @@ def attack(xdir):
         return {"world": rt.world, "rank": rt.rank, "epoch": rt.epoch}
     res["worker_no_secret"] = attempt(lambda: worker("mallory", ""))
     res["worker_own_secret"] = attempt(lambda: worker("mallory", p.new_secret()))
-    res["worker_stolen_id"] = attempt(lambda: worker("a", p.new_secret()))
+    res["worker_stolen_id"] = attempt(lambda: worker(info["ids"][0], p.new_secret()))
 
     # 4. What the victim's processes and files give away.
     def read(path):
         with open(path, "rb") as f:
             return f.read(200).decode("utf-8", "replace")
-    res["files"] = {
-        "vdir": attempt(lambda: os.listdir(info["vdir"])),
-        "store.err": attempt(lambda: read(os.path.join(info["vdir"], "store.err"))),
-        "a.err": attempt(lambda: read(os.path.join(info["vdir"], "a.err"))),
-    }
+    res["files"] = {"vdir": attempt(lambda: os.listdir(info["vdir"]))}
+    for path in info.get("files") or [os.path.join(info["vdir"], x) for x in ("store.err", "a.err")]:
+        res["files"][path] = attempt(lambda: read(path))
     for name, pid in info["pids"].items():
         res["files"][f"environ:{name}"] = attempt(lambda: read(f"/proc/{pid}/environ"))
     write_json(os.path.join(xdir, "attack.json"), res)

@@ -25,6 +25,7 @@ import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
 
 try:
     import torch
@@ -56,6 +57,11 @@ def make_user(test, prefix):
     uid = pw.pw_uid
     test.addCleanup(remove)
     return name, pw.pw_uid, pw.pw_gid
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
 
 
 def uid_procs(uid):
@@ -101,14 +107,15 @@ class AdversaryTest(unittest.TestCase):
                 v.wait(0.1)
             except subprocess.TimeoutExpired:
                 pass
-        self.assertTrue(os.path.exists(info), f"the victim did not start:\n{v.stdout.read().decode()}")
+        if not os.path.exists(info):
+            self.fail(f"the victim did not start:\n{v.stdout.read().decode()}")
         a = subprocess.run([sys.executable, script, "attack", xdir], user=attacker, env=env,
                            cwd="/", capture_output=True, timeout=300)
         self.assertEqual(a.returncode, 0, a.stdout.decode() + a.stderr.decode())
         out, _ = v.communicate(timeout=600)
         self.assertEqual(v.returncode, 0, out.decode())
-        res = json.load(open(os.path.join(xdir, "attack.json")))
-        vic = json.load(open(os.path.join(xdir, "victim.json")))
+        res, vic, known = (read_json(os.path.join(xdir, f))
+                           for f in ("attack.json", "victim.json", "info.json"))
         print(json.dumps(res, indent=1), file=sys.stderr)
 
         # The control channel: nothing answered but ERR.
@@ -135,7 +142,7 @@ class AdversaryTest(unittest.TestCase):
         self.assertEqual((vic["during"]["epoch"], vic["during"]["members"]), (2, ["a", "b"]))
         self.assertEqual((vic["after"]["epoch"], vic["after"]["formed"]), (2, 2))
         self.assertIsNone(vic["workers"]["mallory"]["ready"])
-        self.assertEqual(vic["workers"]["a"]["ready"]["pid"], json.load(open(info))["pids"]["a"])
+        self.assertEqual(vic["workers"]["a"]["ready"]["pid"], known["pids"]["a"])
         self.assertEqual(vic["codes"], {"a": 0, "b": 0})
         from elastic_worker import reference
         got = torch.load(vic["out"])
