@@ -244,3 +244,53 @@ print(max((got[k] - want[k]).abs().max().item() for k in want))`, filepath.Join(
 		t.Fatal("an action note holds the secret")
 	}
 }
+
+// TestElasticStoreWithoutSecret: a store process started before run
+// secrets (an upgrade: its state records none) cannot be talked to; the
+// next round stops it and its workers and starts a new one, with a
+// secret.
+func TestElasticStoreWithoutSecret(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts store processes (torch)")
+	}
+	trainertest.NeedTorch(t)
+	r, a := elasticRunner(t, func(s *ElasticSettings) { s.ReadyTimeout = "1s" })
+	ctx := context.Background()
+	spec, _ := json.Marshal(Spec{Workdir: "/", Argv: []string{"/bin/sleep", "300"}}) // never ready: nothing is published
+	id := "up-" + wire.NewRun()[:6]
+	w := Want{ID: id, Owner: currentUserName(t), Launcher: Elastic, Spec: spec, Min: 1, Max: 1, Nodes: []string{a.N("n1")}}
+	t.Cleanup(func() { r.Apply(context.Background(), nil) })
+	state := func() (*runState, elasticState) {
+		t.Helper()
+		s, err := r.load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st elasticState
+		json.Unmarshal(s.Trainers[id].State, &st)
+		return s, st
+	}
+	r.Apply(ctx, []Want{w})
+	s, st := state()
+	if st.Secret == "" || s.Trainers[id].Roles[storeRole] == nil {
+		t.Fatalf("no store with a secret: %+v", st)
+	}
+	old := st.Secret
+	st.Secret = ""
+	b, _ := json.Marshal(st)
+	s.Trainers[id].State = b
+	if err := r.save(s); err != nil {
+		t.Fatal(err)
+	}
+	acts := r.Apply(ctx, []Want{w})
+	got := map[string]bool{}
+	for _, act := range acts {
+		got[act.Op] = true
+	}
+	if !got["stop"] || !got["store-stop"] || !got["store-start"] {
+		t.Fatalf("a store without a secret was not replaced: %v", ops(t, acts))
+	}
+	if _, st = state(); st.Secret == "" || st.Secret == old {
+		t.Fatalf("the new store's secret: %q (the old one %q)", st.Secret, old)
+	}
+}
