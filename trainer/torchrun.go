@@ -168,6 +168,18 @@ const rendezvousEnv = "PET_RDZV_ID"
 // between a client that reaches the store and the rendezvous' keys.
 func newRendezvousID(trainer string) string { return trainer + "-" + newRunSecret()[:32] }
 
+// privateLogDir wraps a torchrun command so that its --log_dir is its
+// owner's alone (0700) before torchrun starts: torchrun names the run's
+// directory in it <rdzv_id>_<random> (torch's LocalElasticAgent), so a
+// log directory anyone may list — created with the owner's umask, 0755
+// as a rule, in a workdir others may enter — would hand the rendezvous id
+// to every user who can reach the workdir. Only that directory changes:
+// the agent and its workers keep the owner's umask. The shell execs
+// torchrun, so the agent's command line is torchrun's own.
+func privateLogDir(logDir string, argv []string) []string {
+	return append([]string{"/bin/sh", "-c", `mkdir -p -- "$1" && chmod 0700 -- "$1" && shift && exec "$@"`, "bftrainer-torchrun", logDir}, argv...)
+}
+
 var pythonName = regexp.MustCompile(`^python(\d+(\.\d+)*)?$`)
 
 func isPython(p string) bool { return pythonName.MatchString(filepath.Base(p)) }
@@ -253,9 +265,9 @@ func (l *torchrun) Apply(ctx context.Context, t *Run) []Action {
 		env := t.Env(spec, map[string]string{"LOGLEVEL": "INFO", "OMP_NUM_THREADS": "1"})
 		env["NODE_TAG"] = n
 		env[rendezvousEnv] = st.RunID // the environment, never argv: its owner's and root's alone
-		argv := TorchrunArgs(l.s.Command, t.Want.Min, t.Want.Max, spec.Slots(), endpoint, l.s.MaxRestarts, l.join,
-			filepath.Join("bftrainer-logs", t.ID, n), spec.Argv)
-		return wire.Launch{Argv: argv, Env: env, Workdir: spec.Workdir}
+		logDir := filepath.Join("bftrainer-logs", t.ID, n)
+		argv := TorchrunArgs(l.s.Command, t.Want.Min, t.Want.Max, spec.Slots(), endpoint, l.s.MaxRestarts, l.join, logDir, spec.Argv)
+		return wire.Launch{Argv: privateLogDir(logDir, argv), Env: env, Workdir: spec.Workdir}
 	})...)
 }
 
