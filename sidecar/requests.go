@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -211,6 +212,9 @@ func (c *Core) request(ctx context.Context, ev store.Event) (Receipt, error) {
 			return rc, invalid(fmt.Errorf("a Trainer named %q already exists; choose another name", ev.Trainer))
 		}
 	}
+	if err := sealEnv(c.o.RunnerState, &ev); err != nil {
+		return rc, err
+	}
 	if _, err := db.Append(ctx, ev); err != nil {
 		return rc, err
 	}
@@ -218,6 +222,35 @@ func (c *Core) request(ctx context.Context, ev store.Event) (Receipt, error) {
 		return rc, nil
 	}
 	return rc, c.commandRound(ctx, db)
+}
+
+// sealEnv takes a submission's environment values out of its event before
+// it is recorded (trainer.SealEnv): the database is every user's to read,
+// the values are its owner's. They go to a root-only file under the
+// runner's state, which the runner merges back when it starts the
+// Trainer. A detail that does not decode is left to the fold to refuse.
+func sealEnv(runnerState string, ev *store.Event) error {
+	if ev.Kind != store.KindSubmit {
+		return nil
+	}
+	var req SubmitRequest
+	if json.Unmarshal(ev.Detail, &req) != nil {
+		return nil
+	}
+	spec, err := trainer.SealEnv(runnerState, req.Launch.Spec)
+	if err != nil {
+		return fmt.Errorf("submit %q: %w", ev.Trainer, err)
+	}
+	if bytes.Equal(spec, req.Launch.Spec) {
+		return nil
+	}
+	req.Launch.Spec = spec
+	detail, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("submit %q: %w", ev.Trainer, err)
+	}
+	ev.Detail = detail
+	return nil
 }
 
 // Nodes records that nodes join (join) or leave the pool, by hand or for a

@@ -27,6 +27,9 @@ import (
 // the file says about its author is believed.
 type spool struct {
 	Dir string
+	// RunnerState is where submissions' environment values are sealed
+	// (sealEnv); "": dropped.
+	RunnerState string
 }
 
 // spoolRequest is one spooled request.
@@ -128,6 +131,9 @@ func (s *spool) ingest(ctx context.Context, db *store.DB, now time.Time) (more b
 	for _, n := range names {
 		path := filepath.Join(s.Dir, n)
 		ev, err := readRequest(path, now)
+		if err == nil {
+			err = sealEnv(s.RunnerState, &ev)
+		}
 		if err != nil {
 			bad = append(bad, store.Event{At: now, Kind: store.KindError, Source: "spool", Context: n, Error: err.Error()})
 		} else {

@@ -132,8 +132,12 @@ func checkElasticSpec(raw json.RawMessage) error {
 // ports, the latest membership it published, and which worker runs
 // where.
 type elasticState struct {
-	Store   int      `json:"store,omitempty"`   // the workers' TCPStore port
-	Control int      `json:"control,omitempty"` // the runner's control port, on 127.0.0.1
+	Store   int `json:"store,omitempty"`   // the workers' TCPStore port
+	Control int `json:"control,omitempty"` // the runner's control port, on 127.0.0.1
+	// Secret is the run secret of the store process (secret.go): in the
+	// runner's state only (root's), and the environments of the store
+	// process and the workers (their owner's).
+	Secret  string   `json:"secret,omitempty"`
 	Epoch   int      `json:"epoch,omitempty"`   // latest published membership
 	Members []string `json:"members,omitempty"` // its worker ids, in rank order
 	// Workers is the worker id of each node's launch (unique per launch).
@@ -196,12 +200,26 @@ func (l *elastic) Apply(ctx context.Context, t *Run) []Action {
 	t.LoadState(&st)
 	r := &elasticRound{l: l, t: t, ctx: ctx, st: &st}
 	defer t.SaveState(&st)
+	if t.Role(storeRole) != nil && st.Secret == "" {
+		// A store started before run secrets (an upgrade): nothing can
+		// prove itself to it. Stopped, with its workers; a new one resumes
+		// from the checkpoint.
+		r.acts = append(r.acts, t.StopNodes(ctx, t.Launched())...)
+		if len(t.Rec.Nodes) == 0 {
+			if a, _ := t.StopRole(ctx, storeRole, "store-stop"); a.Op != "" {
+				r.acts = append(r.acts, a)
+			}
+		}
+		if t.Role(storeRole) != nil {
+			return r.acts
+		}
+	}
 	if t.Role(storeRole) == nil {
 		if !r.newStore() {
 			return r.acts
 		}
 	}
-	if r.ctl, err = dialControl(ctx, st.Control); err != nil {
+	if r.ctl, err = dialControl(ctx, st.Control, st.Secret); err != nil {
 		r.act(Action{Op: "control", Err: err})
 		return r.acts
 	}
@@ -389,7 +407,7 @@ func (r *elasticRound) grow(spec Spec, added []string) {
 		ids[n] = id
 		st.Workers[n] = id
 		t.SaveState(st) // saved with the pending launch: a start is never unnamed
-		return wire.Launch{Argv: spec.Argv, Workdir: spec.Workdir, Env: r.l.workerEnv(t, spec, n, id, st.Store)}
+		return wire.Launch{Argv: spec.Argv, Workdir: spec.Workdir, Env: r.l.workerEnv(t, spec, n, id, st.Store, st.Secret)}
 	})...)
 	for _, n := range added {
 		if _, ok := t.Rec.Nodes[n]; !ok {
@@ -688,12 +706,13 @@ func (l *elastic) Ended(t *Run, roles map[string]Seen) (*Exit, []Action) {
 
 // workerEnv is a worker's environment: the Trainer's, the runtime's
 // (docs/elastic.md §1), and the package on PYTHONPATH.
-func (l *elastic) workerEnv(t *Run, spec Spec, node, id string, port int) map[string]string {
+func (l *elastic) workerEnv(t *Run, spec Spec, node, id string, port int, secret string) map[string]string {
 	env := t.Env(spec, map[string]string{"OMP_NUM_THREADS": "1"})
 	env["NODE_TAG"] = node
 	env["LOCAL_RANK"] = "0"
 	env["BFTRAINER_ELASTIC_STORE"] = net.JoinHostPort(t.Address(), strconv.Itoa(port))
 	env["BFTRAINER_ELASTIC_ID"] = id
+	env[secretEnv] = secret // the environment, never argv: its owner's and root's alone
 	env["BFTRAINER_ELASTIC_TIMEOUT"] = strconv.FormatFloat(l.collective.Seconds(), 'g', -1, 64)
 	env["BFTRAINER_ELASTIC_JOIN_TIMEOUT"] = strconv.FormatFloat(l.join.Seconds(), 'g', -1, 64)
 	if l.s.PythonPath != "" {
@@ -723,7 +742,8 @@ func (l *elastic) startStore(ctx context.Context, t *Run, st *elasticState) Acti
 			used[ps.Store], used[ps.Control] = true, true
 		}
 	}
-	env := map[string]string{"OMP_NUM_THREADS": "1"}
+	st.Secret = newRunSecret() // per store process: a new store, a new secret
+	env := map[string]string{"OMP_NUM_THREADS": "1", secretEnv: st.Secret}
 	if l.s.PythonPath != "" {
 		env["PYTHONPATH"] = l.s.PythonPath
 	}
@@ -755,7 +775,7 @@ func (l *elastic) startStore(ctx context.Context, t *Run, st *elasticState) Acti
 			t.StopRole(ctx, storeRole, "store-stop")
 			continue // most likely a port was taken meanwhile
 		}
-		c, err := dialControl(ctx, st.Control)
+		c, err := dialControl(ctx, st.Control, st.Secret)
 		if err == nil {
 			_, err = c.request("PING")
 			c.close()

@@ -15,9 +15,15 @@ import (
 // elasticControl is one connection to an elastic store process's control
 // port (docs/elastic.md §2): a request line, one reply line, `OK
 // [payload]` or `ERR message`. The store process serialises requests.
+// The connection opens with HELLO (the store answers a fresh nonce);
+// every request then carries controlMAC over that nonce and its sequence
+// number on the connection.
 type elasticControl struct {
-	conn net.Conn
-	r    *bufio.Reader
+	conn  net.Conn
+	r     *bufio.Reader
+	key   []byte // the run's control key
+	nonce string
+	seq   int
 }
 
 // controlTimeout bounds one request. The store process answers in
@@ -27,9 +33,12 @@ type elasticControl struct {
 // is gone; the margin is for a loaded host.
 const controlTimeout = 10 * time.Second
 
-func dialControl(ctx context.Context, port int) (*elasticControl, error) {
+func dialControl(ctx context.Context, port int, secret string) (*elasticControl, error) {
 	if port <= 0 {
 		return nil, fmt.Errorf("elastic store: no control port recorded")
+	}
+	if secret == "" {
+		return nil, fmt.Errorf("elastic store: no run secret recorded")
 	}
 	d := net.Dialer{Timeout: 5 * time.Second}
 	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
@@ -39,13 +48,25 @@ func dialControl(ctx context.Context, port int) (*elasticControl, error) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
-	return &elasticControl{conn: c, r: bufio.NewReader(c)}, nil
+	ec := &elasticControl{conn: c, r: bufio.NewReader(c), key: deriveKey(secret, "control")}
+	if ec.nonce, err = ec.send("HELLO"); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return ec, nil
 }
 
 func (c *elasticControl) close() { c.conn.Close() }
 
-// request sends one line and returns the reply's payload.
+// request sends one line with its proof and returns the reply's payload.
 func (c *elasticControl) request(line string) (string, error) {
+	mac := controlMAC(c.key, c.nonce, c.seq, line)
+	c.seq++
+	return c.send(mac + " " + line)
+}
+
+// send sends one line as it is and returns the reply's payload.
+func (c *elasticControl) send(line string) (string, error) {
 	c.conn.SetDeadline(time.Now().Add(controlTimeout))
 	if _, err := io.WriteString(c.conn, line+"\n"); err != nil {
 		return "", fmt.Errorf("elastic store control: %w", err)
@@ -60,7 +81,7 @@ func (c *elasticControl) request(line string) (string, error) {
 	case "OK":
 		return rest, nil
 	case "ERR":
-		return "", fmt.Errorf("elastic store: %s: %s", strings.Fields(line)[0], rest)
+		return "", fmt.Errorf("elastic store: %s: %s", requestName(line), rest)
 	}
 	return "", fmt.Errorf("elastic store control: unreadable reply %q", reply)
 }
@@ -120,4 +141,16 @@ func (c *elasticControl) workers(ids []string) (map[string]elasticWorker, error)
 func (c *elasticControl) members(e int, ids []string) error {
 	_, err := c.request("MEMBERS " + strconv.Itoa(e) + " " + strings.Join(ids, " "))
 	return err
+}
+
+// requestName is a request line's verb, past its proof.
+func requestName(line string) string {
+	f := strings.Fields(line)
+	switch {
+	case len(f) == 0:
+		return "(empty)"
+	case len(f) > 1 && len(f[0]) == 64:
+		return f[1]
+	}
+	return f[0]
 }

@@ -63,9 +63,11 @@ func TestElasticWorkerEnv(t *testing.T) {
 	}
 	s := &session{r: r, st: &runState{}}
 	run := s.run("t1", &Record{}, Want{ID: "t1"})
-	env := l.(*elastic).workerEnv(run, Spec{Env: map[string]string{"PYTHONPATH": "/home/u/lib", "X": "1"}}, "n1", "n1@abc", 29601)
+	secret := newRunSecret()
+	env := l.(*elastic).workerEnv(run, Spec{Env: map[string]string{"PYTHONPATH": "/home/u/lib", "X": "1"}}, "n1", "n1@abc", 29601, secret)
 	for k, want := range map[string]string{
-		"BFTRAINER_ELASTIC_STORE": "127.0.0.1:29601", "BFTRAINER_ELASTIC_ID": "n1@abc", "BFTRAINER_ELASTIC_TIMEOUT": "10",
+		"BFTRAINER_ELASTIC_SECRET": secret,
+		"BFTRAINER_ELASTIC_STORE":  "127.0.0.1:29601", "BFTRAINER_ELASTIC_ID": "n1@abc", "BFTRAINER_ELASTIC_TIMEOUT": "10",
 		"BFTRAINER_ELASTIC_JOIN_TIMEOUT": "30", "PYTHONPATH": "/opt/bft/python:/home/u/lib", "X": "1", "NODE_TAG": "n1",
 		"LOCAL_RANK": "0", "BFTRAINER_TRAINER": "t1", "OMP_NUM_THREADS": "1",
 	} {

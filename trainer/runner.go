@@ -204,6 +204,12 @@ func (r *Runner) Apply(ctx context.Context, want []Want) []Action {
 			s.acts = append(s.acts, Action{Trainer: w.ID, Op: "start", Err: fmt.Errorf("launcher %q is not configured here", w.Launcher)})
 			continue
 		}
+		spec, err := OpenEnv(r.StateDir, w.Spec)
+		if err != nil {
+			s.acts = append(s.acts, Action{Trainer: w.ID, Op: "start", Err: fmt.Errorf("launch spec: %w", err)})
+			continue
+		}
+		w.Spec = spec
 		if err := r.kinds().CheckLaunch(w.Launcher, w.Spec); err != nil {
 			s.acts = append(s.acts, Action{Trainer: w.ID, Op: "start", Err: fmt.Errorf("launch spec: %w", err)})
 			continue

@@ -113,8 +113,9 @@ const storeRole = "store"
 //     is_host=false on every agent: no agent hosts the store, so losing any
 //     node (the first one too) is an ordinary scale-down, never the end of
 //     the job.
-//   - --rdzv_id: fresh per store (a run id that finished normally stays
-//     closed on its store).
+//   - no --rdzv_id: the rendezvous id goes in the environment
+//     (rendezvousEnv), where only the owner and root can read it; ps
+//     shows a command line to everyone.
 //   - --max_restarts large: every scale-down costs each survivor one.
 //   - last_call_timeout=1 (whole seconds only in 1.13) and
 //     --monitor_interval=1: a scale-up costs ~5 s instead of ~37 s.
@@ -124,14 +125,13 @@ const storeRole = "store"
 //     the first rendezvous — and the crash closes the rendezvous.
 //   - --no_python when the program is not a Python script: torchrun then
 //     runs it directly.
-func TorchrunArgs(torchrun []string, minNodes, maxNodes, procs int, endpoint, runID string, maxRestarts int, join time.Duration, logDir string, argv []string) []string {
+func TorchrunArgs(torchrun []string, minNodes, maxNodes, procs int, endpoint string, maxRestarts int, join time.Duration, logDir string, argv []string) []string {
 	args := slices.Clone(torchrun)
 	args = append(args,
 		fmt.Sprintf("--nnodes=%d:%d", minNodes, maxNodes),
 		fmt.Sprintf("--nproc_per_node=%d", max(1, procs)),
 		"--rdzv_backend=c10d",
 		"--rdzv_endpoint="+endpoint,
-		"--rdzv_id="+runID,
 		fmt.Sprintf("--max_restarts=%d", maxRestarts),
 		fmt.Sprintf("--rdzv_conf=is_host=false,last_call_timeout=1,join_timeout=%d", max(1, int(join/time.Second))),
 		"--monitor_interval=1",
@@ -156,14 +156,40 @@ func TorchrunArgs(torchrun []string, minNodes, maxNodes, procs int, endpoint, ru
 	return args
 }
 
+// rendezvousEnv carries the rendezvous id to torchrun: its --rdzv_id
+// flag is an argparse action that reads PET_RDZV_ID when the flag is
+// absent (torch.distributed.argparse_util.env, 1.13 and 2.x).
+const rendezvousEnv = "PET_RDZV_ID"
+
+// newRendezvousID is a torchrun Trainer's rendezvous id: fresh per store
+// (a run id that finished normally stays closed on its store) and
+// unguessable (128 random bits after the name): the c10d store keeps a
+// rendezvous under torch.rendezvous.<id>, so the id is all that stands
+// between a client that reaches the store and the rendezvous' keys.
+func newRendezvousID(trainer string) string { return trainer + "-" + newRunSecret()[:32] }
+
+// privateLogDir wraps a torchrun command so that its --log_dir is its
+// owner's alone (0700) before torchrun starts: torchrun names the run's
+// directory in it <rdzv_id>_<random> (torch's LocalElasticAgent), so a
+// log directory anyone may list — created with the owner's umask, 0755
+// as a rule, in a workdir others may enter — would hand the rendezvous id
+// to every user who can reach the workdir. Only that directory changes:
+// the agent and its workers keep the owner's umask. The shell execs
+// torchrun, so the agent's command line is torchrun's own.
+func privateLogDir(logDir string, argv []string) []string {
+	return append([]string{"/bin/sh", "-c", `mkdir -p -- "$1" && chmod 0700 -- "$1" && shift && exec "$@"`, "bftrainer-torchrun", logDir}, argv...)
+}
+
 var pythonName = regexp.MustCompile(`^python(\d+(\.\d+)*)?$`)
 
 func isPython(p string) bool { return pythonName.MatchString(filepath.Base(p)) }
 
 // storeCode is the standalone c10d store: a TCPStore server that holds
 // the rendezvous state of the Trainer's agents, none of which hosts it.
-// It listens on every address whatever host it is given (1.13) and has no
-// authentication: the rendezvous id is all that separates Trainers.
+// It listens on every address whatever host it is given (1.13; 2.x's
+// too) and has no authentication: the rendezvous id, unguessable and in
+// the environment only, is all that separates Trainers. What stays open
+// is in docs/trainers.md, "Who can reach a Trainer".
 const storeCode = `import datetime, signal, sys
 from torch.distributed import TCPStore
 s = TCPStore(sys.argv[1], int(sys.argv[2]), None, True, datetime.timedelta(seconds=300), wait_for_workers=False)
@@ -238,9 +264,10 @@ func (l *torchrun) Apply(ctx context.Context, t *Run) []Action {
 	return append(acts, t.StartNodes(ctx, "start", t.Added(), func(n string) wire.Launch {
 		env := t.Env(spec, map[string]string{"LOGLEVEL": "INFO", "OMP_NUM_THREADS": "1"})
 		env["NODE_TAG"] = n
-		argv := TorchrunArgs(l.s.Command, t.Want.Min, t.Want.Max, spec.Slots(), endpoint, st.RunID, l.s.MaxRestarts, l.join,
-			filepath.Join("bftrainer-logs", t.ID, n), spec.Argv)
-		return wire.Launch{Argv: argv, Env: env, Workdir: spec.Workdir}
+		env[rendezvousEnv] = st.RunID // the environment, never argv: its owner's and root's alone
+		logDir := filepath.Join("bftrainer-logs", t.ID, n)
+		argv := TorchrunArgs(l.s.Command, t.Want.Min, t.Want.Max, spec.Slots(), endpoint, l.s.MaxRestarts, l.join, logDir, spec.Argv)
+		return wire.Launch{Argv: privateLogDir(logDir, argv), Env: env, Workdir: spec.Workdir}
 	})...)
 }
 
@@ -292,10 +319,11 @@ func (l *torchrun) startStore(ctx context.Context, t *Run, st *torchState) Actio
 			t.StopRole(ctx, storeRole, "store-stop")
 			continue // most likely the port was taken meanwhile
 		}
-		nonce, _ := wire.ParseToken(tok)
-		st.Port, st.RunID = port, t.ID+"-"+nonce.Nonce
+		st.Port, st.RunID = port, newRendezvousID(t.ID)
 		act.Took = time.Since(begin)
-		act.Note = fmt.Sprintf("c10d store on %s, rendezvous id %s, torch %s", net.JoinHostPort(t.Address(), strconv.Itoa(port)), st.RunID, version)
+		// The note names the store, never the rendezvous id (notes are
+		// logged and kept in the history).
+		act.Note = fmt.Sprintf("c10d store on %s, torch %s", net.JoinHostPort(t.Address(), strconv.Itoa(port)), version)
 		return act
 	}
 	act.Err, act.Took = fmt.Errorf("rendezvous store: %w", lastErr), time.Since(begin)

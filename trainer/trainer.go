@@ -95,10 +95,13 @@ const (
 // launchers shipped here share. A launcher may take another spec; each
 // one's Kind.CheckSpec says what it accepts.
 type Spec struct {
-	Argv         []string          `json:"argv"`              // the training program and its arguments
-	Workdir      string            `json:"workdir,omitempty"` // directory to run in (shared across nodes)
-	Env          map[string]string `json:"env,omitempty"`     // extra environment
-	ProcsPerNode int               `json:"procs_per_node,omitempty"`
+	Argv    []string          `json:"argv"`              // the training program and its arguments
+	Workdir string            `json:"workdir,omitempty"` // directory to run in (shared across nodes)
+	Env     map[string]string `json:"env,omitempty"`     // extra environment
+	// EnvRef names the root-only file that holds Env's values once the
+	// spec is recorded (SealEnv): the database keeps only the names.
+	EnvRef       string `json:"env_ref,omitempty"`
+	ProcsPerNode int    `json:"procs_per_node,omitempty"`
 	// ProgressLog, when set, is a file the program appends its progress
 	// to, which the runner reads (progresslog.go): its throughput
 	// without a `bftrainer progress` call.

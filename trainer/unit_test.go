@@ -3,6 +3,7 @@ package trainer
 import (
 	"context"
 	"errors"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -15,7 +16,7 @@ import (
 func TestTorchrunArgs(t *testing.T) {
 	base := []string{"/usr/bin/python3", "-m", "torch.distributed.run"}
 	flags := "/usr/bin/python3 -m torch.distributed.run --nnodes=1:3 --nproc_per_node=2 --rdzv_backend=c10d " +
-		"--rdzv_endpoint=ctl:29400 --rdzv_id=t1-ab --max_restarts=100 " +
+		"--rdzv_endpoint=ctl:29400 --max_restarts=100 " +
 		"--rdzv_conf=is_host=false,last_call_timeout=1,join_timeout=600 --monitor_interval=1 -r 1 -t 1 " +
 		"--log_dir=bftrainer-logs/t1/n1"
 	tests := []struct {
@@ -31,11 +32,26 @@ func TestTorchrunArgs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := strings.Join(TorchrunArgs(base, 1, 3, 2, "ctl:29400", "t1-ab", 100, 600*time.Second, "bftrainer-logs/t1/n1", tt.argv), " ")
+			got := strings.Join(TorchrunArgs(base, 1, 3, 2, "ctl:29400", 100, 600*time.Second, "bftrainer-logs/t1/n1", tt.argv), " ")
 			if got != tt.want {
 				t.Fatalf("got  %s\nwant %s", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestRendezvousID: a torchrun Trainer's rendezvous id is fresh and
+// unguessable (128 random bits after its name) and never on a command
+// line.
+func TestRendezvousID(t *testing.T) {
+	a, b := newRendezvousID("t1"), newRendezvousID("t1")
+	if a == b || !regexp.MustCompile(`^t1-[0-9a-f]{32}$`).MatchString(a) {
+		t.Fatalf("rendezvous ids %q %q, want t1-<32 fresh hex digits>", a, b)
+	}
+	for _, arg := range TorchrunArgs([]string{"torchrun"}, 1, 2, 1, "ctl:1", 1, time.Minute, "l", []string{"/w/run.sh"}) {
+		if strings.Contains(arg, "rdzv_id") {
+			t.Fatalf("the rendezvous id is on the command line: %q", arg)
+		}
 	}
 }
 

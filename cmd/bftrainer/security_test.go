@@ -85,11 +85,15 @@ func TestSecurity(t *testing.T) {
 	}
 	os.Chown(wa, int(a.uid), int(a.gid))
 	dump := filepath.Join(wa, "argv.json")
+	// A's secret, passed with --env: its processes get it; nobody else
+	// reads it (the database holds the name only, the value is sealed in
+	// the runner's root-only state).
+	secret := "s3cr3t-" + wire.NewRun()
 	prog := `import json, os, sys
-open(sys.argv[1], "w").write(json.dumps([os.getuid(), os.getgid()] + sys.argv[2:]))
+open(sys.argv[1], "w").write(json.dumps([os.getuid(), os.getgid(), os.environ.get("A_TOKEN")] + sys.argv[2:]))
 os.execv("/bin/sleep", ["sleep", "600"])`
 	out, err := e.as(a, append([]string{"trainer", "submit", "--name", "ta", "--launcher", "exec", "--min", "1", "--max", "1",
-		"--curve", "1:10", "--workdir", wa, "--env", "HOSTILE=$(touch " + canary + ")", "--", "/usr/bin/python3", "-c", prog, dump}, inject...)...)
+		"--curve", "1:10", "--workdir", wa, "--env", "HOSTILE=$(touch " + canary + ")", "--env", "A_TOKEN=" + secret, "--", "/usr/bin/python3", "-c", prog, dump}, inject...)...)
 	if err != nil || !strings.Contains(out, "spooled") {
 		t.Fatalf("A's submission: %v\n%s", err, out)
 	}
@@ -109,7 +113,7 @@ os.execv("/bin/sleep", ["sleep", "600"])`
 	if err := json.Unmarshal([]byte(readString(dump)), &got); err != nil {
 		t.Fatal(err)
 	}
-	want := []any{float64(a.uid), float64(a.gid)}
+	want := []any{float64(a.uid), float64(a.gid), secret}
 	for _, s := range inject {
 		want = append(want, s)
 	}
@@ -151,6 +155,45 @@ os.execv("/bin/sleep", ["sleep", "600"])`
 		if err := runAs(b, "/usr/bin/test", "-w", f); err == nil {
 			t.Fatalf("B may write %s", f)
 		}
+	}
+
+	// A's --env value: in none of the database's files (nor its names'
+	// value's place), not shown to B by any command, not readable by B
+	// in the runner's state; A's program got it (above).
+	for _, f := range []string{e.db, e.db + "-wal"} {
+		if b, err := os.ReadFile(f); err != nil || strings.Contains(string(b), secret) {
+			t.Fatalf("%s holds A's --env value (%v)", f, err)
+		}
+	}
+	if out, err := e.as(b, "trainer", "show", "ta"); err != nil || strings.Contains(out, secret) || !strings.Contains(out, "A_TOKEN") {
+		t.Fatalf("B's trainer show ta: %v (want A's env names, never a value)\n%s", err, out)
+	}
+	for _, args := range [][]string{{"history", "--format", "json"}, {"status"}, {"trainer", "list", "--all", "--format", "json"}} {
+		if out, err := e.as(b, args...); err != nil || strings.Contains(out, secret) {
+			t.Fatalf("B's %s: %v\n%s", args, err, out)
+		}
+	}
+	for _, q := range []string{"SELECT spec FROM trainers", "SELECT coalesce(detail, '') FROM events"} {
+		c := exec.Command("sqlite3", "-readonly", e.db, q)
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: b.uid, Gid: b.gid}}
+		if out, err := c.CombinedOutput(); errors.Is(err, exec.ErrNotFound) {
+			t.Logf("no sqlite3 to query the database as B")
+		} else if err != nil || strings.Contains(string(out), secret) || !strings.Contains(string(out), `"A_TOKEN":""`) {
+			t.Fatalf("B's %s: %v\n%s", q, err, out)
+		}
+	}
+	envFiles, _ := filepath.Glob(filepath.Join(e.dir, "runner", "env", "*"))
+	if len(envFiles) != 1 {
+		t.Fatalf("sealed environments: %v, want A's one", envFiles)
+	}
+	for _, f := range []string{envFiles[0], filepath.Dir(envFiles[0])} {
+		fi, err := os.Stat(f)
+		if err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 || fi.Mode().Perm()&0o077 != 0 {
+			t.Fatalf("%s: %v, %v: want root's alone", f, fi.Mode(), err)
+		}
+	}
+	if err := runAs(b, "/bin/cat", envFiles[0]); err == nil {
+		t.Fatal("B read A's sealed environment")
 	}
 
 	// B cannot cancel A's Trainer, end it, or finish it by a progress

@@ -85,6 +85,10 @@ func showAction(c *cli.Context, core *sidecar.Core, cfg Config) error {
 	}
 	fmt.Fprintf(w, "name:          %s\nowner:         %s\nstatus:        %s\nlauncher:      %s\n", tr.ID, tr.Owner, status, tr.Launch.Launcher)
 	fmt.Fprintf(w, "command:       %s\nworkdir:       %s\n", strings.Join(spec.Argv, " "), spec.Workdir)
+	if len(spec.Env) > 0 {
+		// The names only: the values are the owner's (trainer.SealEnv).
+		fmt.Fprintf(w, "environment:   %s (values not shown)\n", strings.Join(slices.Sorted(maps.Keys(spec.Env)), " "))
+	}
 	fmt.Fprintf(w, "nodes:         %d %s (bounds %d..%d)\n", len(tr.Nodes), names.CompressHostlist(alloc.Names(tr.Nodes)), tr.Min, tr.Max)
 	given := formatCurve(tr.Curve)
 	if given == "" {

@@ -43,9 +43,12 @@ class Worker:
 
 class LocalRunner:
     """See the module docstring. `python` runs the store process; `env` is added to every
-    child's environment (PYTHONPATH always gets this package's directory)."""
+    child's environment (PYTHONPATH always gets this package's directory). Like bftrainer, it
+    draws a fresh run secret (`secret`) and hands it to the store process and the workers in
+    their environment only."""
 
     def __init__(self, workdir, python=None, env=None, timeout=60.0):
+        from .protocol import ENV_SECRET, new_secret
         self.dir = workdir
         self.python = python or sys.executable
         self.timeout = timeout
@@ -54,6 +57,8 @@ class LocalRunner:
         pp = self.env.get("PYTHONPATH", "")
         self.env["PYTHONPATH"] = _PKG_PARENT + (os.pathsep + pp if pp else "")
         self.env.setdefault("OMP_NUM_THREADS", "1")
+        self.secret = new_secret()
+        self.env[ENV_SECRET] = self.secret
         self.workers = {}   # id -> Worker, every one started
         self.members = []   # the latest published membership
         self.epoch = 0
@@ -95,7 +100,7 @@ class LocalRunner:
         fields = dict(f.split("=", 1) for f in line.decode().split() if "=" in f)
         self.port, self.control_port = int(fields["port"]), int(fields["control"])
         self.server_kind = fields.get("server", "blocking")  # libuv: torch 2.x's default
-        self.ctl = Control("127.0.0.1", self.control_port)
+        self.ctl = Control("127.0.0.1", self.control_port, self.secret)
         self.ctl.ping()
 
     @property

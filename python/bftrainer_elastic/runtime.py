@@ -138,6 +138,12 @@ def _on_cuda(model):
     return any(getattr(t, "is_cuda", False) for t in params())
 
 
+def _proof_words(secret, epoch, rank, wid):
+    """A member's proof of the run's secret for (epoch, rank, id), as eight 32-bit words."""
+    d = bytes.fromhex(p.prove(secret, "member", epoch, rank, wid))
+    return [int.from_bytes(d[i:i + 4], "big") for i in range(0, 32, 4)]
+
+
 def _stateful(v):
     return callable(getattr(v, "state_dict", None)) and callable(getattr(v, "load_state_dict", None))
 
@@ -167,12 +173,16 @@ class Runtime:
     store, wid       "host:port" of the Trainer's store and this worker's id; default
                      $BFTRAINER_ELASTIC_STORE and $BFTRAINER_ELASTIC_ID. Without a store the
                      runtime runs alone: a private store, a world of one.
+    secret           the run's secret (default $BFTRAINER_ELASTIC_SECRET): required with a
+                     store. Every key lives under the namespace it derives, the ready record
+                     carries proof of it, and each new group checks that every member proves
+                     it before any state is sent (docs/elastic.md, "Who may talk to a Trainer").
     log              a file for one line per membership change (default stderr; None: quiet)
     """
 
     def __init__(self, state, *, checkpoint=None, checkpoint_every=0, backend=None,
                  timeout=None, join_timeout=None, wait_timeout=600.0, ddp=True, ddp_kwargs=None,
-                 snapshot=True, store=None, wid=None, log=sys.stderr):
+                 snapshot=True, store=None, wid=None, secret=None, log=sys.stderr):
         self.state = state
         self.checkpoint = checkpoint
         self.checkpoint_every = int(checkpoint_every or 0)
@@ -186,6 +196,7 @@ class Runtime:
         self.use_snapshot = snapshot
         self.store_addr = store if store is not None else os.environ.get(ENV_STORE, "")
         self.id = wid if wid is not None else os.environ.get(ENV_ID, "")
+        self.secret = secret if secret is not None else os.environ.get(p.ENV_SECRET, "")
         self.log = log
 
         self.rank, self.world, self.epoch = 0, 0, 0
@@ -218,8 +229,8 @@ class Runtime:
         if self.backend is None:
             self.backend = "nccl" if (_on_cuda(self.state.model) and dist.is_nccl_available()) else "gloo"
         self._connect()
-        self.store.set(p.k_ready(self.id), p.dump({"id": self.id, "pid": os.getpid(),
-                                                   "host": socket.gethostname(), "time": p.now()}))
+        self.store.set(p.k_ready(self.id), p.dump(p.ready_record(self.secret, self.id, os.getpid(),
+                                                                 socket.gethostname())))
         self._say("ready, waiting to be listed")
         seen = 0
         try:
@@ -419,18 +430,28 @@ class Runtime:
         # torch 1.13 leaves that connection out of step, and ours must stay usable.
         host, port = self._host_port()
         self._pg_store = dist.TCPStore(host, port, None, False, timedelta(seconds=self.timeout))
-        dist.init_process_group(self.backend, store=dist.PrefixStore(p.k_pg(e), self._pg_store),
+        ns = dist.PrefixStore(p.namespace(self.secret), self._pg_store)
+        dist.init_process_group(self.backend, store=dist.PrefixStore(p.k_pg(e), ns),
                                 rank=self.rank, world_size=self.world,
                                 timeout=timedelta(seconds=self.timeout))
         self.epoch = e
         dev = self._device()
-        # Each member's step count (-1 for a newcomer) and when it completed that step, in one
-        # collective (float64 holds step counts exactly up to 2**53).
+        # Each member's step count (-1 for a newcomer), when it completed that step, and its
+        # proof of the run's secret for this epoch and rank, in one collective (float64 holds
+        # step counts exactly up to 2**53, and the proof as eight 32-bit words).
         mine = torch.tensor([self.state.step if self._have_state else -1,
-                             self._step_time if self._have_state else 0.0],
+                             self._step_time if self._have_state else 0.0,
+                             *_proof_words(self.secret, e, self.rank, self.id)],
                             dtype=torch.float64, device=dev)
         got = [torch.zeros_like(mine) for _ in range(self.world)]
         dist.all_gather(got, mine)
+        # No state leaves this worker for a group with a member that cannot prove the secret
+        # (the namespace already keeps strangers out of the rendezvous; this is the check
+        # that does not depend on it).
+        for r, (t, w) in enumerate(zip(got, mem)):
+            if [int(x) for x in t[2:].tolist()] != _proof_words(self.secret, e, r, w):
+                raise RuntimeError(f"bftrainer-elastic: member {w} (rank {r}) of epoch {e} "
+                                   "did not prove the run's secret: no state is sent")
         steps = [int(t[0].item()) for t in got]
         best = max(steps)
         # When the state the group continues from was completed: the last of its holders to
@@ -554,19 +575,25 @@ class Runtime:
                                          wait_for_workers=False)
             self.store_addr = f"127.0.0.1:{self._master.port}"
             self.id = self.id or "solo"
+            self.secret = self.secret or p.new_secret()
         if not p.ID_PATTERN.match(self.id or ""):
             raise ValueError(f"bftrainer-elastic: bad or missing worker id {self.id!r} "
                              f"(${ENV_ID})")
+        try:
+            p.check_secret(self.secret)
+        except ValueError as e:
+            raise ValueError(f"bftrainer-elastic: {e}: the runner hands it to every worker") from None
         host, port = self._host_port()
         deadline = time.monotonic() + 60
         while True:
             try:
-                self._store = dist.TCPStore(host, port, None, False, timedelta(seconds=self.timeout))
+                raw = dist.TCPStore(host, port, None, False, timedelta(seconds=self.timeout))
                 break
             except RuntimeError:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
+        self._store = dist.PrefixStore(p.namespace(self.secret), raw)
         if self._master is not None:
             p.publish(self._store, 1, [self.id])
 

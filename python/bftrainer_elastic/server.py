@@ -14,14 +14,23 @@ other request codes), so a runner speaking it would have to track torch. This pr
 torch's own client, whatever the version, and the runner speaks the line protocol below
 (docs/elastic.md has the whole specification):
 
-    PING                         -> OK
-    MEMBERS <epoch> <id> ...     -> OK                 publish a membership
-    STATUS                       -> OK <json>          epoch, formed, joined, failed, finished
-    WORKERS <id> ...             -> OK <json>          per id: ready and left records
+    HELLO                        -> OK <nonce>         a fresh nonce for this connection
+    <mac> PING                   -> OK
+    <mac> MEMBERS <epoch> <id>.. -> OK                 publish a membership
+    <mac> STATUS                 -> OK <json>          epoch, formed, joined, failed, finished
+    <mac> WORKERS <id> ...       -> OK <json>          per id: ready and left records
     anything wrong               -> ERR <message>
 
-The control port listens on --control-host (default 127.0.0.1: the runner runs on this host);
-neither port has authentication, as with torchrun's store.
+Who may talk to it: whoever holds the run's secret ($BFTRAINER_ELASTIC_SECRET, 64 hex digits,
+in this process's environment: the runner generated it, and only the Trainer's owner and root
+can read a process's environment). Every request but HELLO carries <mac> =
+protocol.control_mac(secret, nonce, seq, request): bound to the connection's nonce and to the
+request's sequence number on it (0, 1, ... counting the requests that passed), so a captured
+request is useless on another connection and on its own. A request without valid proof gets
+`ERR authentication failed` and changes nothing. The store's keys live under a namespace
+derived from the secret (protocol.namespace), and WORKERS reports a worker ready only if its
+ready record carries proof (protocol.ready_record). The control port listens on
+--control-host (default 127.0.0.1: the runner runs on this host).
 
 A stopped or partitioned worker must not stall the store. torch 1.13's TCPStore server is one
 thread that, once a connection is readable, reads the whole request with blocking receives; a
@@ -38,6 +47,7 @@ sockets); its stalled peer keeps its connection.
 
 import argparse
 import os
+import secrets
 import signal
 import socket
 import socketserver
@@ -55,8 +65,9 @@ from . import protocol as p
 PEER_TIMEOUT = 3.0
 
 
-def handle(store, lock, line):
-    """One request line to one reply line (without the newline)."""
+def handle(store, lock, line, secret=None):
+    """One request line (its proof already checked) to one reply line (without the newline).
+    With a secret, WORKERS counts only ready records that carry proof."""
     words = line.split()
     if not words:
         return "ERR empty request"
@@ -74,7 +85,7 @@ def handle(store, lock, line):
                 return "OK " + p.dump(p.status(store))
             if cmd == "WORKERS":
                 p.check_ids(args)
-                return "OK " + p.dump(p.workers(store, args))
+                return "OK " + p.dump(p.workers(store, args, secret))
     except ValueError as e:
         return f"ERR {e}"
     return f"ERR unknown request {cmd}"
@@ -115,10 +126,37 @@ def server_kind(store):
     return "libuv" if getattr(store, "libuvBackend", False) else "blocking"
 
 
+class Session:
+    """One control connection's authentication. HELLO draws a fresh nonce (and restarts the
+    count); every other request is `<mac> <request>`, mac = protocol.control_mac(secret,
+    nonce, seq, request) with seq the number of requests that passed on this connection so
+    far. Anything else gets ERR and reaches no store key."""
+
+    def __init__(self, secret):
+        self.secret = secret
+        self.nonce = None
+        self.seq = 0
+
+    def answer(self, store, lock, line):
+        line = line.rstrip("\r\n")
+        if line.strip().upper() == "HELLO":
+            self.nonce, self.seq = secrets.token_hex(16), 0
+            return "OK " + self.nonce
+        if self.nonce is None:
+            return "ERR authentication failed: HELLO first"
+        mac, _, request = line.partition(" ")
+        if not p.proven_mac(self.secret, mac, self.nonce, self.seq, request):
+            return "ERR authentication failed"
+        self.seq += 1
+        return handle(store, lock, request, self.secret)
+
+
 class _Handler(socketserver.StreamRequestHandler):
     def handle(self):
+        session = Session(self.server.secret)
         for raw in self.rfile:
-            reply = handle(self.server.store, self.server.lock, raw.decode("utf-8", "replace"))
+            reply = session.answer(self.server.store, self.server.lock,
+                                   raw.decode("utf-8", "replace"))
             self.wfile.write(reply.encode() + b"\n")
             self.wfile.flush()
 
@@ -148,25 +186,34 @@ def main(argv=None):
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(s, on_signal)
 
-    from torch.distributed import TCPStore  # ~1 s
+    try:
+        secret = p.check_secret(os.environ.get(p.ENV_SECRET, ""))
+    except ValueError as e:
+        print(f"bftrainer-elastic: {e}: the store refuses to run without one", file=sys.stderr,
+              flush=True)
+        return 2
+
+    from torch.distributed import PrefixStore, TCPStore  # ~1 s
 
     # is_master: this process owns the listening socket; wait_for_workers=False: workers come
-    # and go. The object is also a client of its own server, used by the control requests.
-    store = TCPStore(a.host, a.port, None, True, timedelta(seconds=a.timeout),
-                     wait_for_workers=False)
-    kind = server_kind(store)
-    if kind == "blocking" and not bound_peers(store.port, a.peer_timeout):
+    # and go. The object is also a client of its own server, used by the control requests,
+    # through the run's namespace (every key of the run lives there).
+    raw = TCPStore(a.host, a.port, None, True, timedelta(seconds=a.timeout),
+                   wait_for_workers=False)
+    store = PrefixStore(p.namespace(secret), raw)
+    kind = server_kind(raw)
+    if kind == "blocking" and not bound_peers(raw.port, a.peer_timeout):
         print("bftrainer-elastic: warning: cannot find the store's listening socket: "
               "a worker stopped mid-request will stall the store", file=sys.stderr, flush=True)
     store.set(p.key("version"), str(p.VERSION))
     ctl = _Control((a.control_host, a.control_port), _Handler)
-    ctl.store, ctl.lock = store, threading.Lock()
+    ctl.store, ctl.lock, ctl.secret = store, threading.Lock(), secret
     threading.Thread(target=ctl.serve_forever, name="control", daemon=True).start()
-    print(f"store ready port={store.port} control={ctl.server_address[1]} server={kind}", flush=True)
+    print(f"store ready port={raw.port} control={ctl.server_address[1]} server={kind}", flush=True)
     while not stop.wait(3600):
         pass
     ctl.shutdown()
-    del store
+    del store, raw
     return 0
 
 

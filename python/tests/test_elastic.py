@@ -335,7 +335,7 @@ class StoreTest(unittest.TestCase):
         stalled.sendall(b"\x00")  # the first byte of a request (torch sends it on its own)
         # Answered although the server is (until the peer timeout) reading the stalled request;
         # the timeout of the control client is far beyond the peer timeout.
-        ctl = Control("127.0.0.1", self.runner.control_port, timeout=30)
+        ctl = Control("127.0.0.1", self.runner.control_port, self.runner.secret, timeout=30)
         self.addCleanup(ctl.close)
         self.assertEqual(ctl.status()["epoch"], 0)
         if self.runner.server_kind == "blocking":

@@ -156,10 +156,11 @@ class ControlTest(unittest.TestCase):
     def setUp(self):
         self.store = FakeStore()
         srv = server._Control(("127.0.0.1", 0), server._Handler)
-        srv.store, srv.lock = self.store, threading.Lock()
+        self.secret = p.new_secret()
+        srv.store, srv.lock, srv.secret = self.store, threading.Lock(), self.secret
         threading.Thread(target=srv.serve_forever, daemon=True).start()
         self.srv = srv
-        self.c = Control("127.0.0.1", srv.server_address[1], timeout=10)
+        self.c = Control("127.0.0.1", srv.server_address[1], self.secret, timeout=10)
 
     def tearDown(self):
         self.c.close()
@@ -182,6 +183,59 @@ class ControlTest(unittest.TestCase):
         self.assertEqual(self.c.workers(["n2-y"])["n2-y"]["left"]["step"], 9)
         # The connection survives errors: one reply per request line.
         self.assertEqual(self.c.status()["epoch"], 1)
+
+    def raw(self):
+        """A plain connection to the control port: (send line -> reply line)."""
+        import socket
+        sock = socket.create_connection(("127.0.0.1", self.srv.server_address[1]), timeout=10)
+        self.addCleanup(sock.close)
+        f = sock.makefile("rb")
+
+        def send(line):
+            sock.sendall(line.encode() + b"\n")
+            return f.readline().decode().rstrip("\n")
+        return send
+
+    def test_requests_without_proof_change_nothing(self):
+        """Without the secret: every request is refused and no key is touched; a captured
+        request is refused on another connection and again on its own."""
+        self.c.members(1, ["a"])
+        before = dict(self.store.kv)
+        send = self.raw()
+        for line in ["PING", "STATUS", "MEMBERS 2 evil", "WORKERS a"]:
+            self.assertEqual(send(line), "ERR authentication failed: HELLO first", line)
+        nonce = send("HELLO").split()[1]
+        wrong = p.new_secret()
+        for line in ["PING", "STATUS", "MEMBERS 2 evil", "WORKERS a", "0" * 64 + " STATUS"]:
+            self.assertEqual(send(line), "ERR authentication failed", line)
+            self.assertEqual(send(p.control_mac(wrong, nonce, 0, line) + " " + line),
+                             "ERR authentication failed", line)
+        # Replay: the owner's MEMBERS, as it went over the wire, on another connection...
+        own = self.raw()
+        n1 = own("HELLO").split()[1]
+        captured = p.control_mac(self.secret, n1, 0, "MEMBERS 2 a") + " MEMBERS 2 a"
+        self.assertEqual(own(captured), "OK")
+        self.assertEqual(send(captured), "ERR authentication failed")
+        # ... and on its own connection, where it was accepted once.
+        self.assertEqual(own(captured), "ERR authentication failed")
+        after = dict(self.store.kv)
+        self.assertEqual(self.store.get(p.K_EPOCH), b"2")
+        del after[p.K_EPOCH], after[p.k_members(2)], before[p.K_EPOCH]
+        self.assertEqual(after, before, "a refused request changed a key")
+
+    def test_ready_needs_proof(self):
+        """WORKERS reports a worker ready only if its ready record proves the secret."""
+        good = p.ready_record(self.secret, "a@1", 7, "n1")
+        self.store.set(p.k_ready("a@1"), p.dump(good))
+        forged = p.ready_record(p.new_secret(), "b@1", 8, "n2")
+        self.store.set(p.k_ready("b@1"), p.dump(forged))
+        stolen = dict(good, id="c@1")  # a real worker's proof under another id
+        self.store.set(p.k_ready("c@1"), p.dump(stolen))
+        ws = self.c.workers(["a@1", "b@1", "c@1"])
+        self.assertEqual(ws["a@1"]["ready"]["pid"], 7)
+        for w in ("b@1", "c@1"):
+            self.assertIsNone(ws[w]["ready"], w)
+            self.assertIn("refused", ws[w])
 
     def test_handle_is_one_line(self):
         for line in ["PING\n", "status", "MEMBERS x a", "WORKERS", "WORKERS bad/id"]:

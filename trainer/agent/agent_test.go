@@ -418,7 +418,7 @@ func TestOwner(t *testing.T) {
 		path string
 		uid  int
 		mode os.FileMode
-	}{{s.Log, u.UID, 0o640}, {filepath.Dir(s.Log), u.UID, 0o750}, {filepath.Dir(filepath.Dir(s.Log)), 0, 0o755}} {
+	}{{s.Log, u.UID, 0o600}, {filepath.Dir(s.Log), u.UID, 0o700}, {filepath.Dir(filepath.Dir(s.Log)), 0, 0o755}} {
 		fi, err := os.Stat(c.path)
 		if err != nil {
 			t.Fatal(err)

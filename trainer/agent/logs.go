@@ -63,7 +63,7 @@ func (a *Agent) openLog(l wire.Launch, own owner) (path string, f *os.File, runD
 		// Our files are in it: now it may be the owner's.
 		err := unix.Fchown(dfd, own.uid, own.gid)
 		if err == nil {
-			err = unix.Fchmod(dfd, 0o750)
+			err = unix.Fchmod(dfd, 0o700)
 		}
 		if err != nil {
 			f.Close()
@@ -78,7 +78,7 @@ func (a *Agent) openLog(l wire.Launch, own owner) (path string, f *os.File, runD
 // with one link (not another's file linked in).
 func openOwned(dfd int, dir, name string, own owner) (*os.File, error) {
 	const flags = unix.O_WRONLY | unix.O_APPEND | unix.O_NOFOLLOW | unix.O_CLOEXEC
-	fd, err := unix.Openat(dfd, name, flags|unix.O_CREAT|unix.O_EXCL, 0o640)
+	fd, err := unix.Openat(dfd, name, flags|unix.O_CREAT|unix.O_EXCL, 0o600)
 	created := err == nil
 	if errors.Is(err, unix.EEXIST) {
 		fd, err = unix.Openat(dfd, name, flags, 0)
@@ -118,7 +118,7 @@ func writeNodeFile(runDir string, l wire.Launch, own owner) (string, error) {
 	defer unix.Close(dfd)
 	name := l.Node + ".nodes"
 	tmp := "." + name + "-" + wire.NewRun()
-	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return "", fmt.Errorf("node file: %w", err)
 	}
