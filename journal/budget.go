@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bftrainer/bftrainer/internal/atomicfile"
 	"github.com/bftrainer/bftrainer/store"
 )
 
@@ -110,8 +111,5 @@ func (b Budget) Save(n int) {
 	if fi, err := os.Lstat(dir); err != nil || !ownDir(fi) {
 		return
 	}
-	tmp := b.Carry + ".tmp"
-	if os.WriteFile(tmp, []byte(strconv.Itoa(n)+"\n"), 0o600) == nil {
-		os.Rename(tmp, b.Carry)
-	}
+	atomicfile.WriteFile(b.Carry, []byte(strconv.Itoa(n)+"\n"), 0o600, false)
 }

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bftrainer/bftrainer/internal/atomicfile"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
-	"github.com/bftrainer/bftrainer/trainer/registry"
 )
 
 // Metrics: after every round the reconciler writes the pool's gauges and
@@ -154,7 +154,7 @@ func value(v float64) string {
 // starts with a dot and does not end in .prom, so the collector skips
 // it), then a rename. Readable by all, like node_exporter's other files.
 func writeAtomic(path string, b []byte) error {
-	if err := registry.WriteFile(path, b, 0o644, false); err != nil {
+	if err := atomicfile.WriteFile(path, b, 0o644, false); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	return nil

@@ -10,6 +10,12 @@
 //   - a workload of [Job]s: read from the paper's CSV ([ReadWorkload]), or built in
 //     ([DefaultWorkload]); the tests also draw them from the Philly trace.
 //
+// [Inputs] is the replay policy every caller shares (bftrainer replay, which only maps
+// its flags to it, and the bench): which trace and workload when none is given, the
+// event a replay starts at ([StartEvent]) and the window there; [Inputs.Resolve] gives
+// a [Resolved], whose [Resolved.Replay] runs it (writing its files in a directory) and
+// whose [Resolved.Warnings] say what the inputs could not line up.
+//
 // The replay side drives the pool and alloc packages over a trace and a workload in
 // memory ([Replay]), with bftrainer's semantics or the reference replayer's
 // ([Options.Semantics]), and reports what the pool yields: a [Summary] (makespan, job

@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 
-	"github.com/bftrainer/bftrainer/trainer/registry"
+	"github.com/bftrainer/bftrainer/internal/atomicfile"
 )
 
 // A Trainer's environment (`submit --env KEY=VALUE`) may hold its owner's
@@ -111,7 +111,7 @@ func writeEnv(stateDir, ref string, env map[string]string) error {
 	if err != nil {
 		return fmt.Errorf("seal environment: %w", err)
 	}
-	if err := registry.WriteFile(filepath.Join(dir, ref), b, 0o600, true); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, ref), b, 0o600, true); err != nil {
 		return fmt.Errorf("seal environment: %w", err)
 	}
 	return nil

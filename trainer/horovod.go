@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/bftrainer/bftrainer/trainer/registry"
+	"github.com/bftrainer/bftrainer/internal/atomicfile"
 	"github.com/bftrainer/bftrainer/trainer/wire"
 )
 
@@ -176,7 +176,7 @@ func writeHosts(t *Run, content []byte) (changed bool, err error) {
 		return false, err
 	}
 	// 0644: horovodrun runs as the Trainer's owner.
-	return true, registry.WriteFile(p, content, 0o644, false)
+	return true, atomicfile.WriteFile(p, content, 0o644, false)
 }
 
 // makeSeen creates the handshake file, the owner's, if it is not there,

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bftrainer/bftrainer/trainer/registry"
+	"github.com/bftrainer/bftrainer/internal/atomicfile"
 	"github.com/bftrainer/bftrainer/trainer/wire"
 )
 
@@ -131,7 +131,7 @@ func (r *Runner) save(st *runState) error {
 	if err != nil {
 		return err
 	}
-	if err := registry.WriteFile(r.statePath(), b, 0o600, true); err != nil {
+	if err := atomicfile.WriteFile(r.statePath(), b, 0o600, true); err != nil {
 		return fmt.Errorf("runner state: %w", err)
 	}
 	return nil

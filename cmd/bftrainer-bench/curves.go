@@ -48,7 +48,7 @@ func (c *curvesCommand) Run(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	summit, err := sim.OpenTrace(filepath.Join(*data, "summit/summit-trace-events.csv.gz"), filepath.Join(*data, "summit/summit-trace-nodes.csv"))
+	summit, err := openSummit(*data)
 	if err != nil {
 		return fmt.Errorf("curves: %w", err)
 	}
@@ -65,7 +65,11 @@ func (c *curvesCommand) Run(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("curves: %w", err)
 		}
-		rows = append(rows, curvesRow{yieldRow{"summit", w, summit.Window(sim.StartEvent(summit, jobs)), jobs}, ""})
+		row, err := windowed("summit", w, summit, jobs)
+		if err != nil {
+			return fmt.Errorf("curves: %w", err)
+		}
+		rows = append(rows, curvesRow{row, ""})
 	}
 	if *only == "" || *only == "pollux-1000J" {
 		pollux, err := sim.PolluxWorkload(filepath.Join(*data, "pollux"), 1000, summit.Events[1000].Time, 2*time.Hour)
@@ -74,7 +78,11 @@ func (c *curvesCommand) Run(ctx context.Context, args []string) error {
 		}
 		// Its metric column is the speedup (throughput over one node's):
 		// the speedup objective, which a learned curve can serve.
-		rows = append(rows, curvesRow{yieldRow{"summit", "pollux-1000J", summit.Window(sim.StartEvent(summit, pollux)), pollux}, alloc.Speedup})
+		row, err := windowed("summit", "pollux-1000J", summit, pollux)
+		if err != nil {
+			return fmt.Errorf("curves: %w", err)
+		}
+		rows = append(rows, curvesRow{row, alloc.Speedup})
 	}
 	for _, r := range rows {
 		given := 0.0

@@ -56,7 +56,7 @@ func (c *orderCommand) Run(_ context.Context, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	summit, err := sim.OpenTrace(filepath.Join(*data, "summit/summit-trace-events.csv.gz"), filepath.Join(*data, "summit/summit-trace-nodes.csv"))
+	summit, err := openSummit(*data)
 	if err != nil {
 		return fmt.Errorf("order: %w", err)
 	}

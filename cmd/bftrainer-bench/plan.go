@@ -71,7 +71,11 @@ func (c *planCommand) Run(ctx context.Context, args []string) error {
 			ex = sim.NewSurpriseExplainer(tr)
 			opt.OnChange = ex.Observe
 		}
-		res, err := sim.Replay(ctx, tr.Window(sim.StartEvent(tr, jobs)), jobs, opt)
+		r, err := sim.Inputs{Trace: tr, Jobs: jobs}.Resolve()
+		if err != nil {
+			return fmt.Errorf("plan: %w", err)
+		}
+		res, err := r.Replay(ctx, opt, "")
 		if err != nil {
 			return fmt.Errorf("plan: %w", err)
 		}

@@ -164,24 +164,7 @@ func newReclaimEnv(bin, mode, extra string) (*reclaimEnv, error) {
 		containment = "off"
 	}
 	e := &reclaimEnv{bin: bin, dir: dir, config: filepath.Join(dir, "bftrainer.toml"), node: "bench-" + wire.NewRun()[:8], removeCgroups: remove}
-	conf := fmt.Sprintf(`database = %q
-spool = %q
-[hooks]
-log = %q
-spawn_reconciler = "never"
-[scheduler]
-sinfo = ""
-squeue = ""
-[trainer]
-transport = "local"
-registry = %q
-log_dir = %q
-state_dir = %q
-cgroup_root = %q
-containment = %q
-`, filepath.Join(dir, "db", "bftrainer.db"), filepath.Join(dir, "spool"), filepath.Join(dir, "hooks.log"),
-		filepath.Join(dir, "registry"), filepath.Join(dir, "logs"), filepath.Join(dir, "runner"), cg, containment)
-	conf += extra
+	conf := localConfig(dir, cg, fmt.Sprintf("containment = %q\n", containment)) + extra
 	if err := os.WriteFile(e.config, []byte(conf), 0o644); err != nil {
 		e.remove()
 		return nil, err
@@ -301,4 +284,28 @@ func (e *reclaimEnv) hook(ctx context.Context, context_ string) (float64, wire.K
 		json.Unmarshal(evs[len(evs)-1].Detail, &rep)
 	}
 	return ms, rep, nil
+}
+
+// localConfig is the configuration the bench's runs on this machine
+// share (reclaim, rescale): the database, spool, hook log, registry, logs
+// and runner state under dir, no reconciler spawned by the hooks, no
+// scheduler commands, the local transport with cgroupRoot; trainer is
+// more lines of [trainer] (and the tables after it).
+func localConfig(dir, cgroupRoot, trainer string) string {
+	return fmt.Sprintf(`database = %q
+spool = %q
+[hooks]
+log = %q
+spawn_reconciler = "never"
+[scheduler]
+sinfo = ""
+squeue = ""
+[trainer]
+transport = "local"
+registry = %q
+log_dir = %q
+state_dir = %q
+cgroup_root = %q
+`, filepath.Join(dir, "db", "bftrainer.db"), filepath.Join(dir, "spool"), filepath.Join(dir, "hooks.log"),
+		filepath.Join(dir, "registry"), filepath.Join(dir, "logs"), filepath.Join(dir, "runner"), cgroupRoot) + trainer
 }

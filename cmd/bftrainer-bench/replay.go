@@ -5,8 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/bftrainer/bftrainer/alloc"
@@ -55,20 +53,11 @@ func (c *replayCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	start := time.Now()
-	tr, err := sim.OpenTrace(filepath.Join(*data, "summit/summit-trace-events.csv.gz"), filepath.Join(*data, "summit/summit-trace-nodes.csv"))
+	r, err := summitInputs(*data, workloadFile["hps-1000J"]).Resolve()
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
-	f, err := os.Open(filepath.Join(*data, "workloads/jobs-hps-shufflenet-1000J.csv"))
-	if err != nil {
-		return fmt.Errorf("replay: %w", err)
-	}
-	jobs, err := sim.ReadWorkload(f)
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("replay: %w", err)
-	}
-	w := tr.Window(sim.StartEvent(tr, jobs))
+	w, jobs := r.Trace, r.Jobs
 	load := time.Since(start)
 	const head = "replay trace=summit workload=hps-1000J"
 	opt := sim.Options{Semantics: alloc.Reference}

@@ -252,21 +252,7 @@ func rescalePass(ctx context.Context, s rescaleSetup) (evs []rescaleEvent, err e
 	cgroups, removeCgroups := benchCgroups("rescale")
 	defer removeCgroups()
 	ports := 29700 + rand.IntN(20)*10
-	conf := fmt.Sprintf(`database = %q
-spool = %q
-[hooks]
-log = %q
-spawn_reconciler = "never"
-[scheduler]
-sinfo = ""
-squeue = ""
-[trainer]
-transport = "local"
-registry = %q
-log_dir = %q
-state_dir = %q
-controller = "127.0.0.1"
-cgroup_root = %q
+	conf := localConfig(dir, cgroups, fmt.Sprintf(`controller = "127.0.0.1"
 allow_root_owner = true
 [trainer.launcher.torchrun]
 store_ports = "%d-%d"
@@ -276,8 +262,7 @@ python = %q
 store_ports = "%d-%d"
 python = %q
 pythonpath = %q
-`, db, filepath.Join(dir, "spool"), filepath.Join(dir, "hooks.log"), filepath.Join(dir, "registry"), filepath.Join(dir, "logs"),
-		filepath.Join(dir, "runner"), cgroups, ports, ports+4, torchrun, s.exe, ports+5, ports+9, s.exe, s.python)
+`, ports, ports+4, torchrun, s.exe, ports+5, ports+9, s.exe, s.python))
 	if err := os.WriteFile(r.config, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}

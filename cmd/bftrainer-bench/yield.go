@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -70,7 +69,7 @@ func (c *yieldCommand) Run(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	summit, err := sim.OpenTrace(filepath.Join(*data, "summit/summit-trace-events.csv.gz"), filepath.Join(*data, "summit/summit-trace-nodes.csv"))
+	summit, err := openSummit(*data)
 	if err != nil {
 		return fmt.Errorf("yield: %w", err)
 	}
@@ -120,13 +119,35 @@ var workloadFile = map[string]string{
 	"ImageNet-spdup-1001J": "jobs-ImageNet-spdup-1001J.csv",
 }
 
+// readWorkload reads the paper's workload of that short name.
 func readWorkload(data, name string) ([]sim.Job, error) {
-	f, err := os.Open(filepath.Join(data, "workloads", workloadFile[name]))
-	if err != nil {
-		return nil, err
+	return sim.ReadWorkloadFile(filepath.Join(data, "workloads", workloadFile[name]))
+}
+
+// summitInputs are the Summit trace with the paper's workload file, as
+// bftrainer replay --trace --nodes --workload takes them.
+func summitInputs(data, workload string) sim.Inputs {
+	return sim.Inputs{
+		TracePath:    filepath.Join(data, "summit/summit-trace-events.csv.gz"),
+		NodesPath:    filepath.Join(data, "summit/summit-trace-nodes.csv"),
+		WorkloadPath: filepath.Join(data, "workloads", workload),
 	}
-	defer f.Close()
-	return sim.ReadWorkload(f)
+}
+
+// openSummit reads the Summit trace once, for several workloads.
+func openSummit(data string) (*sim.Trace, error) {
+	in := summitInputs(data, "")
+	return sim.OpenTrace(in.TracePath, in.NodesPath)
+}
+
+// windowed is the row of a trace read once and a workload: the trace
+// windowed at the workload's start, as bftrainer replay picks it.
+func windowed(trace, workload string, tr *sim.Trace, jobs []sim.Job) (yieldRow, error) {
+	r, err := sim.Inputs{Trace: tr, Jobs: jobs}.Resolve()
+	if err != nil {
+		return yieldRow{}, fmt.Errorf("%s %s: %w", trace, workload, err)
+	}
+	return yieldRow{trace, workload, r.Trace, r.Jobs}, nil
 }
 
 // rows loads the traces and workloads of the yield table.
@@ -137,7 +158,11 @@ func (c *yieldCommand) rows(data string, summit *sim.Trace) ([]yieldRow, error) 
 		if err != nil {
 			return nil, err
 		}
-		rows = append(rows, yieldRow{"summit", w, summit.Window(sim.StartEvent(summit, jobs)), jobs})
+		row, err := windowed("summit", w, summit, jobs)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, row)
 	}
 	theta, err := sim.OpenTrace(filepath.Join(data, "theta/theta_2022.swf"), "")
 	if err != nil {
@@ -153,13 +178,20 @@ func (c *yieldCommand) rows(data string, summit *sim.Trace) ([]yieldRow, error) 
 	}
 	hps = sim.ShiftWorkload(hps, week)
 	fmt.Fprintf(c.stderr, "bftrainer-bench: yield: theta's first busy week starts %s\n", week.Format(time.DateTime))
-	rows = append(rows, yieldRow{"theta", "hps-1000J", theta.Window(sim.StartEvent(theta, hps)), hps})
+	row, err := windowed("theta", "hps-1000J", theta, hps)
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, row)
 	pollux, err := sim.PolluxWorkload(filepath.Join(data, "pollux"), 1000, summit.Events[1000].Time, 2*time.Hour)
 	if err != nil {
 		return nil, err
 	}
-	rows = append(rows, yieldRow{"summit", "pollux-1000J", summit.Window(sim.StartEvent(summit, pollux)), pollux})
-	return rows, nil
+	row, err = windowed("summit", "pollux-1000J", summit, pollux)
+	if err != nil {
+		return nil, err
+	}
+	return append(rows, row), nil
 }
 
 // bound prints the row's lossless bound (sim.LosslessBound), a makespan no

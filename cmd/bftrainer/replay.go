@@ -21,10 +21,6 @@ import (
 	"github.com/bftrainer/bftrainer/sim"
 )
 
-// demoTrainers is the size of the built-in workload: on the built-in two-day,
-// 1,024-node trace it keeps the pool busy for about a day.
-const demoTrainers = 100
-
 func replayCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "replay",
@@ -105,116 +101,52 @@ workloads). A progress bar is drawn on stderr when it is a terminal.`,
 			&cli.DurationFlag{Name: "cbc-limit", Value: 10 * time.Second, Usage: "`DURATION` a MILP decision (cbc, highs, gurobi) may take before the current allocation is kept"},
 			&cli.IntFlag{Name: "from-event", DefaultText: "the last event at or before the first submit", Usage: "start at trace event `N`"},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "`SEED` of the generated trace and built-in workload"},
-			&cli.IntFlag{Name: "trainers", Value: demoTrainers, Usage: "`N` Trainers in the built-in workload"},
+			&cli.IntFlag{Name: "trainers", Value: sim.DefaultTrainers, Usage: "`N` Trainers in the built-in workload"},
 			choiceFlag("curves", "MODE", []string{"given", "learned", "linear"}, "given",
 				"what the allocator knows of the curves: the workload's, learned from the throughput measured at the counts each Trainer ran (accounting on the true curves), or linear from the one-node throughput"),
 			&cli.BoolFlag{Name: "models", Usage: "give each Trainer its workload's model name (the model column; the Pollux-built workload's models): a learning Trainer is planned on the curve learned of the others of its model"},
 			&cli.Float64Flag{Name: "curve-noise", Value: sim.DefaultCurveNoise, Usage: "relative standard deviation (`FRACTION`) of each measured throughput with --curves learned (seeded by --seed)"},
 		},
 		Action: func(c *cli.Context) error {
-			tr, jobs, err := replayInputs(c)
+			r, err := replayInputs(c)
 			if err != nil {
 				return err
 			}
-			return runReplays(c, tr, jobs)
+			return runReplays(c, r)
 		},
 	}
 }
 
-// replayInputs reads or makes the trace and workload, and windows the trace.
-func replayInputs(c *cli.Context) (*sim.Trace, []sim.Job, error) {
+// replayInputs maps the flags to sim.Inputs and resolves them (sim's
+// replay policy: the default workload and trace, the start, the window).
+func replayInputs(c *cli.Context) (*sim.Resolved, error) {
 	if c.NArg() > 0 {
-		return nil, nil, usagef("replay takes no arguments (got %q); use --trace and --workload", c.Args().First())
-	}
-	var (
-		tr   *sim.Trace
-		jobs []sim.Job
-		err  error
-	)
-	if path := c.String("workload"); path != "" {
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, nil, fmt.Errorf("open workload: %w", err)
-		}
-		defer f.Close()
-		if jobs, err = sim.ReadWorkload(f); err != nil {
-			return nil, nil, err
-		}
-		if len(jobs) == 0 {
-			return nil, nil, fmt.Errorf("workload %s: no Trainers", path)
-		}
-	}
-	easy := c.String("schedule") == "easy"
-	if c.String("plan") != "off" && !easy {
-		return nil, nil, usagef("--plan %s needs --schedule easy (a recorded schedule has no plan)", c.String("plan"))
+		return nil, usagef("replay takes no arguments (got %q); use --trace and --workload", c.Args().First())
 	}
 	if c.Duration("kill-loss") < 0 {
-		return nil, nil, usagef("--kill-loss %v, want ≥ 0", c.Duration("kill-loss"))
+		return nil, usagef("--kill-loss %v, want ≥ 0", c.Duration("kill-loss"))
 	}
-	depth := 1
-	if c.String("plan") == "all" {
-		if depth = c.Int("plan-depth"); depth < 1 {
-			return nil, nil, usagef("--plan-depth %d, want ≥ 1", depth)
-		}
+	in := sim.Inputs{
+		TracePath: c.String("trace"), NodesPath: c.String("nodes"), WorkloadPath: c.String("workload"),
+		Schedule: c.String("schedule"), Plan: c.String("plan"), PlanDepth: c.Int("plan-depth"),
+		PlanWalltimeScale: c.Float64("plan-walltime-scale"), Seed: c.Uint64("seed"), Trainers: c.Int("trainers"),
 	}
-	if path := c.String("trace"); path != "" && easy {
-		if c.IsSet("nodes") {
-			return nil, nil, usagef("--schedule easy takes the SWF header's machine size; drop --nodes")
-		}
-		if tr, _, err = sim.OpenEASYTracePlan(path, c.Float64("plan-walltime-scale"), depth); err != nil {
-			return nil, nil, err
-		}
-	} else if path != "" {
-		if tr, err = sim.OpenTrace(path, c.String("nodes")); err != nil {
-			if errors.Is(err, sim.ErrTraceFormat) {
-				return nil, nil, withHint(err, "a trace is the Summit CSV (event_idx,time,n_idle,joined,left), an SWF job log, or sacct --parsable2 output with its header")
-			}
-			return nil, nil, err
-		}
-	} else {
-		if c.IsSet("nodes") {
-			return nil, nil, usagef("--nodes needs --trace")
-		}
-		if easy {
-			return nil, nil, usagef("--schedule easy needs --trace (an SWF job log)")
-		}
-		m := sim.DefaultTraceModel()
-		if len(jobs) > 0 {
-			m.Start = earliestSubmit(jobs) // the generated trace starts with the workload
-		}
-		tr = sim.GenerateTrace(m, c.Uint64("seed"))
+	if c.IsSet("from-event") {
+		from := c.Int("from-event")
+		in.FromEvent = &from
 	}
-	if len(tr.Events) == 0 {
-		return nil, nil, fmt.Errorf("trace %s has no events", c.String("trace"))
+	r, err := in.Resolve()
+	switch {
+	case errors.Is(err, sim.ErrInputs):
+		return nil, usageError{err}
+	case errors.Is(err, sim.ErrTraceFormat):
+		return nil, withHint(err, "a trace is the Summit CSV (event_idx,time,n_idle,joined,left), an SWF job log, or sacct --parsable2 output with its header")
 	}
-	if jobs == nil {
-		if c.Int("trainers") <= 0 {
-			return nil, nil, usagef("--trainers must be positive")
-		}
-		start := tr.Events[min(max(c.Int("from-event"), 0), len(tr.Events)-1)].Time
-		jobs = sim.DefaultWorkload(c.Int("trainers"), start, c.Uint64("seed"))
-	}
-	from := c.Int("from-event")
-	if !c.IsSet("from-event") {
-		from = sim.StartEvent(tr, jobs)
-	} else if from < 0 || from >= len(tr.Events) {
-		return nil, nil, usagef("--from-event %d: the trace has events 0 to %d", from, len(tr.Events)-1)
-	}
-	return tr.Window(from), jobs, nil
-}
-
-func earliestSubmit(jobs []sim.Job) time.Time {
-	t := jobs[0].Submit
-	for _, j := range jobs[1:] {
-		if j.Submit.Before(t) {
-			t = j.Submit
-		}
-	}
-	return t
+	return r, err
 }
 
 // runReplays replays once per allocator and writes the summaries and files.
-func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
+func runReplays(c *cli.Context, r *sim.Resolved) error {
 	format := c.String("format")
 	sem, err := alloc.ParseSemantics(c.String("semantics"))
 	if err != nil {
@@ -260,12 +192,12 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 		if out != "" && len(ss) > 1 {
 			dir = filepath.Join(out, names[i])
 		}
-		opt := sim.Options{Solver: s, Semantics: sem, TFwd: tfwd, MaxTrainers: maxJ, AutoAdmit: auto, Plan: c.String("plan") != "off", PlanHorizon: planHorizon(c.String("plan-horizon")), KillLoss: c.Duration("kill-loss"),
+		opt := sim.Options{Solver: s, Semantics: sem, TFwd: tfwd, MaxTrainers: maxJ, AutoAdmit: auto, Plan: r.Planned, PlanHorizon: planHorizon(c.String("plan-horizon")), KillLoss: c.Duration("kill-loss"),
 			Curves: pool.CurveMode(c.String("curves")), CurveNoise: curveNoise, CurveSeed: c.Uint64("seed"), Models: c.Bool("models")}
 		if isTerminal(c.App.ErrWriter) {
 			opt.Progress = sim.ProgressBar(c.App.ErrWriter, "replay "+names[i])
 		}
-		res, err := replayTo(c, tr, jobs, opt, dir)
+		res, err := r.Replay(c.Context, opt, dir)
 		if errors.Is(err, milp.ErrBackendAbsent) {
 			return withHint(err, "install it as the message says, or replay with another --allocator (adaptive and exact need nothing)")
 		}
@@ -273,7 +205,12 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 			return err
 		}
 		if i == 0 {
-			warnInputs(c.App.ErrWriter, res.Summary, tr)
+			for _, w := range r.Warnings(res.Summary) {
+				say(c.App.ErrWriter, "warning: %s", w.Text)
+				if w.Hint != "" {
+					say(c.App.ErrWriter, "hint: %s", w.Hint)
+				}
+			}
 		}
 		if n := res.Summary.SolverErrors; n > 0 {
 			say(c.App.ErrWriter, "warning: %s failed at %d decision(s), which kept the allocation as the live reconciler would; the first: %s",
@@ -282,7 +219,7 @@ func runReplays(c *cli.Context, tr *sim.Trace, jobs []sim.Job) error {
 		sums = append(sums, res.Summary)
 	}
 	if out != "" {
-		if err := writeFile(filepath.Join(out, "summary.json"), func(w io.Writer) error { return sim.WriteSummaryJSON(w, sums) }); err != nil {
+		if err := sim.WriteFile(filepath.Join(out, "summary.json"), func(w io.Writer) error { return sim.WriteSummaryJSON(w, sums) }); err != nil {
 			return err
 		}
 	}
@@ -327,78 +264,6 @@ func parseMaxTrainers(v string) (n int, auto bool, err error) {
 		return 0, false, fmt.Errorf("--max-trainers %q: want a positive number of Trainers, or auto", v)
 	}
 	return n, false, nil
-}
-
-// warnInputs says on stderr what the inputs left out or could not line up
-// (the summary counts it too): a workload wholly before or after the trace,
-// Trainers submitted after it ends, trace lines skipped, SWF jobs truncated.
-func warnInputs(w io.Writer, s sim.Summary, tr *sim.Trace) {
-	switch {
-	case s.LateTrainers == s.Trainers:
-		say(w, "warning: every Trainer is submitted after the trace ends (%s): nothing ran", tr.Source)
-		say(w, "hint: shift the workload's submit times into the trace, or pick another --trace")
-	case s.LateTrainers > 0:
-		say(w, "warning: %d of %d Trainers are submitted after the trace ends and never ran", s.LateTrainers, s.Trainers)
-	}
-	if s.EarlyTrainers == s.Trainers && s.Trainers > 1 {
-		say(w, "warning: every Trainer is submitted before the trace's first replayed event: all were eligible at once at t0")
-		say(w, "hint: --from-event, or shift the workload's submit times into the trace")
-	}
-	if s.SkippedLines > 0 {
-		say(w, "warning: %d line(s) of the trace could not be used and were skipped", s.SkippedLines)
-	}
-	if s.TruncatedJobs > 0 {
-		say(w, "warning: %d job(s) of the log did not fit the machine and got fewer nodes than recorded", s.TruncatedJobs)
-	}
-}
-
-// replayTo runs one replay, writing its step log, Trainers and timeline in dir
-// (nothing if dir is "").
-func replayTo(c *cli.Context, tr *sim.Trace, jobs []sim.Job, opt sim.Options, dir string) (*sim.Result, error) {
-	if dir == "" {
-		return sim.Replay(c.Context, tr, jobs, opt)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("output directory: %w", err)
-	}
-	var res *sim.Result
-	err := writeFile(filepath.Join(dir, "steps.csv"), func(w io.Writer) error {
-		opt.StepLog, opt.Timeline = w, 2000
-		var err error
-		res, err = sim.Replay(c.Context, tr, jobs, opt)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := writeFile(filepath.Join(dir, "trainers.csv"), func(w io.Writer) error { return sim.WriteTrainersCSV(w, res.Trainers) }); err != nil {
-		return nil, err
-	}
-	// The title says how much of the trace is drawn: a replay stops when
-	// every Trainer has finished, often long before the trace ends.
-	title := fmt.Sprintf("%s, %s semantics: %s h replayed of %s", res.Summary.Allocator, res.Summary.Semantics,
-		sim.Hours(time.Duration(res.Summary.MakespanH*float64(time.Hour))), tr.Source)
-	if err := writeFile(filepath.Join(dir, "timeline.svg"), func(w io.Writer) error { return sim.WriteTimelineSVG(w, res, title) }); err != nil {
-		return nil, err
-	}
-	return res, nil
-}
-
-// writeFile creates path, lets fn fill it, and reports the first error,
-// closing included.
-func writeFile(path string, fn func(io.Writer) error) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := fn(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }
 
 // isTerminal reports whether w is a terminal (progress bars go only there).

@@ -78,7 +78,7 @@ func liveTimeline(c *cli.Context, core *sidecar.Core, since, until time.Time, pa
 	title := fmt.Sprintf("the idle pool, live: %s h of %s", hours, core.Database())
 	sub := fmt.Sprintf("hours 0–%s from %s UTC to %s UTC: %d events recorded, %d Trainer(s) drawn",
 		hours, tl.From.UTC().Format("2006-01-02 15:04"), tl.To.UTC().Format("2006-01-02 15:04"), tl.Events, len(tl.Trainers))
-	if err := writeFile(path, func(w io.Writer) error { return sim.WriteTimeline(w, st, title, sub) }); err != nil {
+	if err := sim.WriteFile(path, func(w io.Writer) error { return sim.WriteTimeline(w, st, title, sub) }); err != nil {
 		return err
 	}
 	say(c.App.ErrWriter, "wrote %s: the pool's timeline, %s h from %s", path, hours, tl.From.UTC().Format(time.RFC3339))

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bftrainer/bftrainer/internal/atomicfile"
 	"github.com/bftrainer/bftrainer/trainer/trainertest"
 )
 
@@ -69,11 +70,7 @@ func WriteOnce(path, body string) error {
 	if b, err := os.ReadFile(path); err == nil && string(b) == body {
 		return nil
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(body), 0o755); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.WriteFile(path, []byte(body), 0o755, false)
 }
 
 // ReleaseFile returns a fresh path in dir for a held job's BFT_RELEASE:

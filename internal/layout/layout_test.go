@@ -44,7 +44,9 @@ func ours(pkgs []string) []string {
 // TestImports: the layering as DESIGN.md draws it, on the packages'
 // non-test imports — alloc is pure; pool knows alloc only; trainer (the
 // launchers and the node agent) knows no scheduler; cmd talks to the
-// node agent only through trainer's client and constructor.
+// node agent only through trainer's client and constructor;
+// internal/atomicfile, which trainer, journal and sidecar share, is a
+// leaf.
 func TestImports(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -53,8 +55,9 @@ func TestImports(t *testing.T) {
 	}{
 		{"alloc imports nothing of ours", []string{"-deps", "-f", "{{.ImportPath}}", "./alloc"}, []string{"alloc"}},
 		{"pool imports only alloc", []string{"-deps", "-f", "{{.ImportPath}}", "./pool"}, []string{"alloc", "pool"}},
+		{"internal/atomicfile imports nothing of ours", []string{"-deps", "-f", "{{.ImportPath}}", "./internal/atomicfile"}, []string{"internal/atomicfile"}},
 		{"cmd/bftrainer imports no trainer/agent", []string{"-f", `{{join .Imports "\n"}}`, "./cmd/bftrainer"},
-			[]string{"alloc", "alloc/milp", "hooks", "names", "pool", "sidecar", "sim", "store", "trainer"}},
+			[]string{"accounting", "alloc", "alloc/milp", "hooks", "names", "pool", "sidecar", "sim", "store", "trainer"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bftrainer/bftrainer/internal/atomicfile"
 	"github.com/bftrainer/bftrainer/names"
 	"github.com/bftrainer/bftrainer/trainer/wire"
 	"golang.org/x/sys/unix"
@@ -215,7 +216,7 @@ func (r Registry) Write(e wire.Entry) error {
 	if err != nil {
 		return err
 	}
-	return WriteFile(filepath.Join(d, e.Trainer+".json"), b, 0o600, false)
+	return atomicfile.WriteFile(filepath.Join(d, e.Trainer+".json"), b, 0o600, false)
 }
 
 // Remove forgets a Trainer's entry on a node; removing a file needs no
@@ -234,35 +235,6 @@ func (r Registry) Remove(node, trainer string) error {
 	return err
 }
 
-// WriteFile writes a file whole or not at all: a temporary file in the
-// same directory, renamed over the old one; synced first when sync is
-// set (state that must survive a power cut).
-func WriteFile(path string, b []byte, mode os.FileMode, sync bool) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Chmod(mode)
-	}
-	if err == nil && sync {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
-}
-
 // fenceFile marks a node that a scheduler job took: starts are refused
 // until the job's epilog lifts it, or the controller does once the
 // scheduler says the node is idle. It has no expiry: a job may run for
@@ -275,7 +247,7 @@ func (r Registry) Fence(node string, since time.Time) error {
 	if err != nil {
 		return err
 	}
-	return WriteFile(filepath.Join(d, fenceFile), []byte(since.UTC().Format(time.RFC3339Nano)), 0o600, false)
+	return atomicfile.WriteFile(filepath.Join(d, fenceFile), []byte(since.UTC().Format(time.RFC3339Nano)), 0o600, false)
 }
 
 // Unfence lifts the mark.

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bftrainer/bftrainer/internal/atomicfile"
 	"github.com/bftrainer/bftrainer/internal/lab"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
@@ -265,11 +266,7 @@ func (in *Install) Name(short string) string { return in.Tag + "-" + short }
 
 // Configure writes the configuration.
 func (in *Install) Configure(s Settings) error {
-	tmp := in.Config + ".tmp"
-	if err := os.WriteFile(tmp, []byte(in.configText(s)), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, in.Config)
+	return atomicfile.WriteFile(in.Config, []byte(in.configText(s)), 0o644, false)
 }
 
 func (in *Install) configText(s Settings) string {

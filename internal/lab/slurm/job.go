@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bftrainer/bftrainer/internal/lab"
 	"github.com/bftrainer/bftrainer/names"
 	"github.com/bftrainer/bftrainer/trainer/trainertest"
 )
@@ -103,10 +104,10 @@ func (l *Lab) Submit(ctx context.Context, s JobSpec) (*Job, error) {
 	script := s.Script
 	if script == "" {
 		script = filepath.Join(dir, "bft-main.sh")
-		if err := writeOnce(script, mainScript); err != nil {
+		if err := lab.WriteOnce(script, mainScript); err != nil {
 			return nil, err
 		}
-		if err := writeOnce(filepath.Join(dir, "bft-check.sh"), checkScript); err != nil {
+		if err := lab.WriteOnce(filepath.Join(dir, "bft-check.sh"), checkScript); err != nil {
 			return nil, err
 		}
 	}
@@ -154,17 +155,6 @@ func (l *Lab) Submit(ctx context.Context, s JobSpec) (*Job, error) {
 	j.ID = id
 	j.Out = filepath.Join(dir, id+".out")
 	return j, nil
-}
-
-func writeOnce(path, body string) error {
-	if b, err := os.ReadFile(path); err == nil && string(b) == body {
-		return nil
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(body), 0o755); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // Release lets a Held job end.

@@ -32,6 +32,8 @@ import (
 	"time"
 
 	"github.com/bftrainer/bftrainer/hooks"
+	"github.com/bftrainer/bftrainer/internal/atomicfile"
+	"github.com/bftrainer/bftrainer/internal/lab"
 )
 
 // sbinPath is the PATH of every command this package runs: Slurm's and
@@ -318,11 +320,7 @@ func (l *Lab) rewriteConf(ctx context.Context, drop, add []string) error {
 		}
 	}
 	lines = append(lines, add...)
-	tmp := l.Conf + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, l.Conf); err != nil {
+	if err := atomicfile.WriteFile(l.Conf, []byte(strings.Join(lines, "\n")+"\n"), 0o644, false); err != nil {
 		return err
 	}
 	_, err = l.Output(ctx, "scontrol", "reconfigure")
@@ -411,27 +409,8 @@ func (l *Lab) Job(ctx context.Context, id string) (JobInfo, error) {
 	return info, nil
 }
 
-// Poll calls cond every 100 ms until it reports true, returns an error,
-// or timeout passes (an error saying so).
+// Poll is lab.Poll: cond every 100 ms until it reports true, returns an
+// error, or timeout passes (an error saying so).
 func Poll(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	var last error
-	for {
-		ok, err := cond()
-		if ok && err == nil {
-			return nil
-		}
-		last = err
-		if time.Now().After(deadline) {
-			if last != nil {
-				return fmt.Errorf("not reached after %v: %w", timeout, last)
-			}
-			return fmt.Errorf("not reached after %v", timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return lab.Poll(ctx, timeout, cond)
 }
