@@ -57,7 +57,7 @@ func (b Budget) Rows(ctx context.Context, db *store.DB, bad []store.Event, now t
 		return nil, 0, 0, nil
 	}
 	limit := b.limit()
-	recent, err := db.Events(ctx, store.Filter{Kinds: []string{store.KindError}, Source: b.Source,
+	recent, err := db.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindError}, Source: b.Source,
 		Since: now.Add(-b.window()), Limit: limit})
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("error budget: %w", err)

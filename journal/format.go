@@ -27,7 +27,7 @@ type wireRecord struct {
 
 type wireEvent struct {
 	At      time.Time       `json:"at"`
-	Kind    string          `json:"kind"`
+	Kind    store.Kind      `json:"kind"`
 	Source  string          `json:"source,omitempty"`
 	Context string          `json:"context,omitempty"`
 	Job     string          `json:"job,omitempty"`

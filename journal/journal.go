@@ -139,7 +139,7 @@ const MaxRecord = 8 << 20
 const maxEvents = 64
 
 // kinds are the event kinds a record may carry: what a hook writes.
-var kinds = []string{store.KindHook, store.KindLeave, store.KindRelease, store.KindKill, store.KindError}
+var kinds = []store.Kind{store.KindHook, store.KindLeave, store.KindRelease, store.KindKill, store.KindError}
 
 // Defaults of the reader.
 const (

@@ -49,7 +49,7 @@ func TestWriteIngest(t *testing.T) {
 	}
 	var got []string
 	for _, e := range evs {
-		got = append(got, e.Kind+"@"+e.At.Sub(t0).String()+"#"+e.Origin)
+		got = append(got, string(e.Kind)+"@"+e.At.Sub(t0).String()+"#"+e.Origin)
 	}
 	want := []string{
 		"hook@0s#" + first.String() + ".0", "leave@1µs#" + first.String() + ".1",
@@ -287,7 +287,7 @@ func TestBadFiles(t *testing.T) {
 	if len(counts) != 2 || counts["1"] != [2]int{1, 1} || counts["9"] != [2]int{1, 1} {
 		t.Fatalf("recorded jobs %v, want 1 and 9 once each", counts)
 	}
-	errs, err := db.Events(context.Background(), store.Filter{Kinds: []string{store.KindError}, Source: Source})
+	errs, err := db.Events(context.Background(), store.Filter{Kinds: []store.Kind{store.KindError}, Source: Source})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestErrorBudget(t *testing.T) {
 		}
 	}
 	rows := func(since time.Time) []store.Event {
-		evs, err := db.Events(context.Background(), store.Filter{Kinds: []string{store.KindError}, Source: Source, Since: since})
+		evs, err := db.Events(context.Background(), store.Filter{Kinds: []store.Kind{store.KindError}, Source: Source, Since: since})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -426,7 +426,7 @@ func TestBatches(t *testing.T) {
 	if fmt.Sprint(lefts) != "[6 2 0]" {
 		t.Fatalf("left after each call %v, want [6 2 0]", lefts)
 	}
-	evs, _ := db.Events(context.Background(), store.Filter{Kinds: []string{store.KindHook}})
+	evs, _ := db.Events(context.Background(), store.Filter{Kinds: []store.Kind{store.KindHook}})
 	var jobs []string
 	for _, e := range evs {
 		jobs = append(jobs, e.Job)

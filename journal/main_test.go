@@ -306,7 +306,7 @@ func entries(tb testing.TB, dir string) []string {
 // jobCounts counts the hook and leave events per job.
 func jobCounts(tb testing.TB, db *store.DB) map[string][2]int {
 	tb.Helper()
-	evs, err := db.Events(context.Background(), store.Filter{Kinds: []string{store.KindHook, store.KindLeave}})
+	evs, err := db.Events(context.Background(), store.Filter{Kinds: []store.Kind{store.KindHook, store.KindLeave}})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -80,7 +80,7 @@ type AuditOptions struct {
 var DefaultAuditOptions = AuditOptions{Tolerance: 2 * time.Second, Lead: 10 * time.Minute}
 
 // auditKinds are the events the audit reads.
-var auditKinds = []string{store.KindJoin, store.KindIdle, store.KindLeave, store.KindRelease, store.KindKill, store.KindAction}
+var auditKinds = []store.Kind{store.KindJoin, store.KindIdle, store.KindLeave, store.KindRelease, store.KindKill, store.KindAction}
 
 // Audit reads the configured scheduler's accounting for the window (or
 // listing, when the caller read it already: a file an admin saved) and the

@@ -71,7 +71,7 @@ func TestMeasuredCostsFolded(t *testing.T) {
 	if got := tr.RescaleUp(); got != 0.2 {
 		t.Fatalf("R_up %v, want 0.2", got)
 	}
-	evs, err := db.Events(ctx, store.Filter{Trainer: "t1", Kinds: []string{store.KindCost}})
+	evs, err := db.Events(ctx, store.Filter{Trainer: "t1", Kinds: []store.Kind{store.KindCost}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -132,7 +132,7 @@ func (s *rescueSetup) once(t *testing.T, job string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := map[string]int{}
+	n := map[store.Kind]int{}
 	for _, e := range evs {
 		n[e.Kind]++
 	}

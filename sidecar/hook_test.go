@@ -206,7 +206,7 @@ func TestHookRecordsEmptyKill(t *testing.T) {
 	if _, err := c.journal.Ingest(ctx, db, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	kills, err := db.Events(ctx, store.Filter{Kinds: []string{store.KindKill}})
+	kills, err := db.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindKill}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +329,7 @@ func TestHookOnlyHook(t *testing.T) {
 			}
 			var kinds []string
 			for _, e := range evs {
-				kinds = append(kinds, e.Kind)
+				kinds = append(kinds, string(e.Kind))
 				if e.Kind == store.KindKill && (len(e.Nodes) != 1 || e.Job != "5" || e.Source != "gridengine") {
 					t.Errorf("kill event %+v, want one node of job 5", e)
 				}

@@ -29,8 +29,8 @@ import (
 // must end within hooks.deadline (2 s by default; tens of ms is the aim),
 // a MILP decision within its time limit (10 s by default), and a
 // reclaim's kill on a node within the hook.
-func histogramBoundsMs() map[string][]float64 {
-	return map[string][]float64{
+func histogramBoundsMs() map[store.Kind][]float64 {
+	return map[store.Kind][]float64{
 		store.KindHook:  {1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000},
 		store.KindSolve: {1, 5, 10, 50, 100, 500, 1000, 5000, 10000, 30000, 60000},
 		store.KindKill:  {1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000},

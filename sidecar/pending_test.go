@@ -164,7 +164,7 @@ func TestUnfenceConfirmedTwice(t *testing.T) {
 			if got := nodeState(t, db, "n1"); got != tt.want {
 				t.Fatalf("n1 is %q, want %q", got, tt.want)
 			}
-			if evs, _ := db.Events(ctx, store.Filter{Kinds: []string{store.KindAction}}); len(evs) != 1 || evs[0].Context != "unfence" {
+			if evs, _ := db.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindAction}}); len(evs) != 1 || evs[0].Context != "unfence" {
 				t.Fatalf("history %+v, want the unfence", evs)
 			}
 		})
@@ -308,7 +308,7 @@ func TestStartCheckRacingProlog(t *testing.T) {
 			}
 		}
 	}
-	leaves, err := db.Events(ctx, store.Filter{Kinds: []string{store.KindLeave}})
+	leaves, err := db.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindLeave}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +372,7 @@ func TestStartCheck(t *testing.T) {
 			if !slices.Equal(got, tt.want) {
 				t.Fatalf("the runner was asked for t1 on %q, want %q", got, tt.want)
 			}
-			leaves, _ := db.Events(ctx, store.Filter{Kinds: []string{store.KindLeave}, Source: "reconciler"})
+			leaves, _ := db.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindLeave}, Source: "reconciler"})
 			if busy := tt.want[1] == ""; busy != (len(leaves) == 1) {
 				t.Fatalf("start-check leaves %+v", leaves)
 			}

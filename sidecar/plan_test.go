@@ -62,7 +62,7 @@ func twoNodes(tb testing.TB, db *store.DB) {
 	}
 }
 
-func kinds(tb testing.TB, db *store.DB, kind string) []store.Event {
+func kinds(tb testing.TB, db *store.DB, kind store.Kind) []store.Event {
 	tb.Helper()
 	evs, err := db.Events(context.Background(), store.Filter{})
 	if err != nil {

@@ -40,7 +40,7 @@ func (r *Reconciler) foldReading(p *pool.Pool, ev store.Event) *store.Event {
 	json.Unmarshal(ev.Detail, &d) // an unreadable detail: no restart known
 	if _, err := p.ProgressRead(ev.At, ev.Trainer, ev.Value, d.Restart); err != nil && !errors.Is(err, pool.ErrUnknownTrainer) {
 		r.Log.Printf("event %d (progress-log): %v", ev.ID, err)
-		return &store.Event{At: ev.At, Kind: store.KindError, Source: "reconciler", Context: ev.Kind, Trainer: ev.Trainer, Error: err.Error()}
+		return &store.Event{At: ev.At, Kind: store.KindError, Source: "reconciler", Context: string(ev.Kind), Trainer: ev.Trainer, Error: err.Error()}
 	}
 	return nil
 }

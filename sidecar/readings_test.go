@@ -58,11 +58,11 @@ func TestReadingsFolded(t *testing.T) {
 	if tr.Learn.Readings != 2 || tr.Learn.Reports != 0 || tr.Done < 30 {
 		t.Fatalf("readings %d, reports %d, done %v: want 2 readings folded, 30 samples", tr.Learn.Readings, tr.Learn.Reports, tr.Done)
 	}
-	evs, _ := db.Events(ctx, store.Filter{Trainer: "t1", Kinds: []string{store.KindProgress}})
+	evs, _ := db.Events(ctx, store.Filter{Trainer: "t1", Kinds: []store.Kind{store.KindProgress}})
 	if len(evs) != 2 || evs[1].Source != launcherSource || evs[1].Value != 30 || !evs[1].At.Equal(at2.UTC().Truncate(time.Microsecond)) {
 		t.Fatalf("progress events %+v", evs)
 	}
-	curve, _ := db.Events(ctx, store.Filter{Trainer: "t1", Kinds: []string{store.KindCurve}})
+	curve, _ := db.Events(ctx, store.Filter{Trainer: "t1", Kinds: []store.Kind{store.KindCurve}})
 	var d struct{ Source string }
 	want := 20 / at2.UTC().Truncate(time.Microsecond).Sub(at1.UTC().Truncate(time.Microsecond)).Seconds()
 	if len(curve) != 1 || json.Unmarshal(curve[0].Detail, &d) != nil || d.Source != pool.SourceLog || math.Abs(curve[0].Value/want-1) > 1e-6 {
@@ -99,7 +99,7 @@ func TestReadingsFolded(t *testing.T) {
 	if err := r.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if errs, _ := db.Events(ctx, store.Filter{Kinds: []string{store.KindError}}); len(errs) != 0 {
+	if errs, _ := db.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindError}}); len(errs) != 0 {
 		t.Fatalf("errors %+v", errs)
 	}
 }

@@ -496,7 +496,7 @@ func (r *Reconciler) startCheck(ctx context.Context, before, after pool.State, g
 func (r *Reconciler) recordedSince(ctx context.Context, applied int64, busy []string) []string {
 	r.ingestJournal(ctx)
 	r.ingestSpool(ctx)
-	evs, err := r.DB.Events(ctx, store.Filter{AfterID: applied, Kinds: []string{store.KindLeave}})
+	evs, err := r.DB.Events(ctx, store.Filter{AfterID: applied, Kinds: []store.Kind{store.KindLeave}})
 	if err != nil {
 		r.Log.Printf("start check: %v", err)
 		return busy

@@ -96,13 +96,13 @@ func TestCheckedExitEnds(t *testing.T) {
 	if got := len(f.wants[1]); got != 0 {
 		t.Fatalf("the ended Trainer is still wanted: %+v", f.wants[1])
 	}
-	evs, err := db.Events(ctx, store.Filter{Trainer: "t1", Kinds: []string{store.KindExit, store.KindAction}})
+	evs, err := db.Events(ctx, store.Filter{Trainer: "t1", Kinds: []store.Kind{store.KindExit, store.KindAction}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var kinds []string
 	for _, e := range evs {
-		kinds = append(kinds, e.Kind+" "+e.Context)
+		kinds = append(kinds, string(e.Kind)+" "+e.Context)
 	}
 	if len(evs) != 2 || evs[0].Kind != store.KindAction || evs[1].Kind != store.KindExit || string(evs[1].Detail) != `{"status":"finished","note":"exited 0 on n1"}` {
 		t.Fatalf("history %v (%s)", kinds, evs[1].Detail)
@@ -114,10 +114,12 @@ func TestCheckedExitEnds(t *testing.T) {
 // a report whose detail does not parse is refused.
 func TestFoldAuthorization(t *testing.T) {
 	tests := []struct {
-		name, kind, user string
-		detail           string
-		value            float64
-		want             pool.Status
+		name   string
+		kind   store.Kind
+		user   string
+		detail string
+		value  float64
+		want   pool.Status
 	}{
 		{"owner cancels", store.KindCancel, "alice", "", 0, pool.Cancelled},
 		{"other cancels", store.KindCancel, "bob", "", 0, pool.Running},
@@ -259,7 +261,7 @@ func TestReleasedNodesJoinWhenIdle(t *testing.T) {
 			t.Fatalf("%s is %s, want idle", n.Name, n.State)
 		}
 	}
-	evs, err := db.Events(ctx, store.Filter{Kinds: []string{store.KindIdle}})
+	evs, err := db.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindIdle}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +292,7 @@ func TestRoundSolverError(t *testing.T) {
 		t.Fatal(err)
 	}
 	solves := func() []store.Event {
-		evs, err := db.Events(ctx, store.Filter{Kinds: []string{store.KindSolve}})
+		evs, err := db.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindSolve}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -343,7 +345,7 @@ func TestSpooledRequestKeepsTheRoundGoing(t *testing.T) {
 	if w, err := r.waiting(ctx); err != nil || w {
 		t.Fatalf("still waiting after a run: %v %v", w, err)
 	}
-	evs, err := db.Events(ctx, store.Filter{Kinds: []string{store.KindCancel}})
+	evs, err := db.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindCancel}})
 	if err != nil || len(evs) != 1 {
 		t.Fatalf("the spooled cancel was not ingested: %+v %v", evs, err)
 	}

@@ -289,7 +289,7 @@ func (c *Core) Nodes(ctx context.Context, join bool, exprs []string, job string,
 		return nil, err
 	}
 	defer db.Close()
-	if _, err := db.Append(ctx, store.Event{At: c.o.Now(), Kind: kind, Source: "cli", Context: "node " + kind,
+	if _, err := db.Append(ctx, store.Event{At: c.o.Now(), Kind: kind, Source: "cli", Context: "node " + string(kind),
 		Job: job, User: c.o.User(), Nodes: nodes}); err != nil {
 		return nil, err
 	}

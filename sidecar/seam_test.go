@@ -148,13 +148,13 @@ func TestToyScheduler(t *testing.T) {
 	if got := state("a"); got != pool.Idle {
 		t.Fatalf("once the toy lists it idle a is %q, want idle", got)
 	}
-	evs, err := c.Events(ctx, store.Filter{Kinds: []string{store.KindHook, store.KindLeave, store.KindRelease}, Job: "9"})
+	evs, err := c.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindHook, store.KindLeave, store.KindRelease}, Job: "9"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
 	for _, e := range evs {
-		got = append(got, e.Kind+" "+e.Source+" "+e.Context)
+		got = append(got, string(e.Kind)+" "+e.Source+" "+e.Context)
 	}
 	want := []string{"hook toy start", "leave toy start", "hook toy end", "release toy end"}
 	if !slices.Equal(got, want) {

@@ -34,7 +34,7 @@ type spool struct {
 
 // spoolRequest is one spooled request.
 type spoolRequest struct {
-	Kind    string          `json:"kind"` // submit, cancel, progress, exit
+	Kind    store.Kind      `json:"kind"` // submit, cancel, progress, exit
 	Trainer string          `json:"trainer"`
 	Value   float64         `json:"value,omitempty"`
 	Detail  json.RawMessage `json:"detail,omitempty"`

@@ -156,7 +156,7 @@ func TestSpoolFlood(t *testing.T) {
 		}
 	}
 	rows := func(since time.Time) []store.Event {
-		evs, err := db.Events(ctx, store.Filter{Kinds: []string{store.KindError}, Source: "spool", Since: since})
+		evs, err := db.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindError}, Source: "spool", Since: since})
 		if err != nil {
 			t.Fatal(err)
 		}

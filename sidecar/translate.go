@@ -49,7 +49,7 @@ func callEvent(call hooks.Call, at time.Time) store.Event {
 func (r *Reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string]store.Launch) *store.Event {
 	reject := func(err error) *store.Event {
 		r.Log.Printf("event %d (%s): %v", ev.ID, ev.Kind, err)
-		return &store.Event{At: ev.At, Kind: store.KindError, Source: "reconciler", Context: ev.Kind,
+		return &store.Event{At: ev.At, Kind: store.KindError, Source: "reconciler", Context: string(ev.Kind),
 			Trainer: ev.Trainer, User: ev.User, Error: fmt.Sprintf("event %d rejected: %v", ev.ID, err)}
 	}
 	var skipped *store.Event
@@ -162,18 +162,18 @@ func unchangedSince(p *pool.Pool, ev store.Event) ([]string, *store.Event) {
 // of Trainers that ended.
 func changeEvents(cs []pool.Change, now time.Time) (out []store.Event, ended []pool.Trainer) {
 	for _, c := range cs {
-		e := store.Event{At: c.At, Source: "reconciler", Trainer: c.Trainer, Job: c.Job, Nodes: c.Nodes}
+		// One vocabulary: a change's kind is its row's kind.
+		e := store.Event{At: c.At, Kind: c.Kind, Source: "reconciler", Trainer: c.Trainer, Job: c.Job, Nodes: c.Nodes}
 		if e.At.IsZero() {
 			e.At = now
 		}
 		switch c.Kind {
 		case pool.Preempted:
-			e.Kind, e.Value, e.HasVal = store.KindPreempt, c.Cost, true
+			e.Value, e.HasVal = c.Cost, true
 			e.Detail, _ = json.Marshal(map[string]int{"from": c.From, "to": c.To})
 		case pool.Admitted:
-			e.Kind = store.KindAdmit
 		case pool.Rescaled:
-			e.Kind, e.Value, e.HasVal = store.KindRescale, c.Cost, true
+			e.Value, e.HasVal = c.Cost, true
 			e.Nodes = append(slices.Clone(c.Add), c.Release...)
 			d := map[string]any{"from": c.From, "to": c.To, "add": c.Add, "release": c.Release}
 			if c.Probe != nil {
@@ -181,25 +181,24 @@ func changeEvents(cs []pool.Change, now time.Time) (out []store.Event, ended []p
 			}
 			e.Detail, _ = json.Marshal(d)
 		case pool.CurveUpdated:
-			e.Kind, e.Value, e.HasVal = store.KindCurve, c.Obs.Rate, true
+			e.Value, e.HasVal = c.Obs.Rate, true
 			d := map[string]any{"nodes": c.Obs.Nodes, "seconds": c.Obs.Duration, "since": c.Obs.Since}
 			if c.Source != "" {
 				d["source"] = c.Source
 			}
 			e.Detail, _ = json.Marshal(d)
 		case pool.Ended:
-			e.Kind = store.KindEnd
 			e.Detail, _ = json.Marshal(exitDetail{Status: c.Status, Note: c.Note})
 			if c.Final != nil {
 				ended = append(ended, *c.Final)
 			}
 		case pool.Moved:
-			e.Kind, e.Value, e.HasVal = store.KindMove, c.Cost, true
+			e.Value, e.HasVal = c.Cost, true
 			e.Detail, _ = json.Marshal(map[string]any{"from": c.From, "to": c.To, "planned": c.Note})
 		case pool.Stale:
-			e.Kind, e.Context = store.KindStale, c.Note
+			e.Context = c.Note
 		case pool.Undecided:
-			e.Kind, e.Context = store.KindKept, c.Note
+			e.Context = c.Note
 		default:
 			continue // join, leave, release, submit, progress: the input row says it
 		}

@@ -8,47 +8,56 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/bftrainer/bftrainer/pool"
 )
+
+// Kind is an event's kind. It is the pool's own type (pool.Kind): one
+// vocabulary for the events the pool folds and changes it reports, and
+// for the history's rows, with the kinds the pool knows spelt by its
+// constants and the history's own (hooks, kills, solves, actions) added
+// here. sidecar/translate.go is where one becomes the other.
+type Kind = pool.Kind
 
 // Event kinds. Input kinds are folded into the pool by the reconciler, in
 // id order; the others are history written by the reconciler and the
 // commands.
 const (
 	// Inputs.
-	KindJoin     = "join"     // nodes exactly idle: join the pool
-	KindLeave    = "leave"    // the scheduler takes nodes
-	KindRelease  = "release"  // a job ended on nodes not yet idle
-	KindSubmit   = "submit"   // a Trainer submitted (detail: the spec)
-	KindCancel   = "cancel"   // a Trainer cancelled
-	KindProgress = "progress" // a Trainer's own progress report (value: samples)
-	KindExit     = "exit"     // a Trainer's processes ended (detail: status)
-	KindCost     = "cost"     // a rescale's cost measured by its launcher (value: seconds lost; detail: direction, from, to)
+	KindJoin          = pool.Joined    // nodes exactly idle: join the pool
+	KindLeave         = pool.Left      // the scheduler takes nodes
+	KindRelease       = pool.Released  // a job ended on nodes not yet idle
+	KindSubmit        = pool.Submitted // a Trainer submitted (detail: the spec)
+	KindCancel   Kind = "cancel"       // a Trainer cancelled
+	KindProgress      = pool.Reported  // a Trainer's own progress report (value: samples)
+	KindExit     Kind = "exit"         // a Trainer's processes ended (detail: status)
+	KindCost     Kind = "cost"         // a rescale's cost measured by its launcher (value: seconds lost; detail: direction, from, to)
 
 	// History.
-	KindHook    = "hook"    // a scheduler hook call (context, job, nodes, ms, error)
-	KindKill    = "kill"    // processes killed on a node by a hook (reclaim fast path)
-	KindAdmit   = "admit"   // a Trainer got a slot
-	KindRescale = "rescale" // a Trainer's nodes changed by a decision (value: cost)
-	KindPreempt = "preempt" // a reclaim took nodes from a Trainer (value: cost)
-	KindMove    = "move"    // a Trainer shrunk gracefully off nodes planned for a main job, before it landed (value: cost; job; detail: from, to, planned start)
-	KindEnd     = "end"     // a Trainer ended (detail: status)
-	KindStale   = "stale"   // an event ignored: the node is held by another job
-	KindSolve   = "solve"   // a decision (detail: solver, trainers, status; value: objective; ms)
-	KindKept    = "kept"    // a decision that kept the allocation (solver not optimal)
-	KindAction  = "action"  // a Trainer process started or stopped (detail)
-	KindSync    = "sync"    // a reconciliation with the scheduler's own view
-	KindIdle    = "idle"    // released nodes found exactly idle: they joined
-	KindError   = "error"   // an error swallowed (hooks fail open)
-	KindCurve   = "curve"   // the curve learner took an observation (value: samples/s; detail: nodes, seconds, since)
+	KindHook    Kind = "hook"            // a scheduler hook call (context, job, nodes, ms, error)
+	KindKill    Kind = "kill"            // processes killed on a node by a hook (reclaim fast path)
+	KindAdmit        = pool.Admitted     // a Trainer got a slot
+	KindRescale      = pool.Rescaled     // a Trainer's nodes changed by a decision (value: cost)
+	KindPreempt      = pool.Preempted    // a reclaim took nodes from a Trainer (value: cost)
+	KindMove         = pool.Moved        // a Trainer shrunk gracefully off nodes planned for a main job, before it landed (value: cost; job; detail: from, to, planned start)
+	KindEnd          = pool.Ended        // a Trainer ended (detail: status)
+	KindStale        = pool.Stale        // an event ignored: the node is held by another job
+	KindSolve   Kind = "solve"           // a decision (detail: solver, trainers, status; value: objective; ms)
+	KindKept         = pool.Undecided    // a decision that kept the allocation (solver not optimal)
+	KindAction  Kind = "action"          // a Trainer process started or stopped (detail)
+	KindSync    Kind = "sync"            // a reconciliation with the scheduler's own view
+	KindIdle    Kind = "idle"            // released nodes found exactly idle: they joined
+	KindError   Kind = "error"           // an error swallowed (hooks fail open)
+	KindCurve        = pool.CurveUpdated // the curve learner took an observation (value: samples/s; detail: nodes, seconds, since)
 )
 
 // inputKinds are folded into the pool state.
-var inputKinds = []string{KindJoin, KindLeave, KindRelease, KindSubmit, KindCancel, KindProgress, KindExit, KindCost}
+var inputKinds = []Kind{KindJoin, KindLeave, KindRelease, KindSubmit, KindCancel, KindProgress, KindExit, KindCost}
 
 // Kinds returns every event kind the history records, inputs first: what
 // a filter by kind may name. A new kind is added to the constants above
 // and here.
-func Kinds() []string {
+func Kinds() []Kind {
 	return append(slices.Clone(inputKinds), KindHook, KindKill, KindAdmit, KindRescale, KindPreempt, KindMove, KindEnd,
 		KindStale, KindSolve, KindKept, KindCurve, KindAction, KindSync, KindIdle, KindError)
 }
@@ -57,7 +66,7 @@ func Kinds() []string {
 type Event struct {
 	ID      int64
 	At      time.Time
-	Kind    string
+	Kind    Kind
 	Source  string // slurm, lsf, pbs, cli, reconciler, trainer
 	Context string // hook context or command
 	Job     string
@@ -179,7 +188,7 @@ func insertEvents(ctx context.Context, tx *sql.Tx, q string, evs []Event) (int, 
 // Filter selects history rows. Zero fields match everything.
 type Filter struct {
 	Since, Until time.Time
-	Kinds        []string
+	Kinds        []Kind
 	Node         string
 	Trainer      string
 	Job          string

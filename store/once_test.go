@@ -42,7 +42,7 @@ func TestAppendOnce(t *testing.T) {
 	}
 	var got []string
 	for _, e := range evs {
-		got = append(got, e.Kind+":"+e.Origin)
+		got = append(got, string(e.Kind)+":"+e.Origin)
 	}
 	if g, w := strings.Join(got, " "), "hook:r1.0 leave:r1.1 release:r2.0 join: join:"; g != w {
 		t.Fatalf("events %q, want %q", g, w)

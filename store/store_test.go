@@ -79,7 +79,7 @@ func TestAppendAndFilter(t *testing.T) {
 		{"trainer", store.Filter{Trainer: "t1"}, 1},
 		{"since", store.Filter{Since: t0.Add(time.Hour)}, 1},
 		{"until", store.Filter{Until: t0.Add(time.Second)}, 1},
-		{"kinds", store.Filter{Kinds: []string{store.KindHook, store.KindJoin}}, 2},
+		{"kinds", store.Filter{Kinds: []store.Kind{store.KindHook, store.KindJoin}}, 2},
 		{"inputs", store.Filter{InputsOnly: true}, 3},
 		{"limit", store.Filter{Limit: 2, Desc: true}, 2},
 	} {
@@ -91,7 +91,7 @@ func TestAppendAndFilter(t *testing.T) {
 			t.Errorf("%s: %d events, want %d", c.name, len(got), c.want)
 		}
 	}
-	got, _ := db.Events(ctx, store.Filter{Kinds: []string{store.KindHook}})
+	got, _ := db.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindHook}})
 	if e := got[0]; !e.At.Equal(t0) || e.Context != "prolog_slurmctld" || len(e.Nodes) != 2 || e.Ms != 1.5 || e.HasVal {
 		t.Fatalf("round trip lost data: %+v", e)
 	}

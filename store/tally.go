@@ -15,9 +15,9 @@ import (
 // histograms and the error count are cumulative over the whole history and
 // only grow, as counters must.
 type Tally struct {
-	Histograms map[string]Histogram // by event kind
-	Errors     int64                // events with an error
-	Trainers   map[string]int       // by status
+	Histograms map[Kind]Histogram // by event kind
+	Errors     int64              // events with an error
+	Trainers   map[string]int     // by status
 }
 
 // Histogram counts values (ms) in buckets: Counts[i] those ≤ Bounds[i]
@@ -43,9 +43,9 @@ func (h *Histogram) observe(v float64) {
 const tallyKey = "tally"
 
 type tallyState struct {
-	LastID     int64                `json:"last_id"`
-	Histograms map[string]Histogram `json:"histograms"`
-	Errors     int64                `json:"errors"`
+	LastID     int64              `json:"last_id"`
+	Histograms map[Kind]Histogram `json:"histograms"`
+	Errors     int64              `json:"errors"`
 }
 
 // Tally brings the running tally up to date and returns it. bounds names
@@ -53,7 +53,7 @@ type tallyState struct {
 // a histogram asked for with other bounds than kept is counted again from
 // the first event. It writes (the running tally, in meta): the reconciler,
 // the database's one writer of state, calls it.
-func (s *DB) Tally(ctx context.Context, bounds map[string][]float64) (*Tally, error) {
+func (s *DB) Tally(ctx context.Context, bounds map[Kind][]float64) (*Tally, error) {
 	out := &Tally{Trainers: map[string]int{}}
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		st, err := readTally(ctx, tx, bounds)
@@ -81,7 +81,7 @@ func (s *DB) Tally(ctx context.Context, bounds map[string][]float64) (*Tally, er
 
 // readTally reads the kept tally, starting it over when the histograms
 // asked for are not the ones kept.
-func readTally(ctx context.Context, tx *sql.Tx, bounds map[string][]float64) (*tallyState, error) {
+func readTally(ctx context.Context, tx *sql.Tx, bounds map[Kind][]float64) (*tallyState, error) {
 	var st tallyState
 	var raw string
 	switch err := tx.QueryRowContext(ctx, "SELECT value FROM meta WHERE key = ?", tallyKey).Scan(&raw); err {
@@ -98,7 +98,7 @@ func readTally(ctx context.Context, tx *sql.Tx, bounds map[string][]float64) (*t
 		same = same && slices.Equal(st.Histograms[kind].Bounds, b) && len(st.Histograms[kind].Counts) == len(b)+1
 	}
 	if !same {
-		st = tallyState{Histograms: map[string]Histogram{}}
+		st = tallyState{Histograms: map[Kind]Histogram{}}
 		for kind, b := range bounds {
 			if !sort.Float64sAreSorted(b) {
 				return nil, fmt.Errorf("histogram %s: bounds not ascending", kind)
@@ -119,7 +119,7 @@ func tallyEvents(ctx context.Context, tx *sql.Tx, st *tallyState) error {
 	for rows.Next() {
 		var (
 			id     int64
-			kind   string
+			kind   Kind
 			ms     sql.NullFloat64
 			failed bool
 		)

@@ -29,7 +29,7 @@ func TestTally(t *testing.T) {
 		store.Event{At: at, Kind: store.KindError, Error: "boom"}); err != nil {
 		t.Fatal(err)
 	}
-	bounds := map[string][]float64{store.KindHook: {1, 5, 10}, store.KindSolve: {10}}
+	bounds := map[store.Kind][]float64{store.KindHook: {1, 5, 10}, store.KindSolve: {10}}
 	tl, err := db.Tally(ctx, bounds)
 	if err != nil {
 		t.Fatal(err)
@@ -53,13 +53,13 @@ func TestTally(t *testing.T) {
 		t.Fatalf("after two more hooks: %+v, errors %d", h, tl.Errors)
 	}
 	// Other bounds: counted again from the first event.
-	if tl, err = db.Tally(ctx, map[string][]float64{store.KindHook: {100}}); err != nil {
+	if tl, err = db.Tally(ctx, map[store.Kind][]float64{store.KindHook: {100}}); err != nil {
 		t.Fatal(err)
 	}
 	if h := tl.Histograms[store.KindHook]; !slices.Equal(h.Counts, []int64{5, 1}) || h.Count != 6 || len(tl.Histograms) != 1 || tl.Errors != 2 {
 		t.Fatalf("recounted: %+v, errors %d", tl.Histograms, tl.Errors)
 	}
-	if _, err := db.Tally(ctx, map[string][]float64{store.KindHook: {5, 1}}); err == nil {
+	if _, err := db.Tally(ctx, map[store.Kind][]float64{store.KindHook: {5, 1}}); err == nil {
 		t.Fatal("bounds out of order should be refused")
 	}
 }
@@ -73,9 +73,9 @@ func TestKindsDocumented(t *testing.T) {
 	}
 	doc := string(b)
 	doc = doc[strings.Index(doc, "Kinds that **change the pool**"):strings.Index(doc, "### `nodes`")]
-	var documented []string
+	var documented []store.Kind
 	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z]+)` \\|").FindAllStringSubmatch(doc, -1) {
-		documented = append(documented, m[1])
+		documented = append(documented, store.Kind(m[1]))
 	}
 	got := store.Kinds()
 	slices.Sort(documented)

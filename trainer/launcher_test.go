@@ -158,7 +158,7 @@ func TestToyLauncher(t *testing.T) {
 	if got := running(); len(got) != 0 {
 		t.Fatalf("after the cancel the toy runs on %v", got)
 	}
-	evs, err := db.Events(ctx, store.Filter{Trainer: "toy1", Kinds: []string{store.KindAction}})
+	evs, err := db.Events(ctx, store.Filter{Trainer: "toy1", Kinds: []store.Kind{store.KindAction}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -276,7 +276,7 @@ func (e *reclaimEnv) hook(ctx context.Context, context_ string) (float64, wire.K
 		return ms, rep, err
 	}
 	defer db.Close()
-	evs, err := db.Events(ctx, store.Filter{Kinds: []string{store.KindKill}, Job: fmt.Sprint(e.job)})
+	evs, err := db.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindKill}, Job: fmt.Sprint(e.job)})
 	if err != nil {
 		return ms, rep, err
 	}

@@ -221,7 +221,7 @@ func (r rescaleRun) costs(db, trainer string) ([]float64, []string, error) {
 		return nil, nil, err
 	}
 	defer d.Close()
-	evs, err := d.Events(context.Background(), store.Filter{Trainer: trainer, Kinds: []string{store.KindCost}})
+	evs, err := d.Events(context.Background(), store.Filter{Trainer: trainer, Kinds: []store.Kind{store.KindCost}})
 	if err != nil {
 		return nil, nil, err
 	}

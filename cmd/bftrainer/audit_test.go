@@ -44,7 +44,7 @@ func TestAudit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaves, err := db.Events(context.Background(), store.Filter{Kinds: []string{store.KindLeave, store.KindRelease}, Job: "7"})
+	leaves, err := db.Events(context.Background(), store.Filter{Kinds: []store.Kind{store.KindLeave, store.KindRelease}, Job: "7"})
 	if err != nil || len(leaves) != 2 {
 		t.Fatalf("the hooks' leave and release: %v %+v", err, leaves)
 	}

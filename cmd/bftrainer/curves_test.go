@@ -185,7 +185,7 @@ func checkSources(t *testing.T, db *store.DB, tr string, row store.Trainer, from
 	} else if row.Learn.Reports == 0 || row.Learn.Readings != 0 {
 		t.Errorf("%d reports, %d progress-log readings: want reports only", row.Learn.Reports, row.Learn.Readings)
 	}
-	evs, err := db.Events(context.Background(), store.Filter{Kinds: []string{store.KindCurve}, Trainer: tr})
+	evs, err := db.Events(context.Background(), store.Filter{Kinds: []store.Kind{store.KindCurve}, Trainer: tr})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -169,7 +169,7 @@ sys.stdin.read()`, e.db+"-shm")
 		t.Fatalf("%v\n%s", err, out)
 	}
 	db := e.openDB(t)
-	evs, err := db.Events(context.Background(), store.Filter{Kinds: []string{store.KindHook, store.KindLeave}})
+	evs, err := db.Events(context.Background(), store.Filter{Kinds: []store.Kind{store.KindHook, store.KindLeave}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -165,14 +165,14 @@ func TestElasticTrainer(t *testing.T) {
 	// the estimate between its reports — pool's
 	// TestReportingTrainerNotEndedByEstimate — but a --samples here would
 	// let its final report end it, racing its workers' own exit.)
-	reports, err := db.Events(ctx, store.Filter{Trainer: a, Kinds: []string{store.KindProgress}})
+	reports, err := db.Events(ctx, store.Filter{Trainer: a, Kinds: []store.Kind{store.KindProgress}})
 	if err != nil || len(reports) == 0 {
 		t.Fatalf("progress reports: %v %v", reports, err)
 	}
 	if last := reports[len(reports)-1].Value; last != trained || trained < target || tr.Status != pool.Finished || tr.Done < trained {
 		t.Fatalf("trained %v samples (target %v), last report %v, the pool says %s with %v", trained, target, last, tr.Status, tr.Done)
 	}
-	ends, err := db.Events(ctx, store.Filter{Trainer: a, Kinds: []string{store.KindEnd}})
+	ends, err := db.Events(ctx, store.Filter{Trainer: a, Kinds: []store.Kind{store.KindEnd}})
 	if err != nil || len(ends) != 1 || !strings.Contains(string(ends[0].Detail), "exited 0 on") {
 		t.Fatalf("end events %+v (%v): want one, the workers' own exit", ends, err)
 	}
@@ -196,7 +196,7 @@ func lastSteps(ss []trainertest.Step, n int) []trainertest.Step {
 // submitted values (pool's TestMeasuredCosts checks the rule itself).
 func checkCosts(tb testing.TB, db *store.DB, id string, tr store.Trainer, rUp, rDown float64) {
 	tb.Helper()
-	evs, err := db.Events(context.Background(), store.Filter{Trainer: id, Kinds: []string{store.KindCost}})
+	evs, err := db.Events(context.Background(), store.Filter{Trainer: id, Kinds: []store.Kind{store.KindCost}})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -75,7 +75,13 @@ func splitList(v string) []string {
 }
 
 // eventKinds are the kinds the history records, for --kind.
-func eventKinds() []string { return store.Kinds() }
+func eventKinds() []string {
+	var out []string
+	for _, k := range store.Kinds() {
+		out = append(out, string(k))
+	}
+	return out
+}
 
 // requireFlag is a flag the command cannot do without. (urfave/cli's own
 // Required prints the whole help on stdout; this is a usage error by the

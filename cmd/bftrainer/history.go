@@ -43,7 +43,9 @@ describes every table and view.`,
 			if f.Since, f.Until, err = window(c); err != nil {
 				return err
 			}
-			f.Kinds = splitList(c.String("kind"))
+			for _, k := range splitList(c.String("kind")) {
+				f.Kinds = append(f.Kinds, store.Kind(k))
+			}
 			evs, err := core.Events(c.Context, f)
 			if err != nil {
 				return err

@@ -130,7 +130,7 @@ func TestHorovodTrainer(t *testing.T) {
 		t.Fatalf("host file left: %v", err)
 	}
 	db := e.openDB(t)
-	evs, err := db.Events(context.Background(), store.Filter{Trainer: hv, Kinds: []string{store.KindAction}})
+	evs, err := db.Events(context.Background(), store.Filter{Trainer: hv, Kinds: []store.Kind{store.KindAction}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -229,7 +229,7 @@ func TestConcurrentHooks(t *testing.T) {
 		}
 		switch ev.Kind {
 		case store.KindHook, store.KindLeave, store.KindRelease:
-			calls[ev.Kind+" "+ev.Context+" "+ev.Job]++
+			calls[string(ev.Kind)+" "+ev.Context+" "+ev.Job]++
 		}
 	}
 	for job := 1; job <= 100; job++ {

@@ -244,7 +244,7 @@ os.execv("/bin/sleep", ["sleep", "600"])`
 		t.Fatalf("B's own Trainer is not B's:\n%s", list)
 	}
 	db := e.openDB(t)
-	errs, err := db.Events(context.Background(), store.Filter{Kinds: []string{store.KindError}})
+	errs, err := db.Events(context.Background(), store.Filter{Kinds: []store.Kind{store.KindError}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -214,7 +214,7 @@ func checkSteps(tb testing.TB, steps []trainertest.Step, phases []*phase) {
 func checkHistory(tb testing.TB, e trainerEnv, tr string) {
 	tb.Helper()
 	db := e.openDB(tb)
-	evs, err := db.Events(context.Background(), store.Filter{Trainer: tr, Kinds: []string{store.KindAction, store.KindEnd}})
+	evs, err := db.Events(context.Background(), store.Filter{Trainer: tr, Kinds: []store.Kind{store.KindAction, store.KindEnd}})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -240,14 +240,14 @@ func checkHistory(tb testing.TB, e trainerEnv, tr string) {
 	}
 	// train.py's rank 0 reported its samples through bftrainer_progress.py
 	// (BFTRAINER_BIN progress BFTRAINER_TRAINER --samples N).
-	reports, err := db.Events(context.Background(), store.Filter{Trainer: tr, Kinds: []string{store.KindProgress}})
+	reports, err := db.Events(context.Background(), store.Filter{Trainer: tr, Kinds: []store.Kind{store.KindProgress}})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	if len(reports) < 3 || reports[len(reports)-1].Value <= 0 {
 		tb.Errorf("progress reports: %d, last %+v", len(reports), reports)
 	}
-	kills, err := db.Events(context.Background(), store.Filter{Kinds: []string{store.KindKill}})
+	kills, err := db.Events(context.Background(), store.Filter{Kinds: []store.Kind{store.KindKill}})
 	if err != nil {
 		tb.Fatal(err)
 	}

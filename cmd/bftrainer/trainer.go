@@ -151,7 +151,7 @@ func modelLine(ctx context.Context, core *sidecar.Core, tr store.Trainer) (strin
 // submission): "report" (bftrainer progress), "log" (its progress log, read
 // by the runner).
 func observedFrom(c *cli.Context, core *sidecar.Core, tr store.Trainer) (map[int]map[string]int, error) {
-	evs, err := core.Events(c.Context, store.Filter{Kinds: []string{store.KindCurve}, Trainer: tr.ID, Since: tr.Submit})
+	evs, err := core.Events(c.Context, store.Filter{Kinds: []store.Kind{store.KindCurve}, Trainer: tr.ID, Since: tr.Submit})
 	if err != nil {
 		return nil, err
 	}

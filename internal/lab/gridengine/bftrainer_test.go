@@ -391,16 +391,16 @@ func (in *install) debug(ctx context.Context) string {
 
 // jobEvents returns the history of one main job, by kind; the hooks'
 // calls by context.
-func (in *install) jobEvents(ctx context.Context, job string) (map[string][]store.Event, error) {
+func (in *install) jobEvents(ctx context.Context, job string) (map[store.Kind][]store.Event, error) {
 	evs, err := in.events(ctx, store.Filter{Job: job})
 	if err != nil {
 		return nil, err
 	}
-	out := map[string][]store.Event{}
+	out := map[store.Kind][]store.Event{}
 	for _, e := range evs {
 		k := e.Kind
 		if k == store.KindHook {
-			k += " " + e.Context
+			k += store.Kind(" " + e.Context)
 		}
 		out[k] = append(out[k], e)
 	}
@@ -459,7 +459,7 @@ func TestBftrainer(t *testing.T) {
 		if p := r.Procs[host]; p != "none" {
 			t.Errorf("the main job found Trainer processes on %s: %s", host, p)
 		}
-		evs := must[map[string][]store.Event](t)(in.jobEvents(ctx, main.ID))
+		evs := must[map[store.Kind][]store.Event](t)(in.jobEvents(ctx, main.ID))
 		pro, leave, kills := evs["hook prolog"], evs[store.KindLeave], evs[store.KindKill]
 		if len(pro) != 1 || len(leave) != 1 || !slices.Equal(leave[0].Nodes, []string{host}) {
 			t.Fatalf("job %s: prolog %d, leave %v; want one prolog, one leave of %s", main.ID, len(pro), leave, host)
@@ -502,7 +502,7 @@ func TestBftrainer(t *testing.T) {
 		if must[string](t)(in.held(ctx, host)) == "" {
 			t.Fatalf("%s joined but no Trainer grew back onto it", host)
 		}
-		evs := must[map[string][]store.Event](t)(in.jobEvents(ctx, main.ID))
+		evs := must[map[store.Kind][]store.Event](t)(in.jobEvents(ctx, main.ID))
 		epi := evs["hook epilog"]
 		if len(epi) != 1 || len(evs[store.KindRelease]) != 1 {
 			t.Fatalf("job %s: %d epilogs, %d releases recorded; want one each", main.ID, len(epi), len(evs[store.KindRelease]))
@@ -532,7 +532,7 @@ func TestBftrainer(t *testing.T) {
 				t.Errorf("the 2-host job found Trainer processes on %s: %s", h, p)
 			}
 		}
-		evs := must[map[string][]store.Event](t)(in.jobEvents(ctx, j.ID))
+		evs := must[map[store.Kind][]store.Event](t)(in.jobEvents(ctx, j.ID))
 		pro := evs["hook prolog"]
 		if len(pro) != 1 || !slices.Equal(pro[0].Nodes, c.Hosts) {
 			t.Fatalf("job %s: prolog calls %+v, want one naming %v", j.ID, pro, c.Hosts)
@@ -562,7 +562,7 @@ func TestBftrainer(t *testing.T) {
 		// (the service's round after the prolog, its runner's action
 		// there): it finds the launch already gone.
 		if err := in.poll(ctx, 30*time.Second, func() (bool, error) {
-			acts, err := in.events(ctx, store.Filter{Since: pro[0].At, Kinds: []string{store.KindAction}, Node: c.Hosts[1]})
+			acts, err := in.events(ctx, store.Filter{Since: pro[0].At, Kinds: []store.Kind{store.KindAction}, Node: c.Hosts[1]})
 			if err != nil || len(acts) == 0 {
 				return false, err
 			}
@@ -638,7 +638,7 @@ func TestBftrainer(t *testing.T) {
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Error(err)
 	}
-	errs := must[[]store.Event](t)(in.events(ctx, store.Filter{Kinds: []string{store.KindError}}))
+	errs := must[[]store.Event](t)(in.events(ctx, store.Filter{Kinds: []store.Kind{store.KindError}}))
 	for _, e := range errs {
 		t.Errorf("error recorded: %s %s %s", e.Source, e.Context, e.Error)
 	}

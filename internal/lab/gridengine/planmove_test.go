@@ -53,7 +53,7 @@ func TestGridEnginePlannedMove(t *testing.T) {
 	var moves []store.Event
 	if err := in.poll(ctx, time.Minute, func() (bool, error) {
 		var err error
-		moves, err = in.events(ctx, store.Filter{Kinds: []string{store.KindMove}, Job: b.ID})
+		moves, err = in.events(ctx, store.Filter{Kinds: []store.Kind{store.KindMove}, Job: b.ID})
 		return len(moves) > 0, err
 	}); err != nil {
 		interval, _ := lastInterval(c)
@@ -86,13 +86,13 @@ func TestGridEnginePlannedMove(t *testing.T) {
 			t.Errorf("job %s found Trainer processes on %s: %s", b.ID, h, p)
 		}
 	}
-	kills := must[[]store.Event](t)(in.events(ctx, store.Filter{Kinds: []string{store.KindKill}, Job: b.ID}))
+	kills := must[[]store.Event](t)(in.events(ctx, store.Filter{Kinds: []store.Kind{store.KindKill}, Job: b.ID}))
 	for _, k := range kills {
 		if k.Value > 0 {
 			t.Errorf("job %s's prolog killed %v processes on %v: want nothing left to kill", b.ID, k.Value, k.Nodes)
 		}
 	}
-	if pre := must[[]store.Event](t)(in.events(ctx, store.Filter{Kinds: []string{store.KindPreempt}, Trainer: tr})); len(pre) > 0 {
+	if pre := must[[]store.Event](t)(in.events(ctx, store.Filter{Kinds: []store.Kind{store.KindPreempt}, Trainer: tr})); len(pre) > 0 {
 		t.Errorf("the Trainer was preempted (%d rows): want only the move", len(pre))
 	}
 	t.Logf("job %s began %.1f s after the move (A released then: a job the plan assumed would run an hour)", b.ID, r.First.Sub(moves[len(moves)-1].At).Seconds())

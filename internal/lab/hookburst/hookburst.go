@@ -143,7 +143,7 @@ func count(ctx context.Context, o Options, res *Result) error {
 	}
 	defer db.Close()
 	first, last := o.JobBase+1, o.JobBase+o.Callers
-	evs, err := db.Events(ctx, store.Filter{Kinds: []string{store.KindHook, store.KindLeave}, Source: "slurm"})
+	evs, err := db.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindHook, store.KindLeave}, Source: "slurm"})
 	if err != nil {
 		return err
 	}

@@ -293,7 +293,7 @@ func (c *Cluster) Reset(ctx context.Context) error {
 
 // HookEvents returns the hook calls recorded for a job, by context.
 func (c *Cluster) HookEvents(ctx context.Context, job string) (map[string][]store.Event, error) {
-	evs, err := c.In.Events(ctx, store.Filter{Job: job, Kinds: []string{store.KindHook}})
+	evs, err := c.In.Events(ctx, store.Filter{Job: job, Kinds: []store.Kind{store.KindHook}})
 	if err != nil {
 		return nil, err
 	}

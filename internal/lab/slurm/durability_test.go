@@ -42,8 +42,8 @@ func recordedOnce(t *testing.T, c *slurm.Cluster, j *slurm.Job, info slurm.JobIn
 			t.Errorf("job %s on %v: %s recorded on %v", j.ID, nodesOf, ctxName, on)
 		}
 	}
-	for _, kind := range []string{store.KindLeave, store.KindRelease} {
-		if evs := must[[]store.Event](t)(c.In.Events(ctx, store.Filter{Kinds: []string{kind}, Job: j.ID})); len(evs) != 1 {
+	for _, kind := range []store.Kind{store.KindLeave, store.KindRelease} {
+		if evs := must[[]store.Event](t)(c.In.Events(ctx, store.Filter{Kinds: []store.Kind{kind}, Job: j.ID})); len(evs) != 1 {
 			t.Errorf("job %s: %d %s events, want 1", j.ID, len(evs), kind)
 		}
 	}
@@ -515,7 +515,7 @@ func cliRoundPending(t *testing.T, c *slurm.Cluster) {
 	job := must[*slurm.Job](t)(c.Lab.Submit(ctx, slurm.JobSpec{Nodes: 1, NodeList: x, Hold: time.Second, Name: "slowepilog"}))
 	// Released (EpilogSlurmctld recorded it), the node still completing.
 	if err := slurm.Poll(ctx, time.Minute, func() (bool, error) {
-		evs, err := c.In.Events(ctx, store.Filter{Kinds: []string{store.KindRelease}, Job: job.ID})
+		evs, err := c.In.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindRelease}, Job: job.ID})
 		if err != nil || len(evs) == 0 {
 			return false, err
 		}
@@ -610,7 +610,7 @@ func unloadableConfig(t *testing.T, c *slurm.Cluster) {
 	if ps := must[[]slurm.Proc](t)(c.In.TrainerProcs(x)); len(ps) > 0 {
 		t.Errorf("Trainer processes on %s beside job %s: %+v", x, job.ID, ps)
 	}
-	evs := must[[]store.Event](t)(c.In.Events(ctx, store.Filter{AfterID: startID, Kinds: []string{store.KindAction, store.KindLeave, store.KindEnd}}))
+	evs := must[[]store.Event](t)(c.In.Events(ctx, store.Filter{AfterID: startID, Kinds: []store.Kind{store.KindAction, store.KindLeave, store.KindEnd}}))
 	var gone, checked bool
 	for _, e := range evs {
 		gone = gone || (e.Kind == store.KindAction && e.Context == "gone" && e.Trainer == victim)

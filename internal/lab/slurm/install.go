@@ -678,7 +678,7 @@ func (in *Install) SetHookPath(ctx context.Context, l *Lab, path string) error {
 			return false, fmt.Errorf("srun printed no job id")
 		}
 		id := f[0]
-		evs, err := in.Events(ctx, store.Filter{Kinds: []string{store.KindHook}, Job: id})
+		evs, err := in.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindHook}, Job: id})
 		if err != nil && on {
 			return false, err
 		}

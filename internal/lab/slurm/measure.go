@@ -198,7 +198,7 @@ func (c *Cluster) execElsewhere(nodes map[string]pool.Node, id, node string, run
 // prolog's reclaim: the Trainer's process groups SIGKILLed and confirmed
 // gone), only those that killed something.
 func (c *Cluster) KillMs(ctx context.Context, afterID int64) ([]float64, error) {
-	evs, err := c.In.Events(ctx, store.Filter{Kinds: []string{store.KindKill}, AfterID: afterID})
+	evs, err := c.In.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindKill}, AfterID: afterID})
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +215,7 @@ func (c *Cluster) KillMs(ctx context.Context, afterID int64) ([]float64, error) 
 // (process start to recording: what the hook itself takes, exec and exit
 // aside).
 func (c *Cluster) HookMs(ctx context.Context, context_ string, afterID int64) ([]float64, error) {
-	evs, err := c.In.Events(ctx, store.Filter{Kinds: []string{store.KindHook}, AfterID: afterID})
+	evs, err := c.In.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindHook}, AfterID: afterID})
 	if err != nil {
 		return nil, err
 	}
@@ -377,7 +377,7 @@ func sideBftrainer(ctx context.Context, c *Cluster, o SideOptions) (r SideResult
 	if err := measureMain(ctx, c, o, &r); err != nil {
 		return r, err
 	}
-	kills, err := c.In.Events(ctx, store.Filter{Kinds: []string{store.KindKill}, Job: r.Main.ID})
+	kills, err := c.In.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindKill}, Job: r.Main.ID})
 	if err != nil {
 		return r, err
 	}

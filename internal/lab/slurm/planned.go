@@ -176,10 +176,10 @@ func PlannedReclaim(ctx context.Context, c *Cluster, o PlannedOptions) (r Planne
 	if r.Report, err = r.Main.WaitChecked(ctx, 3*time.Minute); err != nil {
 		return r, err
 	}
-	if r.Moves, err = c.In.Events(ctx, store.Filter{Kinds: []string{store.KindMove}, Job: r.Main.ID}); err != nil {
+	if r.Moves, err = c.In.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindMove}, Job: r.Main.ID}); err != nil {
 		return r, err
 	}
-	kills, err := c.In.Events(ctx, store.Filter{Kinds: []string{store.KindKill}, Job: r.Main.ID})
+	kills, err := c.In.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindKill}, Job: r.Main.ID})
 	if err != nil {
 		return r, err
 	}
@@ -223,7 +223,7 @@ func PlannedReclaim(ctx context.Context, c *Cluster, o PlannedOptions) (r Planne
 	// for rows covering B's nodes; what is there then is the answer.
 	var qerr error
 	Poll(ctx, 30*time.Second, func() (bool, error) {
-		if r.Preempts, qerr = c.In.Events(ctx, store.Filter{Kinds: []string{store.KindPreempt}, Trainer: r.Trainer.Name}); qerr != nil {
+		if r.Preempts, qerr = c.In.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindPreempt}, Trainer: r.Trainer.Name}); qerr != nil {
 			return false, qerr
 		}
 		var off []string
@@ -242,7 +242,7 @@ func (c *Cluster) offAt(ctx context.Context, trainer string, moves []store.Event
 	for _, m := range moves {
 		off = later(off, m.At)
 	}
-	stops, err := c.In.Events(ctx, store.Filter{Kinds: []string{store.KindAction}, Trainer: trainer, Since: moves[0].At.Add(-time.Second)})
+	stops, err := c.In.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindAction}, Trainer: trainer, Since: moves[0].At.Add(-time.Second)})
 	if err != nil {
 		return off, err
 	}

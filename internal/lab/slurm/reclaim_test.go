@@ -156,7 +156,7 @@ func reclaimEscape(t *testing.T, c *slurm.Cluster, look, mode string, e trainert
 // killReport is the node prolog's kill report for a job, from the history.
 func killReport(t *testing.T, c *slurm.Cluster, job string) wire.KillReport {
 	t.Helper()
-	evs := must[[]store.Event](t)(c.In.Events(context.Background(), store.Filter{Kinds: []string{store.KindKill}, Job: job}))
+	evs := must[[]store.Event](t)(c.In.Events(context.Background(), store.Filter{Kinds: []store.Kind{store.KindKill}, Job: job}))
 	if len(evs) == 0 {
 		t.Fatalf("no kill recorded for job %s", job)
 	}

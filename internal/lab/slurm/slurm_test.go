@@ -183,7 +183,7 @@ func TestSlurm(t *testing.T) {
 		}
 		t.Logf("main job %s on %v: first line %.0f ms after sbatch", main.ID, onMain, ms(main.StartDelay(r)))
 		// The Trainer did run there: each node prolog killed its agent.
-		kills := must[[]store.Event](t)(c.In.Events(ctx, store.Filter{Kinds: []string{store.KindKill}, Job: main.ID}))
+		kills := must[[]store.Event](t)(c.In.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindKill}, Job: main.ID}))
 		killed := map[string]float64{}
 		for _, k := range kills {
 			if k.Error != "" {
@@ -197,7 +197,7 @@ func TestSlurm(t *testing.T) {
 		// Who killed it: the node's prolog, or (a race it may win) the
 		// re-plan the controller's prolog started, stopping the Trainer on
 		// the nodes it no longer has. Either way before the job ran there.
-		stops := must[[]store.Event](t)(c.In.Events(ctx, store.Filter{Kinds: []string{store.KindAction}, Trainer: tr.Name, Since: main.Submitted}))
+		stops := must[[]store.Event](t)(c.In.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindAction}, Trainer: tr.Name, Since: main.Submitted}))
 		for _, n := range onMain {
 			if killed[n] >= 1 {
 				continue
@@ -343,7 +343,7 @@ func TestSlurm(t *testing.T) {
 		after := must[[]string](t)(c.Active(ctx))
 		for _, name := range before {
 			if !slices.Contains(after, name) {
-				end := must[[]store.Event](t)(c.In.Events(ctx, store.Filter{Kinds: []string{store.KindEnd}, Trainer: name}))
+				end := must[[]store.Event](t)(c.In.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindEnd}, Trainer: name}))
 				t.Errorf("Trainer %s ended during the storm: %s", name, eventDetails(end))
 			}
 		}
@@ -522,7 +522,7 @@ func failOpen(t *testing.T, c *slurm.Cluster) {
 		must[string](t)(c.In.RunEnv(ctx, noSolver, "reconcile"))
 		runMain(t, c, two, one)
 		must[string](t)(c.In.RunEnv(ctx, noSolver, "reconcile"))
-		solves := must[[]store.Event](t)(c.In.Events(ctx, store.Filter{Kinds: []string{store.KindSolve}, AfterID: startID}))
+		solves := must[[]store.Event](t)(c.In.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindSolve}, AfterID: startID}))
 		failed := 0
 		for _, e := range solves {
 			if strings.Contains(e.Error, "cbc") {
@@ -582,7 +582,7 @@ func failOpen(t *testing.T, c *slurm.Cluster) {
 		runMain(t, c, slurm.JobSpec{Nodes: 1, NodeList: on[0], Hold: time.Second}, two)
 		var unreachable []store.Event
 		err := slurm.Poll(ctx, time.Minute, func() (bool, error) {
-			evs, err := c.In.Events(ctx, store.Filter{Kinds: []string{store.KindAction}, AfterID: startID})
+			evs, err := c.In.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindAction}, AfterID: startID})
 			unreachable = slices.DeleteFunc(evs, func(e store.Event) bool { return !strings.Contains(e.Error, "unreachable") })
 			return len(unreachable) > 0, err
 		})
@@ -785,7 +785,7 @@ func TestSlurmUserNotRoot(t *testing.T) {
 	startID := must[int64](t)(c.LastEventID(ctx))
 	runMain(t, c, slurm.JobSpec{Nodes: 2, Hold: time.Second}, slurm.JobSpec{Nodes: 1, Hold: time.Second})
 	// The controller's hooks, run as slurm, recorded themselves.
-	evs := must[[]store.Event](t)(c.In.Events(ctx, store.Filter{Kinds: []string{store.KindHook}, AfterID: startID}))
+	evs := must[[]store.Event](t)(c.In.Events(ctx, store.Filter{Kinds: []store.Kind{store.KindHook}, AfterID: startID}))
 	n := 0
 	for _, e := range evs {
 		if e.Context == "prolog_slurmctld" || e.Context == "epilog_slurmctld" {
