@@ -328,6 +328,9 @@ func (c *Config) validate() error {
 		if s.Plan != nil {
 			keys[s.Plan.Key] = true
 		}
+		if s.Wiring != nil {
+			keys[s.Wiring.Key] = true // doctor's; its default when not set
+		}
 	}
 	for k := range c.Scheduler {
 		if !keys[k] {
