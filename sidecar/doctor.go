@@ -201,7 +201,8 @@ func (c *Core) doctorScheduler(ctx context.Context, o DoctorOptions, r *DoctorRe
 	name := s.Name + "." + s.Wiring.Key
 	prog := c.program(s.Wiring.Key, s.Wiring.Program)
 	if prog == "" {
-		r.add(name, DoctorWarn, fmt.Sprintf("[scheduler] %s is off: the scheduler's configuration is not checked", s.Wiring.Key), "")
+		r.add(name, DoctorWarn, fmt.Sprintf("[scheduler] %s is off: the scheduler's configuration is not checked", s.Wiring.Key),
+			fmt.Sprintf("set [scheduler] %s to its program (%s)", s.Wiring.Key, s.Wiring.Program))
 		return
 	}
 	if _, err := exec.LookPath(prog); err != nil {
