@@ -260,3 +260,119 @@ func checkSlurmUser(v string, want Want) Finding {
 	f.Hint = fmt.Sprintf("usermod -aG %s %s (or give the database's directory %s's group: contrib/slurm/README.md, section 3)", want.Group, name, name)
 	return f
 }
+
+// gridEngineWiring reads each cluster queue's configuration (qconf -sql,
+// then qconf -sq QUEUE).
+var gridEngineWiring = &Wiring{Key: "qconf", Program: "qconf", Check: checkGridEngineWiring}
+
+func checkGridEngineWiring(ctx context.Context, program string, want Want) ([]Finding, error) {
+	qconf := func(args ...string) ([]byte, error) {
+		cmd := exec.CommandContext(ctx, program, args...)
+		cmd.WaitDelay = time.Second
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w: %s", program, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		}
+		return out, nil
+	}
+	list, err := qconf("-sql")
+	if err != nil {
+		return nil, err
+	}
+	queues := map[string][]byte{}
+	for _, q := range strings.Fields(string(list)) {
+		if queues[q], err = qconf("-sq", q); err != nil {
+			return nil, err
+		}
+	}
+	return CheckGridEngineQueues(queues, want), nil
+}
+
+// ParseGridEngineQueue reads `qconf -sq QUEUE`: "name value" lines, a
+// value continued on the next line after a trailing backslash.
+func ParseGridEngineQueue(out []byte) map[string]string {
+	q := map[string]string{}
+	text := strings.ReplaceAll(string(out), "\\\n", "")
+	for _, l := range strings.Split(text, "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 2 {
+			q[f[0]] = strings.Join(f[1:], " ")
+		}
+	}
+	return q
+}
+
+// CheckGridEngineQueues checks each queue's prolog and epilog (by
+// queue name, `qconf -sq` output): run as root, they lead to bftrainer's
+// hook with "hook gridengine prolog|epilog" (contrib/gridengine). A
+// queue without bftrainer's prolog lends its hosts' Trainers to its jobs.
+// Host-specific values ("[host=…]") are not checked, and say so.
+func CheckGridEngineQueues(queues map[string][]byte, want Want) []Finding {
+	names := make([]string, 0, len(queues))
+	for n := range queues {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var out []Finding
+	for _, n := range names {
+		q := ParseGridEngineQueue(queues[n])
+		for _, h := range []string{"prolog", "epilog"} {
+			out = append(out, checkGridEngineHook(n, h, q[h], want.Hook))
+		}
+	}
+	return out
+}
+
+func checkGridEngineHook(queue, hook, value, bin string) Finding {
+	f := Finding{Name: "gridengine." + queue + "." + hook, Detail: hook + " " + value}
+	fix := fmt.Sprintf("qconf -mattr queue %s 'root@%s hook gridengine %s $host $job_id $job_owner' %s (contrib/gridengine/README.md)", hook, bin, hook, queue)
+	def, hosts, _ := strings.Cut(value, ",[")
+	user, line, hasUser := strings.Cut(def, "@")
+	if !hasUser || strings.Contains(user, "/") {
+		user, line = "", def
+	}
+	args := strings.Fields(line)
+	switch {
+	case len(args) == 0 || line == "NONE":
+		does := "nothing kills the Trainers on a job's hosts"
+		if hook == "epilog" {
+			does = "nothing lifts the hosts' fence when a job ends"
+		}
+		f.Status, f.Detail, f.Hint = Fail, fmt.Sprintf("queue %s has no %s: %s", queue, hook, does), fix
+	case user != "root":
+		f.Status, f.Detail, f.Hint = Fail, fmt.Sprintf("queue %s's %s runs as %s, not root: it cannot kill Trainers", queue, hook, cmpOr(user, "the job's owner")), fix
+	default:
+		if err := leadsTo(args[0], bin); err != nil {
+			f.Status, f.Detail, f.Hint = Fail, fmt.Sprintf("queue %s's %s: %v", queue, hook, err), fix
+			break
+		}
+		if sameFile(args[0], bin) && !strings.Contains(" "+strings.Join(args[1:], " ")+" ", " hook gridengine "+hook+" ") {
+			f.Status, f.Detail, f.Hint = Fail, fmt.Sprintf("queue %s's %s runs bftrainer without \"hook gridengine %s\": %q", queue, hook, hook, line), fix
+			break
+		}
+		f.Status = OK
+		if hosts != "" {
+			f.Status, f.Hint = Warn, "check the host-specific values by hand: qconf -sq "+queue
+		}
+	}
+	return f
+}
+
+// sameFile reports whether a and b are one file.
+func sameFile(a, b string) bool {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	sb, err := os.Stat(b)
+	return err == nil && os.SameFile(sa, sb)
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

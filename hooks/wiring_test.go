@@ -133,12 +133,48 @@ func TestCheckSlurmConfig(t *testing.T) {
 	}
 }
 
-// TestSchedulersWiring: Slurm reads its configuration; the others say
-// they do not (doctor warns).
+// TestSchedulersWiring: Slurm and Grid Engine read their configuration;
+// LSF and PBS do not (doctor warns).
 func TestSchedulersWiring(t *testing.T) {
 	for _, s := range Builtin() {
-		if got, want := s.Wiring != nil, s.Name == Slurm; got != want {
+		if got, want := s.Wiring != nil, s.Name == Slurm || s.Name == nameGridEngine; got != want {
 			t.Errorf("%s: has Wiring %v, want %v", s.Name, got, want)
 		}
+	}
+}
+
+// TestCheckGridEngineQueues: the line contrib/gridengine gives, a wrapper
+// naming the hook, host-specific values (a warning), and the ways a
+// queue's hooks go wrong. (The format is a real cell's: internal/lab/
+// gridengine TestGridEngineDoctor.)
+func TestCheckGridEngineQueues(t *testing.T) {
+	hook := mustHook(t)
+	wrapper := filepath.Join(filepath.Dir(hook), "site-prolog")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\n"+hook+" hook gridengine prolog \"$@\"; exec /opt/site/prolog \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	guide := "root@" + hook + " hook gridengine prolog $host $job_id $job_owner"
+	for _, tc := range []struct {
+		name, prolog, status, says string
+	}{
+		{"the guide's line", guide, OK, ""},
+		{"a wrapper naming the hook", "root@" + wrapper + " $host $job_id", OK, ""},
+		{"a line continued", "root@" + hook + " hook gridengine \\\n                      prolog $host", OK, ""},
+		{"host-specific values", guide + ",[gel1=NONE]", Warn, ""},
+		{"none", "NONE", Fail, "has no prolog"},
+		{"as the job's owner", hook + " hook gridengine prolog $host", Fail, "not root"},
+		{"the wrong context", "root@" + hook + " hook gridengine epilog $host", Fail, "without \"hook gridengine prolog\""},
+		{"not there", "root@/nonexistent/bftrainer hook gridengine prolog", Fail, "no such file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := "qname                 all.q\nprolog                " + tc.prolog + "\nepilog                root@" + hook + " hook gridengine epilog $host\n"
+			got := findings(CheckGridEngineQueues(map[string][]byte{"all.q": []byte(q)}, Want{Hook: hook}))
+			if f := got["gridengine.all.q.prolog"]; f.Status != tc.status || !strings.Contains(f.Detail, tc.says) || (f.Status != OK) != (f.Hint != "") {
+				t.Errorf("prolog %q: %+v, want %s saying %q", tc.prolog, f, tc.status, tc.says)
+			}
+			if f := got["gridengine.all.q.epilog"]; f.Status != OK {
+				t.Errorf("epilog: %+v, want ok", f)
+			}
+		})
 	}
 }

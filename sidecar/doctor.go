@@ -194,7 +194,7 @@ func (c *Core) doctorScheduler(ctx context.Context, o DoctorOptions, r *DoctorRe
 		return
 	}
 	if s.Wiring == nil {
-		r.add(s.Name+".config", DoctorWarn, fmt.Sprintf("doctor reads Slurm's configuration only, not %s's", s.Name),
+		r.add(s.Name+".config", DoctorWarn, fmt.Sprintf("doctor does not read %s's configuration (Slurm's and Grid Engine's only)", s.Name),
 			"check the hooks by hand against "+s.Contrib+"/README.md")
 		return
 	}

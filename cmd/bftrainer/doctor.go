@@ -30,8 +30,9 @@ of slurm.conf, and from monitoring; exit status 1 if any check fails.
              scontrol show config): Prolog, Epilog, PrologSlurmctld and
              EpilogSlurmctld lead to this binary (or --hook), PrologFlags
              has Alloc, PrologEpilogTimeout is above twice hooks.deadline,
-             SlurmUser is in the database's group. Other schedulers: a
-             warning (Slurm only, for now).
+             SlurmUser is in the database's group. Grid Engine (qconf
+             -sq, every queue): the prolog and epilog run this binary's
+             "hook gridengine prolog|epilog" as root. LSF, PBS: a warning.
   paths      the database, the journals (2770, the database's group), the
              spool (1733), trainer.registry and log_dir, hooks.log,
              metrics.textfile
