@@ -375,7 +375,7 @@ func (c *Core) doctorSystemd(ctx context.Context, o DoctorOptions, r *DoctorRepo
 				r.add(name, DoctorFail, fmt.Sprintf("%s is enabled but %s", u, cmpOr(p["ActiveState"], "unknown")), "systemctl start "+short+"; journalctl -u "+short)
 				continue
 			}
-			r.add(name, DoctorOK, fmt.Sprintf("enabled, active since %s", p["ActiveEnterTimestamp"]), "")
+			r.add(name, DoctorOK, "enabled, active since "+cmpOr(p["ActiveEnterTimestamp"], "(not said)"), "")
 			continue
 		}
 		last := props(u, "LastTriggerUSec")["LastTriggerUSec"]

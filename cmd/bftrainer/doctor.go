@@ -141,7 +141,7 @@ func doctorOptions(c *cli.Context, cfg Config) (sidecar.DoctorOptions, error) {
 // and, unless ok, the fix.
 func writeDoctor(w io.Writer, r *sidecar.DoctorReport) error {
 	for _, ch := range r.Checks {
-		line := fmt.Sprintf("%-4s  %-32s  %s", ch.Status, ch.Check, ch.Detail)
+		line := fmt.Sprintf("%-4s  %-36s  %s", ch.Status, ch.Check, ch.Detail)
 		if ch.Hint != "" {
 			line += " — fix: " + ch.Hint
 		}

@@ -2,13 +2,17 @@ package slurm
 
 import (
 	"context"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/bftrainer/bftrainer/sidecar"
+	"github.com/bftrainer/bftrainer/trainer/trainertest"
 )
 
 // TestSlurmDoctor runs doctor's scheduler checks against a real slurmctld,
@@ -17,8 +21,9 @@ import (
 // PrologFlags=Alloc, PrologEpilogTimeout=120, SlurmUser root) has every
 // Slurm check ok; then slurm.conf is broken one way at a time and
 // reconfigured, and doctor gives the fail line of that check, and only
-// that one (a fail is doctor's exit status 1: cmd/bftrainer's
-// TestDoctorExit).
+// that one. The bftrainer binary itself, on a controller laid out as the
+// guide's section 3 says, exits 0 on the clean wiring and 1, with the
+// fail line, without PrologFlags=Alloc.
 func TestSlurmDoctor(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real Slurm cluster")
@@ -105,11 +110,16 @@ func TestSlurmDoctor(t *testing.T) {
 		}
 	}
 
+	bin := doctorBinary(t, dir, scontrol)
 	t.Run("clean", func(t *testing.T) {
 		for k, c := range slurmChecks(t) {
 			if c.Status != sidecar.DoctorOK {
 				t.Errorf("%s: %s %q, want ok", k, c.Status, c.Detail)
 			}
+		}
+		code, out := bin(t)
+		if code != 0 || strings.Count(out, "\nok    slurm.") != 7 {
+			t.Errorf("bftrainer doctor: exit %d, want 0 and seven ok lines for Slurm", code)
 		}
 	})
 	t.Run("no PrologFlags=Alloc", func(t *testing.T) {
@@ -122,6 +132,10 @@ func TestSlurmDoctor(t *testing.T) {
 			}
 		}()
 		failsOnly(t, slurmChecks(t), "slurm.PrologFlags", "without Alloc")
+		code, out := bin(t)
+		if code != 1 || !strings.Contains(out, "\nfail  slurm.PrologFlags ") || strings.Count(out, "\nfail ") != 1 {
+			t.Errorf("bftrainer doctor: exit %d, want 1 and one fail line, slurm.PrologFlags", code)
+		}
 	})
 	t.Run("hook path that does not exist", func(t *testing.T) {
 		gone := filepath.Join(dir, "no", "bftrainer")
@@ -135,4 +149,81 @@ func TestSlurmDoctor(t *testing.T) {
 		}()
 		failsOnly(t, slurmChecks(t), "slurm.Prolog", "no such file or directory")
 	})
+}
+
+// doctorBinary builds bftrainer and lays out a controller in dir as
+// contrib/slurm/README.md section 3 says (SlurmUser root: no group
+// steps), and returns a function running `bftrainer doctor` there: its
+// exit status and stdout (with a leading newline, for line matching).
+func doctorBinary(t *testing.T, dir, scontrol string) func(t *testing.T) (int, string) {
+	t.Helper()
+	bin := filepath.Join(dir, "bin", "bftrainer")
+	build := exec.Command("go", "build", "-tags", "urfave_cli_no_docs", "-o", bin, "./cmd/bftrainer")
+	build.Dir = trainertest.RepoRoot(t)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	mk := func(p string, mode uint32) string {
+		p = filepath.Join(dir, p)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	state, logs := mk("db", 0o2755), mk("log", 0o755)
+	mk("db/journal", 0o2770)
+	hookLog := filepath.Join(logs, "hooks.log")
+	for _, f := range []string{hookLog, filepath.Join(state, "bftrainer.db")} {
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.Chmod(hookLog, 0o660); err != nil {
+		t.Fatal(err)
+	}
+	systemctl := filepath.Join(dir, "systemctl")
+	if err := os.WriteFile(systemctl, []byte(`#!/bin/sh
+case $1 in
+is-enabled) echo enabled ;;
+show) echo ActiveState=active; echo "LastTriggerUSec=$(date -u '+%a %Y-%m-%d %H:%M:%S UTC')" ;;
+esac
+`), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(dir, "bftrainer.toml")
+	if err := os.WriteFile(config, []byte(`database = "`+filepath.Join(state, "bftrainer.db")+`"
+journal_fallback = "`+mk("run/journal", 0o2770)+`"
+spool = "`+mk("spool", 0o1733)+`"
+[hooks]
+log = "`+hookLog+`"
+[scheduler]
+scontrol = "`+scontrol+`"
+[trainer]
+registry = "`+mk("run/nodes", 0o755)+`"
+log_dir = "`+mk("log/trainers", 0o755)+`"
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return func(t *testing.T) (int, string) {
+		t.Helper()
+		// The hook is the stand-in the lab's slurm.conf names; the units
+		// a fake systemctl says are enabled, active and recent.
+		cmd := exec.Command(bin, "--config", config, "doctor", "--hook", filepath.Join(dir, "bftrainer"), "--systemctl", systemctl)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		t.Logf("bftrainer doctor:\n%s%s", out, stderr.String())
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			return 0, "\n" + string(out)
+		case errors.As(err, &ee):
+			return ee.ExitCode(), "\n" + string(out)
+		}
+		t.Fatal(err)
+		return -1, ""
+	}
 }
