@@ -15,7 +15,7 @@ import (
 // whether hook (when given) is an executable file here, and the clock.
 func (a *Agent) Doctor(hook string) wire.NodeCheck {
 	r := wire.NodeCheck{Containment: a.Mode(), Version: a.Version, Kill: canKill()}
-	v2, _, err := mounts()
+	v2, v1, err := mounts()
 	if err == nil && len(v2) > 0 {
 		r.CgroupV2 = true
 		root := a.CgroupRoot
@@ -28,7 +28,9 @@ func (a *Agent) Doctor(hook string) wire.NodeCheck {
 		if err != nil {
 			ctl, _ = os.ReadFile(filepath.Join(filepath.Dir(root), "cgroup.controllers"))
 		}
-		r.Pids = slices.Contains(strings.Fields(string(ctl)), "pids")
+		// On a hybrid host the v1 pids hierarchy is mirrored (Cgroups'
+		// v1 directories).
+		r.Pids = slices.Contains(strings.Fields(string(ctl)), "pids") || v1["pids"] != ""
 	}
 	if hook != "" {
 		r.Hook = hook

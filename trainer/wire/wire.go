@@ -232,7 +232,8 @@ type NodeCheck struct {
 	Containment string `json:"containment"`
 	// CgroupV2 says a cgroup2 filesystem is mounted; Kill that the kernel
 	// has cgroup.kill (Linux 5.14); Pids that the pids controller is
-	// available to the Trainers' subtree.
+	// available to the Trainers' subtree (v2, or v1 mirrored on a hybrid
+	// host).
 	CgroupV2 bool `json:"cgroup_v2"`
 	Kill     bool `json:"cgroup_kill"`
 	Pids     bool `json:"pids"`

@@ -121,6 +121,15 @@ func TestSlurmDoctor(t *testing.T) {
 		if code != 0 || strings.Count(out, "\nok    slurm.") != 7 {
 			t.Errorf("bftrainer doctor: exit %d, want 0 and seven ok lines for Slurm", code)
 		}
+		// The nodes, sampled from sinfo, asked through the node agent
+		// over the transport (local: every lab node is this machine).
+		for _, n := range l.Nodes {
+			for _, c := range []string{"hook", "clock"} {
+				if !strings.Contains(out, "\nok    node."+n+"."+c+" ") {
+					t.Errorf("no ok line for node.%s.%s", n, c)
+				}
+			}
+		}
 	})
 	t.Run("no PrologFlags=Alloc", func(t *testing.T) {
 		if err := l.rewriteConf(ctx, []string{"PrologFlags"}, nil); err != nil {
@@ -153,7 +162,8 @@ func TestSlurmDoctor(t *testing.T) {
 
 // doctorBinary builds bftrainer and lays out a controller in dir as
 // contrib/slurm/README.md section 3 says (SlurmUser root: no group
-// steps), and returns a function running `bftrainer doctor` there: its
+// steps; transport local: the lab's nodes are this machine), and
+// returns a function running `bftrainer doctor` there: its
 // exit status and stdout (with a leading newline, for line matching).
 func doctorBinary(t *testing.T, dir, scontrol string) func(t *testing.T) (int, string) {
 	t.Helper()
@@ -201,7 +211,9 @@ spool = "`+mk("spool", 0o1733)+`"
 log = "`+hookLog+`"
 [scheduler]
 scontrol = "`+scontrol+`"
+sinfo = "`+filepath.Join(filepath.Dir(scontrol), "sinfo")+`"
 [trainer]
+transport = "local"
 registry = "`+mk("run/nodes", 0o755)+`"
 log_dir = "`+mk("log/trainers", 0o755)+`"
 `), 0o644); err != nil {
