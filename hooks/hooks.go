@@ -3,7 +3,10 @@
 // and so whether bftrainer must reclaim nodes, release them, or act on the
 // local node only. It also reads each scheduler's own view of node states,
 // and, where a scheduler publishes one, its plan of the jobs it will start
-// (PlannedStart; Grid Engine's reservations, GridEnginePlan).
+// (PlannedStart; Grid Engine's reservations, GridEnginePlan), and, for
+// `bftrainer doctor`, checks its running configuration against what
+// bftrainer needs (Wiring: Slurm's scontrol show config, Grid Engine's
+// queues).
 //
 // Each scheduler is one Scheduler value in its own file (slurm.go, lsf.go,
 // pbs.go, gridengine.go), and a Registry lists them (Builtin); nothing

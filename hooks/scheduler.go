@@ -38,7 +38,7 @@ func (in Input) arg(i int) string {
 // and the node agent find it there.
 //
 // Optional capabilities are pointer or function fields, nil when a
-// scheduler does not offer them (Listing and Plan are such).
+// scheduler does not offer them (Listing, Plan, Accounting and Wiring are such).
 type Scheduler struct {
 	// Name is how the configuration (hooks.scheduler), `bftrainer hook
 	// NAME`, `sync --scheduler` and Call.Scheduler spell it.
@@ -77,6 +77,10 @@ type Scheduler struct {
 	// Accounting reads the scheduler's own records of its jobs, for the
 	// audit; nil when it has none bftrainer reads.
 	Accounting *Accounting
+	// Wiring checks the scheduler's own view of its configuration against
+	// what bftrainer needs, for `bftrainer doctor`; nil when bftrainer
+	// does not read it.
+	Wiring *Wiring
 }
 
 // Registry is the schedulers one bftrainer knows, in detection order. It

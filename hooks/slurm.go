@@ -45,6 +45,7 @@ var slurm = Scheduler{
 	// SchedNodes.
 	Plan:       &Planner{Key: "squeue", Program: "/usr/bin/squeue", Read: readSlurmPlan},
 	Accounting: &Accounting{Key: "sacct", Program: "/usr/bin/sacct", Read: readSlurmAccounting},
+	Wiring:     slurmWiring,
 }
 
 // slurmAction maps every SLURM_SCRIPT_CONTEXT Slurm documents (22.05) to

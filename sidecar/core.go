@@ -21,6 +21,7 @@
 // set of functions, whether they arrive from the CLI, the spool or the
 // fold. The core translates between the vocabularies of the packages it
 // joins; cmd/bftrainer only builds it from the configuration and prints.
+// Doctor checks a site's wiring of all of it (doctor.go).
 // Its Options are split by speed: HookOptions for the hook path, the rest
 // for rounds and commands.
 package sidecar

@@ -91,6 +91,18 @@ func (c AgentClient) Containment(ctx context.Context, node string) (string, erro
 	return r.Containment, err
 }
 
+// Doctor asks node's agent what `bftrainer doctor` checks there, hook
+// (when not "") among it: the path the scheduler's node hooks run.
+func (c AgentClient) Doctor(ctx context.Context, node, hook string) (wire.NodeCheck, error) {
+	args := []string{"doctor"}
+	if hook != "" {
+		args = append(args, hook)
+	}
+	var r wire.NodeCheck
+	err := c.call(ctx, node, args, nil, &r)
+	return r, err
+}
+
 // kill runs a stop or a kill: a kill that failed still says what it sent
 // to which process, so its report is read whatever the error.
 func (c AgentClient) kill(ctx context.Context, node string, args []string) (wire.KillReport, error) {

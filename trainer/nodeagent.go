@@ -28,6 +28,8 @@ type AgentSettings struct {
 	// JobMarkers are the schedulers' job variables
 	// (hooks.Registry.JobMarkers): a process carrying one is spared.
 	JobMarkers []string
+	// Version is the binary's version, which "node-agent doctor" reports.
+	Version string
 }
 
 // Containment modes of trainer.containment.
@@ -62,5 +64,6 @@ func NewNodeAgent(s AgentSettings) *agent.Agent {
 		DeviceGlob:     s.DeviceGlob,
 		Sweep:          s.Sweep,
 		JobMarkers:     s.JobMarkers,
+		Version:        s.Version,
 	}
 }

@@ -70,9 +70,10 @@ type Config struct {
 		Textfile string `toml:"textfile"`
 	} `toml:"metrics"`
 	// Scheduler names each scheduler's node-listing program, under its
-	// Listing.Key ("sinfo"), and its plan's program or file, under its
-	// Plan.Key ("squeue"); a scheduler's own default when not set, ""
-	// turns it off.
+	// Listing.Key ("sinfo"), its plan's program or file, under its
+	// Plan.Key ("squeue"), and the program doctor reads its configuration
+	// with, under its Wiring.Key ("scontrol"); a scheduler's own default
+	// when not set, "" turns it off.
 	Scheduler map[string]string `toml:"scheduler"`
 	Trainer   TrainerConfig     `toml:"trainer"`
 
@@ -190,6 +191,9 @@ func defaults() Config {
 		}
 		if s.Plan != nil {
 			c.Scheduler[s.Plan.Key] = s.Plan.Program
+		}
+		if s.Wiring != nil {
+			c.Scheduler[s.Wiring.Key] = s.Wiring.Program
 		}
 	}
 	c.DatabaseMode = FileMode{0o644}
@@ -327,6 +331,9 @@ func (c *Config) validate() error {
 		}
 		if s.Plan != nil {
 			keys[s.Plan.Key] = true
+		}
+		if s.Wiring != nil {
+			keys[s.Wiring.Key] = true
 		}
 	}
 	for k := range c.Scheduler {

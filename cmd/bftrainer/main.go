@@ -87,6 +87,7 @@ func commands() []*cli.Command {
 		hostsCommand(),
 		replayCommand(),
 		auditCommand(),
+		doctorCommand(),
 		configCommand(),
 		nodeAgentCommand(),
 	}

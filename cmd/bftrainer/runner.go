@@ -118,6 +118,7 @@ func nodeAgent(cfg Config) trainer.AgentSettings {
 		DeviceGlob:     t.DeviceGlob,
 		Sweep:          t.sweep,
 		JobMarkers:     schedulers().JobMarkers(),
+		Version:        version,
 	}
 }
 
@@ -156,14 +157,15 @@ func nodeAgentCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "node-agent",
 		Usage:     "per-node Trainer operations, run as root on the node by the reconciler (ssh or local)",
-		ArgsUsage: "start | stop NODE TRAINER | kill-all [--fence] NODE | clean NODE | unfence NODE | list NODE | tail NODE TRAINER | containment",
+		ArgsUsage: "start | stop NODE TRAINER | kill-all [--fence] NODE | clean NODE | unfence NODE | list NODE | tail NODE TRAINER | containment | doctor [HOOK]",
 		Hidden:    true,
 		Description: `Not for people: the reconciler runs it on a node, as root, over ssh (or
 locally). "start" reads the launch as JSON on standard input and starts the
 program as its owner under a supervisor, in its own cgroup where the node
 has cgroup v2; the others print what they did as JSON. The registry is
 trainer.registry of this machine's configuration; "containment" prints
-how this node contains Trainer processes.`,
+how this node contains Trainer processes; "doctor" what "bftrainer doctor"
+checks on a node.`,
 		SkipFlagParsing: true,
 		Action: func(c *cli.Context) error {
 			args := c.Args().Slice()

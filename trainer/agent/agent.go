@@ -58,7 +58,9 @@ type Agent struct {
 	// so no Trainer process starts with one. Nil spares no job: only
 	// tests about something else leave it so.
 	JobMarkers []string
-	Now        func() time.Time
+	// Version is this binary's version, which "doctor" reports.
+	Version string
+	Now     func() time.Time
 
 	cg       *Cgroups
 	cgReason string
@@ -174,12 +176,12 @@ func (a *Agent) Unfence(_ context.Context, node string) error {
 
 // Main runs one node-agent command — start (launch JSON on stdin), stop
 // NODE TRAINER, kill-all [--fence] NODE, clean NODE, unfence NODE, list
-// NODE, tail NODE TRAINER (request on stdin), containment, or the
+// NODE, tail NODE TRAINER (request on stdin), containment, doctor [HOOK], or the
 // internal supervise and read-tail — and writes its JSON
 // answer to stdout.
 func (a *Agent) Main(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("node-agent: want start, stop, kill-all, clean, unfence, list, tail or containment")
+		return errors.New("node-agent: want start, stop, kill-all, clean, unfence, list, tail, containment or doctor")
 	}
 	var out any
 	var err error
@@ -242,6 +244,15 @@ func (a *Agent) Main(ctx context.Context, args []string, stdin io.Reader, stdout
 		out, err = a.List(ctx, rest[0])
 	case "containment":
 		out = a.Report()
+	case "doctor":
+		if len(rest) > 1 {
+			return errors.New("node-agent doctor: want [HOOK]")
+		}
+		hook := ""
+		if len(rest) == 1 {
+			hook = rest[0]
+		}
+		out = a.Doctor(hook)
 	default:
 		return fmt.Errorf("node-agent: unknown command %q", cmd)
 	}

@@ -224,3 +224,26 @@ type Ack struct {
 
 // MaxLaunch bounds a launch or a supervise request read from a pipe.
 const MaxLaunch = 1 << 20
+
+// NodeCheck is the node agent's answer to "node-agent doctor [HOOK]":
+// what `bftrainer doctor` checks on a node.
+type NodeCheck struct {
+	// Containment is the agent's mode (Cgroup, or "degraded (reason)").
+	Containment string `json:"containment"`
+	// CgroupV2 says a cgroup2 filesystem is mounted; Kill that the kernel
+	// has cgroup.kill (Linux 5.14); Pids that the pids controller is
+	// available to the Trainers' subtree (v2, or v1 mirrored on a hybrid
+	// host).
+	CgroupV2 bool `json:"cgroup_v2"`
+	Kill     bool `json:"cgroup_kill"`
+	Pids     bool `json:"pids"`
+	// Version is the agent's binary's version.
+	Version string `json:"version"`
+	// Hook is the hook path asked about; HookOK says it is an executable
+	// file here, and HookErr why not.
+	Hook    string `json:"hook,omitempty"`
+	HookOK  bool   `json:"hook_ok,omitempty"`
+	HookErr string `json:"hook_error,omitempty"`
+	// Time is the node's clock when it answered.
+	Time time.Time `json:"time"`
+}

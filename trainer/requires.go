@@ -1,0 +1,43 @@
+package trainer
+
+// Requirement is a program a launcher needs on the controller, as a
+// command that succeeds where it is there: what `bftrainer doctor` runs.
+type Requirement struct {
+	What string   // "torchrun", "python with the elastic runtime"
+	Argv []string // the command; it exits 0 when the program is there
+	Env  []string // added to the environment
+	Hint string   // the fix when it is not
+}
+
+// Requirer is a Launcher that says what it needs.
+type Requirer interface {
+	Requires() []Requirement
+}
+
+// Requires is torchrun's command (its module imported, when it is
+// python -m MODULE) and torch for its interpreter.
+func (l *torchrun) Requires() []Requirement {
+	c := l.s.Command
+	run := []string{c[0], "--help"}
+	if isPython(c[0]) && len(c) > 2 && c[1] == "-m" {
+		run = []string{c[0], "-c", "import " + c[2]}
+	}
+	return []Requirement{
+		{What: "torchrun (" + c[0] + ")", Argv: run,
+			Hint: "install torch for that interpreter, or set [trainer.launcher.torchrun] command"},
+		{What: "python with torch (" + l.python() + ")", Argv: []string{l.python(), "-c", "import torch"},
+			Hint: "install torch, or set [trainer.launcher.torchrun] python"},
+	}
+}
+
+// Requires is the interpreter with torch and the elastic runtime
+// (bftrainer_elastic, from pythonpath).
+func (l *elastic) Requires() []Requirement {
+	r := Requirement{What: "python with the elastic runtime (" + l.s.Python + ")",
+		Argv: []string{l.s.Python, "-c", "import torch, bftrainer_elastic"},
+		Hint: "install torch for that interpreter and the runtime (make install puts it in PREFIX/lib/bftrainer/python), or set [trainer.launcher.elastic] python and pythonpath"}
+	if l.s.PythonPath != "" {
+		r.Env = []string{"PYTHONPATH=" + l.s.PythonPath}
+	}
+	return []Requirement{r}
+}
