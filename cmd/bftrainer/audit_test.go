@@ -22,6 +22,17 @@ import (
 func TestAudit(t *testing.T) {
 	bin := MustBuild(t)
 	e := newTestEnv(t, "")
+	// The hooks start no reconciler of their own: the one round below
+	// records what they wrote (a spawned one could still hold the lock
+	// when it runs).
+	conf, err := os.ReadFile(e.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf = []byte(strings.Replace(string(conf), "[hooks]\n", "[hooks]\nspawn_reconciler = \"never\"\n", 1))
+	if err := os.WriteFile(e.config, conf, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	run := func(env []string, args ...string) (string, error) {
 		out, err := e.cmd(bin, env, args...).CombinedOutput()
 		return string(out), err

@@ -72,8 +72,9 @@ type Config struct {
 	// Scheduler names each scheduler's node-listing program, under its
 	// Listing.Key ("sinfo"), its plan's program or file, under its
 	// Plan.Key ("squeue"), and the program doctor reads its configuration
-	// with, under its Wiring.Key ("scontrol"); a scheduler's own default
-	// when not set, "" turns it off.
+	// with, under its Wiring.Key ("scontrol"), and its accounting reader,
+	// under its Accounting.Key ("sacct", for audit); a scheduler's own
+	// default when not set, "" turns it off.
 	Scheduler map[string]string `toml:"scheduler"`
 	Trainer   TrainerConfig     `toml:"trainer"`
 
@@ -194,6 +195,9 @@ func defaults() Config {
 		}
 		if s.Wiring != nil {
 			c.Scheduler[s.Wiring.Key] = s.Wiring.Program
+		}
+		if s.Accounting != nil {
+			c.Scheduler[s.Accounting.Key] = s.Accounting.Program
 		}
 	}
 	c.DatabaseMode = FileMode{0o644}
@@ -334,6 +338,9 @@ func (c *Config) validate() error {
 		}
 		if s.Wiring != nil {
 			keys[s.Wiring.Key] = true
+		}
+		if s.Accounting != nil {
+			keys[s.Accounting.Key] = true
 		}
 	}
 	for k := range c.Scheduler {
