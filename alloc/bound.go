@@ -47,7 +47,9 @@ func (ch *choices) envelope(owner int) (k0 int, v0 float64, segs []seg, ok bool)
 	for _, pc := range ch.pieces {
 		pts = append(pts, pt{pc.a, pc.alpha + pc.beta*float64(pc.a)}, pt{pc.b, pc.alpha + pc.beta*float64(pc.b)})
 	}
-	if ch.cur > 0 {
+	// A table holds the current size's value too (the same val(j, C)):
+	// adding it again would only unsort the points.
+	if ch.cur > 0 && (ch.table == nil || ch.cur < ch.lo || ch.cur > ch.maxK) {
 		pts = append(pts, pt{ch.cur, ch.curV})
 	}
 	for i, v := range ch.table {
@@ -59,8 +61,9 @@ func (ch *choices) envelope(owner int) (k0 int, v0 float64, segs []seg, ok bool)
 	if byK := func(a, b pt) int { return a.k - b.k }; !slices.IsSortedFunc(pts, byK) {
 		slices.SortStableFunc(pts, byK)
 	}
-	// Upper hull, left to right (monotone chain).
-	hull := pts[:0:0]
+	// Upper hull, left to right (monotone chain), in place: the hull never
+	// holds more points than have been read.
+	hull := pts[:0]
 	for _, q := range pts {
 		if n := len(hull); n > 0 && hull[n-1].k == q.k {
 			if q.v > hull[n-1].v {
@@ -81,6 +84,7 @@ func (ch *choices) envelope(owner int) (k0 int, v0 float64, segs []seg, ok bool)
 		hull = append(hull, q)
 	}
 	k0, v0 = hull[0].k, hull[0].v
+	segs = make([]seg, 0, len(hull)-1)
 	for i := 1; i < len(hull); i++ {
 		d := hull[i].k - hull[i-1].k
 		s := (hull[i].v - hull[i-1].v) / float64(d)
