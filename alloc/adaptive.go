@@ -459,7 +459,7 @@ func (m *adaptiveModel) gainOf(j, k int, set []block, rates []float64, P float64
 		}
 		// One cohort, one reclaim: R_down at the rate then, if it comes
 		// before the Trainer finishes or the pool re-places.
-		_, pi := m.over(set[s].o, grown)
+		hs, pi := m.over(set[s].o, grown)
 		g -= t.RDown * rates[end] * pi
 		// Its nodes' steps of the curve, held ones first (the merge puts
 		// them first among equal ages), each run over its horizon.
@@ -469,11 +469,15 @@ func (m *adaptiveModel) gainOf(j, k int, set []block, rates []float64, P float64
 				rb += set[b].n
 				b++
 			}
-			horizon := m.gap
-			if set[a].o.added {
-				horizon = grown
+			var h float64
+			switch {
+			case !set[a].o.added:
+				h = set[a].o.hTau // m.over at τ
+			case a == s:
+				h = hs // the cohort's first block over grown: computed above
+			default:
+				h, _ = m.over(set[a].o, grown)
 			}
-			h, _ := m.over(set[a].o, horizon)
 			g += (rates[rb] - rates[ra]) * h
 			a, ra = b, rb
 		}

@@ -100,6 +100,28 @@ func TestAdaptiveMatchesOracle(t *testing.T) {
 	// Large enough that the Trainers' values are built on all cores
 	// (perTrainer), every node its own cohort.
 	checkAgainstOracle(t, 99, alloctest.SummitCohorts(12, 1500, 1500, 1, 7))
+	// Large N_max with plateaus and superlinear stretches, and many
+	// Trainers on a large pool (prune's λ* and its rounding rounds).
+	for i, c := range largeCases(r) {
+		checkAgainstOracle(t, 1000+i, c)
+	}
+}
+
+// largeCases draws problems at large N_max (up to 2,500 nodes, N_max = N
+// or N/2, curves of up to 8 breakpoints: plateaus and superlinear
+// stretches among them) and with up to 150 Trainers.
+func largeCases(r *rand.Rand) []*alloc.Problem {
+	var out []*alloc.Problem
+	for range 6 {
+		n := 1000 + r.IntN(1500)
+		p := oracleProblem(r, 2+r.IntN(6), n, []int{n, n / 2}[r.IntN(2)])
+		out = append(out, p)
+	}
+	for range 3 {
+		n := 1000 + r.IntN(1000)
+		out = append(out, oracleProblem(r, 80+r.IntN(70), n, 16+r.IntN(200)))
+	}
+	return out
 }
 
 func checkAgainstOracle(t *testing.T, i int, p *alloc.Problem) {
@@ -146,6 +168,16 @@ func TestExactMatchesOracle(t *testing.T) {
 		}
 		if wantObj := p.ObjectiveOf(want); !approxRel(pl.Objective, wantObj, 1e-9) {
 			t.Fatalf("problem %d: exact %v (counts %v), oracle %v (counts %v)", i, pl.Objective, pl.Counts(), wantObj, want)
+		}
+	}
+	for i, p := range largeCases(r) {
+		want, ok := allocbefore.ExactCounts(p)
+		pl, err := alloc.Exact{}.Solve(context.Background(), p)
+		if err != nil || !ok {
+			t.Fatalf("large problem %d: %v (oracle feasible %v)", i, err, ok)
+		}
+		if wantObj := p.ObjectiveOf(want); !approxRel(pl.Objective, wantObj, 1e-9) {
+			t.Fatalf("large problem %d: exact %v, oracle %v", i, pl.Objective, wantObj)
 		}
 	}
 }

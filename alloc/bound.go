@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"math"
 	"slices"
 )
 
@@ -14,6 +15,14 @@ import (
 // form an interval, and the DP computes only that. Pruning never removes
 // an optimal path: along one, the prefix is worth at most G_{≤j}(c_j) and
 // the suffix, using at most N−c_j nodes, at most G_{>j}(N−c_j).
+//
+// G itself is not computed: by weak duality each fill is at most
+// λ·x + Σ len·(slope − λ)⁺ for every λ ≥ 0, and prune bounds it by the
+// least of these lines over a grid of λ around the LP's multiplier λ*
+// (gridPrune). That is never below G, so it prunes no more than G would;
+// it costs O(S) for the grid's sums and O(J·Γ·log N) for the windows (Γ
+// the grid's size), where G's own fills cost a sort of all S segments
+// and two Fenwick trees over them, O(S log S).
 
 // seg is one segment of a concave envelope: len more nodes, each worth
 // slope.
@@ -38,7 +47,9 @@ func (ch *choices) envelope(owner int) (k0 int, v0 float64, segs []seg, ok bool)
 	for _, pc := range ch.pieces {
 		pts = append(pts, pt{pc.a, pc.alpha + pc.beta*float64(pc.a)}, pt{pc.b, pc.alpha + pc.beta*float64(pc.b)})
 	}
-	if ch.cur > 0 {
+	// A table holds the current size's value too (the same val(j, C)):
+	// adding it again would only unsort the points.
+	if ch.cur > 0 && (ch.table == nil || ch.cur < ch.lo || ch.cur > ch.maxK) {
 		pts = append(pts, pt{ch.cur, ch.curV})
 	}
 	for i, v := range ch.table {
@@ -50,8 +61,9 @@ func (ch *choices) envelope(owner int) (k0 int, v0 float64, segs []seg, ok bool)
 	if byK := func(a, b pt) int { return a.k - b.k }; !slices.IsSortedFunc(pts, byK) {
 		slices.SortStableFunc(pts, byK)
 	}
-	// Upper hull, left to right (monotone chain).
-	hull := pts[:0:0]
+	// Upper hull, left to right (monotone chain), in place: the hull never
+	// holds more points than have been read.
+	hull := pts[:0]
 	for _, q := range pts {
 		if n := len(hull); n > 0 && hull[n-1].k == q.k {
 			if q.v > hull[n-1].v {
@@ -72,6 +84,7 @@ func (ch *choices) envelope(owner int) (k0 int, v0 float64, segs []seg, ok bool)
 		hull = append(hull, q)
 	}
 	k0, v0 = hull[0].k, hull[0].v
+	segs = make([]seg, 0, len(hull)-1)
 	for i := 1; i < len(hull); i++ {
 		d := hull[i].k - hull[i-1].k
 		s := (hull[i].v - hull[i-1].v) / float64(d)
@@ -83,234 +96,253 @@ func (ch *choices) envelope(owner int) (k0 int, v0 float64, segs []seg, ok bool)
 	return k0, v0, segs, true
 }
 
-// unitTree holds a subset of the slope-sorted segments (by rank in the
-// sorted list) in a Fenwick tree of their node counts and values, so that
-// the greedy fill of x nodes, G's value less the smallest counts', is a
-// descent of O(log S) instead of a scan of the list.
-type unitTree struct {
-	segs  []seg
-	units []int     // Fenwick, 1-based
-	value []float64 // Fenwick, 1-based
-	high  int       // the largest power of two ≤ len(segs)
-}
-
-func newUnitTree(segs []seg) *unitTree {
-	t := &unitTree{segs: segs, units: make([]int, len(segs)+1), value: make([]float64, len(segs)+1), high: 1}
-	for t.high*2 <= len(segs) {
-		t.high *= 2
-	}
-	return t
-}
-
-// fillAll puts every segment in the tree, in O(S).
-func (t *unitTree) fillAll() {
-	for r, sg := range t.segs {
-		t.units[r+1] += sg.len
-		t.value[r+1] += float64(sg.len) * sg.slope
-		if up := (r + 1) + (r+1)&-(r+1); up < len(t.units) {
-			t.units[up] += t.units[r+1]
-			t.value[up] += t.value[r+1]
-		}
-	}
-}
-
-// add puts segment r in the tree (sign 1) or takes it out (sign −1).
-func (t *unitTree) add(r, sign int) {
-	u := sign * t.segs[r].len
-	v := float64(u) * t.segs[r].slope
-	for i := r + 1; i < len(t.units); i += i & -i {
-		t.units[i] += u
-		t.value[i] += v
-	}
-}
-
-// fill returns the value of the best x nodes of the segments in the tree
-// (all of them if they hold fewer) and the slope of the node after them
-// (0 when none is left).
-func (t *unitTree) fill(x int) (v, next float64) {
-	pos, left := 0, x
-	for step := t.high; step > 0 && len(t.segs) > 0; step >>= 1 {
-		if q := pos + step; q < len(t.units) && t.units[q] <= left {
-			pos, left = q, left-t.units[q]
-			v += t.value[q]
-		}
-	}
-	// Segments before rank pos are taken whole; rank pos holds more than
-	// left nodes (or the list is used up).
-	if pos < len(t.segs) {
-		v += float64(left) * t.segs[pos].slope
-		next = t.segs[pos].slope
-	}
-	return v, next
-}
-
-// envelopes returns every Trainer's smallest feasible count and its value,
-// and all their envelope segments in one list sorted by decreasing slope
-// (stable: by Trainer, then along its envelope); ok is false if some
-// Trainer has no feasible count.
-func envelopes(chs []choices) (k0 []int, v0 []float64, all []seg, ok bool) {
-	k0, v0 = make([]int, len(chs)), make([]float64, len(chs))
-	per := make([][]seg, len(chs))
-	okj := make([]bool, len(chs))
+// prune returns, per stage j = 1..J, the capacities [from[j], to[j]]
+// (within [L[j], U[j]]) that can lie on an optimal path; from > to means
+// none. ok is false when no bound applies (then every capacity counts).
+//
+// λ*, the LP's multiplier at capacity N, is found by bisection on the
+// nodes the segments of slope > λ hold (a binary search per Trainer, no
+// global sort); the lower bound is the value of a feasible rounding: every
+// segment above λ*, then in rounds each open Trainer's next segment by
+// decreasing slope while it fits (a Trainer whose next one does not fit
+// takes none of its later ones: its envelope is a sequence).
+func prune(p *Problem, chs []choices, L, U []int, tol float64, val valueFunc) (from, to []int, ok bool) {
+	J, N := len(chs), p.Size()
+	k0, v0 := make([]int, J), make([]float64, J)
+	per := make([][]seg, J)
+	okj := make([]bool, J)
 	work := 0
 	for j := range chs {
 		work += len(chs[j].table)
 	}
-	perTrainer(len(chs), work, func(j int) { k0[j], v0[j], per[j], okj[j] = chs[j].envelope(j) })
-	n := 0
-	for j := range chs {
-		if !okj[j] {
-			return nil, nil, nil, false
+	// lens[j][i]: Σ len of per[j][:i].
+	lens := make([][]int, J)
+	perTrainer(J, work, func(j int) {
+		k0[j], v0[j], per[j], okj[j] = chs[j].envelope(j)
+		l := make([]int, len(per[j])+1)
+		for i, sg := range per[j] {
+			l[i+1] = l[i] + sg.len
 		}
-		n += len(per[j])
-	}
-	all = make([]seg, 0, n)
-	for _, segs := range per {
-		all = append(all, segs...)
-	}
-	// One Trainer's envelope slopes strictly decrease, so ordering equal
-	// slopes by Trainer is the stable order, with an unstable sort.
-	slices.SortFunc(all, func(a, b seg) int {
-		switch {
-		case a.slope > b.slope:
-			return -1
-		case a.slope < b.slope:
-			return 1
-		}
-		return a.owner - b.owner
+		lens[j] = l
 	})
-	return k0, v0, all, true
-}
-
-// roundDown returns feasible counts from the LP relaxation at capacity n,
-// given envelopes' output: whole segments by decreasing slope while they
-// fit; a Trainer whose segment does not fit takes none of its later ones
-// (its envelope is a sequence).
-func roundDown(k0 []int, all []seg, n int) []int {
+	base := 0
+	top := 0.0
+	for j := range J {
+		if !okj[j] {
+			return nil, nil, false
+		}
+		base += k0[j]
+		if len(per[j]) > 0 {
+			top = max(top, per[j][0].slope)
+		}
+	}
+	if base > N {
+		return nil, nil, false
+	}
+	// above(λ): the nodes of the segments of slope > λ, per Trainer.
+	above := func(j int, lam float64) int {
+		segs := per[j]
+		i, _ := slices.BinarySearchFunc(segs, lam, func(s seg, l float64) int {
+			if s.slope > l {
+				return -1
+			}
+			return 1
+		})
+		return i
+	}
+	cum := func(lam float64) int {
+		n := base
+		for j := range J {
+			n += lens[j][above(j, lam)]
+		}
+		return n
+	}
+	// λ*: the least λ (to bisection precision) whose fill fits in N.
+	lo, hi := 0.0, top
+	if cum(0) <= N {
+		hi = 0
+	}
+	for range 64 {
+		if hi-lo <= 1e-12*hi {
+			break
+		}
+		m := (lo + hi) / 2
+		if cum(m) <= N {
+			hi = m
+		} else {
+			lo = m
+		}
+	}
+	star := hi
+	// A feasible rounding: every segment above λ*, then rounds of each
+	// open Trainer's next segment by decreasing slope while it fits.
 	counts := slices.Clone(k0)
-	used := 0
-	for _, k := range k0 {
-		used += k
+	next := make([]int, J)
+	used := base
+	for j := range J {
+		next[j] = above(j, star)
+		counts[j] += lens[j][next[j]]
+		used += lens[j][next[j]]
 	}
-	if used > n {
-		return nil
-	}
-	closed := make([]bool, len(k0))
-	for _, s := range all {
-		if closed[s.owner] {
-			continue
+	open := make([]int, 0, J)
+	for j := range J {
+		if next[j] < len(per[j]) {
+			open = append(open, j)
 		}
-		if used+s.len > n {
-			closed[s.owner] = true
-			continue
+	}
+	for len(open) > 0 && used < N {
+		slices.SortFunc(open, func(a, b int) int {
+			sa, sb := per[a][next[a]].slope, per[b][next[b]].slope
+			switch {
+			case sa > sb:
+				return -1
+			case sa < sb:
+				return 1
+			}
+			return a - b
+		})
+		kept := open[:0]
+		for _, j := range open {
+			sg := per[j][next[j]]
+			if used+sg.len > N {
+				continue // closed
+			}
+			counts[j] += sg.len
+			used += sg.len
+			if next[j]++; next[j] < len(per[j]) {
+				kept = append(kept, j)
+			}
 		}
-		counts[s.owner] += s.len
-		used += s.len
-	}
-	return counts
-}
-
-// prune returns, per stage j = 1..J, the capacities [from[j], to[j]]
-// (within [L[j], U[j]]) that can lie on an optimal path; from > to means
-// none. ok is false when no bound applies (then every capacity counts).
-func prune(p *Problem, chs []choices, L, U []int, tol float64, val valueFunc) (from, to []int, ok bool) {
-	J, N := len(chs), p.Size()
-	k0, v0, all, ok := envelopes(chs)
-	if !ok {
-		return nil, nil, false
-	}
-	counts := roundDown(k0, all, N)
-	if counts == nil {
-		return nil, nil, false
+		open = kept
 	}
 	lb := 0.0
 	for j, k := range counts {
 		lb += val(j, k)
 	}
-	// Prefix sums of the smallest counts; the prefix and suffix bounds of
-	// each stage are fills of the Trainers before it and from it on, kept
-	// in two trees that Trainer j−1's segments move between.
-	k0s := make([]int, J+1) // k0s[j]: Σ k0 of Trainers before j
-	v0s := make([]float64, J+1)
-	for j := range chs {
-		k0s[j+1], v0s[j+1] = k0s[j]+k0[j], v0s[j]+v0[j]
-	}
-	byOwner := make([][]int, J)
-	pre, suf := newUnitTree(all), newUnitTree(all)
-	for r, sg := range all {
-		byOwner[sg.owner] = append(byOwner[sg.owner], r)
-	}
-	suf.fillAll()
-	from, to = make([]int, J+1), make([]int, J+1)
-	for j := 1; j <= J; j++ {
-		for _, r := range byOwner[j-1] {
-			pre.add(r, 1)
-			suf.add(r, -1)
-		}
-		b := stageBound{pre: pre, suf: suf, n: N, k0p: k0s[j], v0p: v0s[j], k0s: k0s[J] - k0s[j], v0s: v0s[J] - v0s[j]}
-		from[j], to[j] = b.interval(L[j], U[j], lb-tol)
-	}
+	from, to = gridPrune(k0, v0, lambdaGrid(star, top), per, N, L, U, lb-tol)
 	return from, to, true
 }
 
-// stageBound is the LP bound of one stage at capacity c: the Trainers
-// before it filling c nodes, plus those from it on filling the N − c left,
-// f(c) = G_pre(c) + G_suf(N − c). Each G is concave (a fill by
-// decreasing slope), so f is concave and {c : f(c) ≥ lb} an interval:
-// found by binary searches for f's peak (where its increments turn
-// non-positive) and for lb on either side, O(log N · log S) a stage.
-type stageBound struct {
-	pre, suf *unitTree
-	n        int
-	k0p, k0s int
-	v0p, v0s float64
+// lambdaGrid returns the λ of prune's lines: 0, the largest slope top,
+// and, geometric about λ* (or below top when λ* is 0, every segment
+// fitting), λ*·(1 ± 2^−m) for m = 0..39 and λ*·2^m up to top.
+func lambdaGrid(star, top float64) []float64 {
+	lambdas := []float64{0, top}
+	if star > 0 {
+		for m := range 40 {
+			d := math.Ldexp(star, -m)
+			lambdas = append(lambdas, star-d, star+d)
+		}
+		for x := 2 * star; x < top; x *= 2 {
+			lambdas = append(lambdas, x)
+		}
+	} else {
+		for m := range 40 {
+			lambdas = append(lambdas, math.Ldexp(top, -m))
+		}
+	}
+	slices.Sort(lambdas)
+	lambdas = slices.Compact(lambdas)
+	for len(lambdas) > 0 && lambdas[0] < 0 {
+		lambdas = lambdas[1:]
+	}
+	return lambdas
 }
 
-func (b *stageBound) f(c int) float64 {
-	vp, _ := b.pre.fill(c - b.k0p)
-	vs, _ := b.suf.fill(b.n - c - b.k0s)
-	return b.v0p + vp + b.v0s + vs
+// gridPrune is prune's windows from a bound by lines: for any λ ≥ 0 the
+// best x nodes of a set of envelope segments are worth at most
+// λ·x + Σ len·(slope − λ)⁺ (weak duality of the greedy fill), so with a
+// grid of λ the stage bound is
+//
+//	f(c) ≤ v0p + v0s + min_g [λ_g·(c−k0p) + Ψ_pre(g)] + min_g [λ_g·(N−c−k0s) + Ψ_suf(g)]
+//
+// with Ψ(g) = Σ over the stage's Trainers of Σ len·(slope − λ_g)⁺,
+// prefix sums over Trainers. The right side is concave in c (a sum of
+// minima of lines), so {c : bound ≥ lb} is an interval, found by binary
+// searches for its peak and for lb on either side (concaveInterval). It
+// is never below f, so it prunes no optimal
+// path; it is tight where the grid holds the fills' marginal slopes,
+// which along an optimal path are near λ*: hence lambdaGrid. Measured on the exascale
+// instances, its windows are within 3 % of G's (issue 23).
+func gridPrune(k0 []int, v0 []float64, lambdas []float64, per [][]seg, N int, L, U []int, lb float64) (from, to []int) {
+	J := len(k0)
+	G := len(lambdas)
+	// psi[j*G+g]: Σ over Trainers before j of Σ len·(slope − λ_g)⁺.
+	psi := make([]float64, (J+1)*G)
+	for j := range J {
+		row, next := psi[j*G:(j+1)*G], psi[(j+1)*G:(j+2)*G]
+		copy(next, row)
+		// segments by decreasing slope, λ by increasing: walk from the
+		// largest λ down, adding the segments above it.
+		a, l, i := 0.0, 0, 0
+		segs := per[j]
+		for g := G - 1; g >= 0; g-- {
+			for i < len(segs) && segs[i].slope > lambdas[g] {
+				a += float64(segs[i].len) * segs[i].slope
+				l += segs[i].len
+				i++
+			}
+			next[g] += a - lambdas[g]*float64(l)
+		}
+	}
+	k0s := make([]int, J+1)
+	v0s := make([]float64, J+1)
+	for j := range J {
+		k0s[j+1], v0s[j+1] = k0s[j]+k0[j], v0s[j]+v0[j]
+	}
+	total := psi[J*G:]
+	suf := make([]float64, G)
+	from, to = make([]int, J+1), make([]int, J+1)
+	for j := 1; j <= J; j++ {
+		pre := psi[j*G : (j+1)*G]
+		for g := range G {
+			suf[g] = total[g] - pre[g]
+		}
+		k0p, k0q := k0s[j], k0s[J]-k0s[j]
+		v := v0s[J]
+		lines := func(x int, ps []float64) float64 {
+			best := math.Inf(1)
+			for g, lam := range lambdas {
+				best = min(best, lam*float64(x)+ps[g])
+			}
+			return best
+		}
+		f := func(c int) float64 { return v + lines(c-k0p, pre) + lines(N-c-k0q, suf) }
+		from[j], to[j] = concaveInterval(f, max(L[j], k0p), min(U[j], N-k0q), lb)
+	}
+	return from, to
 }
 
-// rising reports whether f(c+1) > f(c).
-func (b *stageBound) rising(c int) bool {
-	_, up := b.pre.fill(c - b.k0p)             // the prefix's next node
-	_, down := b.suf.fill(b.n - c - 1 - b.k0s) // the suffix's last node at N−c
-	return up > down
-}
-
-// interval returns the capacities of [lo, hi] where f ≥ lb (from > to if
-// none).
-func (b *stageBound) interval(lo, hi int, lb float64) (from, to int) {
-	lo, hi = max(lo, b.k0p), min(hi, b.n-b.k0s) // where f is finite
+// concaveInterval returns the c of [lo, hi] where the concave f is ≥ lb
+// (from > to if none).
+func concaveInterval(f func(int) float64, lo, hi int, lb float64) (from, to int) {
 	if lo > hi {
 		return hi + 1, lo - 1
 	}
-	// The peak: the first c whose increment is not positive.
 	a, z := lo, hi
 	for a < z {
-		if m := a + (z-a)/2; b.rising(m) {
+		if m := a + (z-a)/2; f(m+1) > f(m) {
 			a = m + 1
 		} else {
 			z = m
 		}
 	}
 	peak := a
-	if b.f(peak) < lb {
+	if f(peak) < lb {
 		return hi + 1, lo - 1
 	}
-	a, z = lo, peak // the first c with f(c) ≥ lb: f rises up to the peak
+	a, z = lo, peak
 	for a < z {
-		if m := a + (z-a)/2; b.f(m) >= lb {
+		if m := a + (z-a)/2; f(m) >= lb {
 			z = m
 		} else {
 			a = m + 1
 		}
 	}
 	from = a
-	a, z = peak, hi // the last: f falls after it
+	a, z = peak, hi
 	for a < z {
-		if m := a + (z-a+1)/2; b.f(m) >= lb {
+		if m := a + (z-a+1)/2; f(m) >= lb {
 			a = m
 		} else {
 			z = m - 1
