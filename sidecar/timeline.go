@@ -2,7 +2,6 @@ package sidecar
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -118,32 +117,6 @@ func newTimelineBuilder(evs []store.Event) (*timelineBuilder, error) {
 		}
 	}
 	return b, nil
-}
-
-func (b *timelineBuilder) apply(ev store.Event) {
-	switch ev.Kind {
-	case store.KindJoin, store.KindIdle:
-		b.p.Join(ev.At, ev.Nodes, ev.Job)
-	case store.KindLeave:
-		b.p.Leave(ev.At, ev.Nodes, ev.Job)
-	case store.KindRelease:
-		if b.joinedAt[ev.Job] {
-			b.p.Release(ev.At, ev.Nodes, ev.Job)
-		} else {
-			b.p.Join(ev.At, ev.Nodes, ev.Job)
-		}
-	case store.KindAdmit:
-		b.admitted(ev.Trainer)
-	case store.KindRescale, store.KindPreempt:
-		var d struct{ To int }
-		if json.Unmarshal(ev.Detail, &d) == nil {
-			b.admitted(ev.Trainer)
-			b.sizes[ev.Trainer] = d.To
-		}
-	case store.KindEnd:
-		delete(b.sizes, ev.Trainer)
-	}
-	b.p.Changes() // drained: only the nodes' states matter here
 }
 
 func (b *timelineBuilder) admitted(id string) {

@@ -5,8 +5,10 @@ package sidecar
 // (callEvent), and so does a node agent's kill report (killEvent); an
 // input event is applied to the pool (foldEvent); the pool's changes
 // become history events (changeEvents); the runner's actions and the
-// exits it saw become history events (actionEvents, exitEvents). The hook path (hook.go) and the round's
-// stages (reconcile.go) call these and translate nothing themselves.
+// exits it saw become history events (actionEvents, exitEvents); the
+// history is folded back into a pool for the timeline (timelineBuilder's
+// apply). The hook path (hook.go), the round's stages (reconcile.go) and
+// the timeline (timeline.go) call these and translate nothing themselves.
 
 import (
 	"encoding/json"
@@ -239,4 +241,33 @@ func exitEvents(exits []trainer.Exit, now time.Time) []store.Event {
 		evs = append(evs, store.Event{At: now, Kind: store.KindExit, Source: "trainer", Trainer: e.Trainer, Detail: d})
 	}
 	return evs
+}
+
+// apply folds one history event into the timeline's pool and sizes: the
+// nodes' comings and goings by the pool's own rules, the Trainers' sizes
+// from the decisions' records (see Core.Timeline).
+func (b *timelineBuilder) apply(ev store.Event) {
+	switch ev.Kind {
+	case store.KindJoin, store.KindIdle:
+		b.p.Join(ev.At, ev.Nodes, ev.Job)
+	case store.KindLeave:
+		b.p.Leave(ev.At, ev.Nodes, ev.Job)
+	case store.KindRelease:
+		if b.joinedAt[ev.Job] {
+			b.p.Release(ev.At, ev.Nodes, ev.Job)
+		} else {
+			b.p.Join(ev.At, ev.Nodes, ev.Job)
+		}
+	case store.KindAdmit:
+		b.admitted(ev.Trainer)
+	case store.KindRescale, store.KindPreempt:
+		var d struct{ To int }
+		if json.Unmarshal(ev.Detail, &d) == nil {
+			b.admitted(ev.Trainer)
+			b.sizes[ev.Trainer] = d.To
+		}
+	case store.KindEnd:
+		delete(b.sizes, ev.Trainer)
+	}
+	b.p.Changes() // drained: only the nodes' states matter here
 }
