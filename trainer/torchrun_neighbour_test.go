@@ -73,11 +73,12 @@ func TestTorchrunNeighbour(t *testing.T) {
 		mode os.FileMode
 		uid  int
 	}{{top, 0o755, 0}, {xdir, 0o1777, 0}, {vdir, 0o755, victim.UID}} {
-		if err := os.MkdirAll(d.path, 0o700); err == nil {
+		err := os.MkdirAll(d.path, 0o700)
+		if err == nil {
 			err = os.Chmod(d.path, d.mode)
-			if err == nil {
-				err = os.Chown(d.path, d.uid, -1)
-			}
+		}
+		if err == nil {
+			err = os.Chown(d.path, d.uid, -1)
 		}
 		if err != nil {
 			t.Fatal(err)
