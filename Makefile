@@ -48,11 +48,16 @@ $(OUT)/bftrainer:
 # say so and skip). testsum runs the Go and the Python tests, prints
 # go test's usual output, then the counts per package and every skipped
 # test with its reason, and exits with the first failure's status;
-# TESTJSON=FILE keeps every test's result (go test -json) in FILE.
+# TESTJSON=FILE keeps every test's result (go test -json) in FILE. The
+# device check's CPU run (internal/devicecheck TestDeviceCheck: the
+# script make device-check runs, GPU parts skipped) comes after the other
+# packages, alone: it trains real torch Trainers for minutes, and beside
+# the other packages' timed Trainer scenarios it would make them slow.
 test:
 	$(GO) vet ./...
 	$(GO) build -o $(OUT)/testsum ./internal/testsum
-	$(OUT)/testsum -go '$(GO) test -race -timeout 60m ./...' $(if $(TESTJSON),-save $(TESTJSON)) \
+	$(OUT)/testsum -go '$(GO) test -race -timeout 60m -skip ^TestDeviceCheck$$ ./...' \
+		-go '$(GO) test -timeout 30m -run ^TestDeviceCheck$$ ./internal/devicecheck' $(if $(TESTJSON),-save $(TESTJSON)) \
 		-unittest '$(PYTHON) -m unittest discover -v -s python/tests'
 
 # The same with every core kept busy meanwhile (bounded busy loops that

@@ -60,6 +60,7 @@ func benchRescale(ctx context.Context, args []string) error {
 	passes := fs.Int("n", 3, "passes of the scenario per launcher")
 	which := fs.String("launchers", "torchrun,elastic", "launchers to measure, comma-separated")
 	exe := fs.String("python-exe", "/usr/bin/python3", "the interpreter with torch: torchrun, the stores and train.py")
+	prefix := fs.String("node-prefix", "n", "the nodes' names: `PREFIX`1, PREFIX2, … (the scenario's node prolog kills every Trainer process naming its node on this machine: a run beside other tests needs names of its own)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -94,7 +95,7 @@ func benchRescale(ctx context.Context, args []string) error {
 	var all []rescaleEvent
 	for i := 1; i <= *passes; i++ {
 		for _, l := range launchers {
-			evs, err := rescalePass(ctx, rescaleSetup{bin: b, contrib: cdir, python: pdir, exe: *exe, shim: *shim, launcher: l, pass: i})
+			evs, err := rescalePass(ctx, rescaleSetup{bin: b, contrib: cdir, python: pdir, exe: *exe, shim: *shim, launcher: l, pass: i, prefix: *prefix})
 			if err != nil {
 				return err
 			}
@@ -157,6 +158,7 @@ type rescaleSetup struct {
 	shim                 bool
 	launcher             string
 	pass                 int
+	prefix               string // node names prefix1, prefix2, …
 }
 
 // rescaleEvent is one measured change.
@@ -299,13 +301,14 @@ pythonpath = %q
 		return nil
 	}
 	hookMs := 0.0
+	node := func(i int) string { return fmt.Sprintf("%s%d", s.prefix, i) }
 	steps := []struct {
 		direction string
 		to        int
 		action    func() error
 	}{
 		{"start", 1, func() error {
-			if err := r.cli("node", "join", "n1"); err != nil {
+			if err := r.cli("node", "join", node(1)); err != nil {
 				return err
 			}
 			return r.cli("trainer", "submit", "--launcher", s.launcher, "--name", a, "--min", "1", "--max", "4",
@@ -314,7 +317,7 @@ pythonpath = %q
 				s.exe, filepath.Join(s.contrib, "train.py"), "--steps", "100000000", "--print-every", "0",
 				"--ckpt-dir", filepath.Join(dir, "ckpt"), "--log", r.log, "--sleep", "0.2", "--pg-timeout", "10")
 		}},
-		{"up", 3, func() error { return r.cli("node", "join", "n2", "n3") }},
+		{"up", 3, func() error { return r.cli("node", "join", node(2), node(3)) }},
 		{"down", 2, func() error {
 			return r.cli("trainer", "submit", "--launcher", "exec", "--name", b, "--min", "1", "--max", "1",
 				"--curve", "1:100000", "--workdir", dir, "--", "/bin/sleep", "3600")
@@ -335,7 +338,7 @@ pythonpath = %q
 			hookMs = float64(time.Since(t0).Microseconds()) / 1000
 			return r.cli("node", "leave", "--job", "101", victim)
 		}},
-		{"up", 4, func() error { return r.cli("node", "join", "n4", "n5", "n6") }},
+		{"up", 4, func() error { return r.cli("node", "join", node(4), node(5), node(6)) }},
 	}
 	for _, st := range steps {
 		if err := change(st.direction, st.to, st.action); err != nil {

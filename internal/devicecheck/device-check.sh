@@ -262,7 +262,11 @@ rescale() {
 		result "$name" skip "needs root (the runner starts Trainer processes as their owner)"
 		return
 	fi
-	run "$name" rescale "$budget" "$BIN/bftrainer-bench" rescale -n 1 -launchers "$launcher" -python-exe "$PY" -bftrainer "$BIN/bftrainer"
+	# Nodes of its own (dchk1…): the scenario's node prolog kills every
+	# Trainer process naming its node on this machine, and make test runs
+	# this beside the other packages' Trainers on n1, n2, …
+	run "$name" rescale "$budget" "$BIN/bftrainer-bench" rescale -n 1 -launchers "$launcher" -python-exe "$PY" \
+		-bftrainer "$BIN/bftrainer" -node-prefix dchk
 	local m
 	m=$(awk -v l="$launcher" '$1 == "rescale" && $2 == "launcher=" l {
 		split($3, d, "="); split($5, s, "="); printf " %s=%s", d[2], s[2] }' "$OUTDIR/rescale.log")

@@ -5,11 +5,13 @@
 // skipped test with the reason it gave. It exits with the first non-zero
 // status of the commands, after running them all.
 //
-//	testsum -go 'go test -race ./...' [-unittest 'python3 -m unittest discover -v -s DIR']
+//	testsum -go 'go test -race ./...' [-go 'go test …']... [-unittest 'python3 -m unittest discover -v -s DIR']
 //
-// The go command must be a `go test` without -json or -v (testsum adds
-// -json and prints the output as go test would without it); the unittest
-// one runs verbose (-v: it names each skipped test and its reason).
+// Each go command must be a `go test` without -json or -v (testsum adds
+// -json and prints the output as go test would without it); several run
+// one after the other, in the order given (a test that must not share the
+// machine with the others runs alone after them); the unittest one runs
+// verbose (-v: it names each skipped test and its reason).
 package main
 
 import (
@@ -26,11 +28,15 @@ import (
 )
 
 func main() {
-	goCmd := flag.String("go", "", "the go test command, run through sh")
+	var goCmds []string
+	flag.Func("go", "a go test command, run through sh (repeatable: run in order)", func(v string) error {
+		goCmds = append(goCmds, v)
+		return nil
+	})
 	pyCmd := flag.String("unittest", "", "a python -m unittest -v command, run through sh")
 	save := flag.String("save", "", "also write go test's -json events to this `FILE` (every test's result and output)")
 	flag.Parse()
-	if *goCmd == "" && *pyCmd == "" || flag.NArg() > 0 {
+	if len(goCmds) == 0 && *pyCmd == "" || flag.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "usage: testsum -go 'go test …' [-unittest 'python3 -m unittest discover -v …']")
 		os.Exit(2)
 	}
@@ -47,7 +53,7 @@ func main() {
 	// ^C reaches the commands (same process group); testsum stays to say
 	// what ran.
 	signal.Ignore(syscall.SIGINT)
-	if *goCmd != "" {
+	if len(goCmds) > 0 {
 		read := func(r io.Reader) error { return s.ReadGo(r, os.Stdout) }
 		if *save != "" {
 			f, err := os.Create(*save)
@@ -58,7 +64,9 @@ func main() {
 			defer f.Close()
 			read = func(r io.Reader) error { return s.ReadGo(io.TeeReader(r, f), os.Stdout) }
 		}
-		first(run(addJSON(*goCmd), read, nil))
+		for _, cmd := range goCmds {
+			first(run(addJSON(cmd), read, nil))
+		}
 	}
 	if *pyCmd != "" {
 		first(run(*pyCmd, nil, func(r io.Reader) error { return s.ReadUnittest(r, os.Stderr) }))
