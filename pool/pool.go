@@ -20,7 +20,9 @@ var (
 	errStalePlan = errors.New("plan does not match the running trainers")
 )
 
-// Kind names a Change.
+// Kind names a Change. It is also the history's event kind (store.Kind is
+// this type): one vocabulary, the history adding kinds of its own (hooks,
+// kills, solves, actions) that the pool never reports.
 type Kind string
 
 // Change kinds.
