@@ -22,8 +22,10 @@ const ckptEvery = 5
 
 // totalSteps is the job's length. The scenario's actions are done near
 // step 30 (3 steps/s at most while waiting for the rescales, which do not
-// count); the rest runs at the final size.
-const totalSteps = 90
+// count) on a quiet machine; the rest runs at the final size. At 90 the
+// job ended at world 1 before its last grow, in CI beside the other
+// packages (node starts of 7–9 s): twice that leaves room.
+const totalSteps = 180
 
 // phase is a stretch of the scenario with a planned set of nodes.
 type phase struct {
