@@ -60,28 +60,7 @@ func TestElasticNeighbour(t *testing.T) {
 	r, a := elasticRunner(t)
 	root := trainertest.RepoRoot(t)
 	ctx := context.Background()
-	top, err := os.MkdirTemp("", "bft-neighbour-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(top) })
-	xdir, vdir := filepath.Join(top, "x"), filepath.Join(top, "victim")
-	for _, d := range []struct {
-		path string
-		mode os.FileMode
-		uid  int
-	}{{top, 0o755, 0}, {xdir, 0o1777, 0}, {vdir, 0o700, victim.UID}} {
-		err := os.MkdirAll(d.path, 0o700)
-		if err == nil {
-			err = os.Chmod(d.path, d.mode)
-		}
-		if err == nil {
-			err = os.Chown(d.path, d.uid, -1)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	xdir, vdir := neighbourDirs(t, "bft-neighbour-", 0o700, victim.UID)
 	const steps, batch = 600, 12
 	spec, _ := json.Marshal(Spec{Workdir: vdir, Env: map[string]string{"PYTHONDONTWRITEBYTECODE": "1"}, Argv: []string{"/usr/bin/python3",
 		filepath.Join(root, "python/tests/elastic_worker.py"), "--steps", fmt.Sprint(steps), "--batch", fmt.Sprint(batch), "--sleep", "0.05",
@@ -294,4 +273,34 @@ func TestElasticStoreWithoutSecret(t *testing.T) {
 	if _, st = state(); st.Secret == "" || st.Secret == old {
 		t.Fatalf("the new store's secret: %q (the old one %q)", st.Secret, old)
 	}
+}
+
+// neighbourDirs makes the attack tests' directories under a fresh
+// world-searchable temporary one: x, sticky and writable by all (the
+// attacker's), and the victim's own, owned by uid with mode victimMode.
+func neighbourDirs(t *testing.T, prefix string, victimMode os.FileMode, uid int) (xdir, vdir string) {
+	t.Helper()
+	top, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(top) })
+	xdir, vdir = filepath.Join(top, "x"), filepath.Join(top, "victim")
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+		uid  int
+	}{{top, 0o755, 0}, {xdir, 0o1777, 0}, {vdir, victimMode, uid}} {
+		err := os.MkdirAll(d.path, 0o700)
+		if err == nil {
+			err = os.Chmod(d.path, d.mode)
+		}
+		if err == nil {
+			err = os.Chown(d.path, d.uid, -1)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return xdir, vdir
 }

@@ -62,28 +62,7 @@ func TestTorchrunNeighbour(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	top, err := os.MkdirTemp("", "bft-tneighbour-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(top) })
-	xdir, vdir := filepath.Join(top, "x"), filepath.Join(top, "victim")
-	for _, d := range []struct {
-		path string
-		mode os.FileMode
-		uid  int
-	}{{top, 0o755, 0}, {xdir, 0o1777, 0}, {vdir, 0o755, victim.UID}} {
-		err := os.MkdirAll(d.path, 0o700)
-		if err == nil {
-			err = os.Chmod(d.path, d.mode)
-		}
-		if err == nil {
-			err = os.Chown(d.path, d.uid, -1)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	xdir, vdir := neighbourDirs(t, "bft-tneighbour-", 0o755, victim.UID)
 	const steps = 400
 	log := filepath.Join(vdir, "progress.log")
 	spec, _ := json.Marshal(Spec{Workdir: vdir, Env: map[string]string{"PYTHONDONTWRITEBYTECODE": "1"}, Argv: []string{"/usr/bin/python3",
