@@ -5,11 +5,13 @@ package packaging
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -67,6 +69,57 @@ func run(t *testing.T, name string, args ...string) string {
 	return string(out)
 }
 
+// built is the packages `make packages` made for this test binary, once:
+// TestPackages checks them, TestInstalledPackage installs the .deb.
+var built struct {
+	sync.Once
+	dir, deb, rpm string
+	err           error
+}
+
+// TestMain removes the packages' build directory after the tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// buildPackages builds the .deb and the .rpm with `make packages` (the
+// first call; later ones return the same files) and returns their paths.
+func buildPackages(t *testing.T) (deb, rpm string) {
+	t.Helper()
+	built.Do(func() {
+		root, err := filepath.Abs("../..")
+		if err != nil {
+			built.err = err
+			return
+		}
+		if built.dir, err = os.MkdirTemp("", "bftrainer-packages."); err != nil {
+			built.err = err
+			return
+		}
+		cmd := exec.Command("make", "-C", root, "--no-print-directory", "packages", "OUT="+built.dir)
+		cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("make packages: %w\n%s", err, b)
+			return
+		}
+		debs, _ := filepath.Glob(filepath.Join(built.dir, "packages", "*.deb"))
+		rpms, _ := filepath.Glob(filepath.Join(built.dir, "packages", "*.rpm"))
+		if len(debs) != 1 || len(rpms) != 1 {
+			built.err = fmt.Errorf("make packages made %v and %v, want one .deb and one .rpm", debs, rpms)
+			return
+		}
+		built.deb, built.rpm = debs[0], rpms[0]
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.deb, built.rpm
+}
+
 // TestPackages builds the .deb and the .rpm with `make packages`, and
 // checks that lintian finds no error in the .deb, that the .rpm holds
 // the same files and package directories with the same modes, the
@@ -81,22 +134,11 @@ func TestPackages(t *testing.T) {
 			t.Skipf("%s is not installed (apt-get install lintian rpm; .ci/run does): %v", prog, err)
 		}
 	}
+	deb, rpm := buildPackages(t)
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := t.TempDir()
-	cmd := exec.Command("make", "-C", root, "--no-print-directory", "packages", "OUT="+out)
-	cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make packages: %v\n%s", err, b)
-	}
-	debs, _ := filepath.Glob(filepath.Join(out, "packages", "*.deb"))
-	rpms, _ := filepath.Glob(filepath.Join(out, "packages", "*.rpm"))
-	if len(debs) != 1 || len(rpms) != 1 {
-		t.Fatalf("make packages made %v and %v, want one .deb and one .rpm", debs, rpms)
-	}
-	deb, rpm := debs[0], rpms[0]
 
 	// lintian: no error (warnings are listed in the log).
 	lint := exec.Command("lintian", "--fail-on", "error", deb)

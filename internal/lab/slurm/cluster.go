@@ -26,6 +26,10 @@ type ClusterOptions struct {
 	RootOwner bool     // Trainers run as root (allow_root_owner) instead of as a throwaway user
 	SlurmUser string   // SlurmUser; "" means root. Another user needs the database and the hooks' log writable by its group (GrantGroup)
 	Extra     []string // slurm.conf lines appended last (CostExtra for the hook cost)
+	// Installed: use a bftrainer a package installed, in its own
+	// directories, instead of building one (Installed says what stays the
+	// lab's). Its configuration file is rewritten by Configure.
+	Installed *Installed
 	Logf      func(format string, args ...any)
 }
 
@@ -77,7 +81,7 @@ func Up(ctx context.Context, o ClusterOptions) (c *Cluster, err error) {
 		}
 	}()
 	labDir := filepath.Join(dir, "lab")
-	if c.In, err = newInstall(ctx, o.Repo, filepath.Join(dir, "bft"), filepath.Join(labDir, "etc", "slurm.conf")); err != nil {
+	if c.In, err = newInstall(ctx, o.Repo, filepath.Join(dir, "bft"), filepath.Join(labDir, "etc", "slurm.conf"), o.Installed); err != nil {
 		return c, err
 	}
 	if !o.RootOwner {

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/BurntSushi/toml"
 	"github.com/bftrainer/bftrainer/internal/atomicfile"
 	"github.com/bftrainer/bftrainer/internal/lab"
 	"github.com/bftrainer/bftrainer/pool"
@@ -56,6 +57,80 @@ type Install struct {
 	labConf string
 	ports   [2]int
 	shm     string // the registry's tmpfs directory, removed by Remove
+	// elasticPath is the elastic runtime's directory when it is not a
+	// copy in Work (an installed package's).
+	elasticPath string
+}
+
+// Installed is a bftrainer that a package (or make install) put on this
+// machine, which a lab uses instead of building its own: its binary is the
+// hooks, its compiled-in configuration file is the one the lab writes,
+// and every path that configuration names — database, journal and its
+// fallback, spool, hooks' log, registry, Trainer logs, the runner's
+// state, the elastic runtime — is the one its shipped configuration
+// gives (read with `Bin config` before the lab writes its own), so that
+// the lab runs in the directories, with the modes and the group, that the
+// package made. Only Work (Trainer programs), the sinfo and squeue
+// wrappers (the lab's slurm.conf is not /etc/slurm's) and the lab's
+// cgroup subtree are the lab's own.
+type Installed struct {
+	Bin    string // e.g. /usr/bin/bftrainer
+	Config string // the configuration compiled into Bin, e.g. /etc/bftrainer/bftrainer.toml
+}
+
+// installedPaths reads the paths of an installed bftrainer's configuration
+// as it stands (the shipped file), with `bftrainer config`.
+func (in *Install) installedPaths(ctx context.Context, inst *Installed) error {
+	cmd := exec.CommandContext(ctx, inst.Bin, "config")
+	cmd.Env = cleanEnv(nil)
+	cmd.Dir = "/"
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("%s config: %w: %s", inst.Bin, err, strings.TrimSpace(stderr.String()))
+	}
+	var c struct {
+		Database        string `toml:"database"`
+		Journal         string `toml:"journal"`
+		JournalFallback string `toml:"journal_fallback"`
+		Spool           string `toml:"spool"`
+		Hooks           struct {
+			Log string `toml:"log"`
+		} `toml:"hooks"`
+		Trainer struct {
+			Registry string `toml:"registry"`
+			LogDir   string `toml:"log_dir"`
+			StateDir string `toml:"state_dir"`
+			Launcher struct {
+				Elastic struct {
+					PythonPath string `toml:"pythonpath"`
+				} `toml:"elastic"`
+			} `toml:"launcher"`
+		} `toml:"trainer"`
+	}
+	if _, err := toml.Decode(string(out), &c); err != nil {
+		return fmt.Errorf("%s config: %w", inst.Bin, err)
+	}
+	for k, v := range map[string]string{"database": c.Database, "journal_fallback": c.JournalFallback, "spool": c.Spool,
+		"hooks.log": c.Hooks.Log, "trainer.registry": c.Trainer.Registry, "trainer.log_dir": c.Trainer.LogDir,
+		"trainer.state_dir": c.Trainer.StateDir, "trainer.launcher.elastic.pythonpath": c.Trainer.Launcher.Elastic.PythonPath} {
+		if !filepath.IsAbs(v) {
+			return fmt.Errorf("%s config: %s is %q, not an absolute path", inst.Bin, k, v)
+		}
+	}
+	in.Bin, in.Config = inst.Bin, inst.Config
+	in.DB, in.JournalFallback, in.Spool, in.HooksLog = c.Database, c.JournalFallback, c.Spool, c.Hooks.Log
+	in.Journal = c.Journal
+	if in.Journal == "" {
+		in.Journal = filepath.Join(filepath.Dir(c.Database), "journal")
+	}
+	// Its built-in hooks log is not known from outside; the configured one
+	// is where a release's goes too.
+	in.FallbackLog = c.Hooks.Log
+	in.Registry, in.LogDir, in.StateDir = c.Trainer.Registry, c.Trainer.LogDir, c.Trainer.StateDir
+	in.elasticPath = c.Trainer.Launcher.Elastic.PythonPath
+	return nil
 }
 
 // Settings are the configuration keys the scenarios change; the rest is
@@ -83,8 +158,9 @@ type Settings struct {
 // hooks will serve (the sinfo wrapper points at it); the configuration
 // itself is written by Configure, which must run before the lab starts
 // (a hook without its configuration would fall back to the system
-// paths).
-func newInstall(ctx context.Context, repo, dir, labConf string) (_ *Install, err error) {
+// paths). With inst, nothing is built: the install is inst's, in the
+// directories its package made (Installed).
+func newInstall(ctx context.Context, repo, dir, labConf string, inst *Installed) (_ *Install, err error) {
 	tag := make([]byte, 2)
 	rand.Read(tag)
 	in := &Install{
@@ -109,6 +185,16 @@ func newInstall(ctx context.Context, repo, dir, labConf string) (_ *Install, err
 	if m, err := agent.CgroupMount(); err == nil {
 		in.CgroupRoot = filepath.Join(m, "bftrainer-lab-"+in.Tag)
 	}
+	// Below the lab's automatic port ranges (20000-32699) and clear of the
+	// other tests' stores (29400 and up).
+	lo := 19000 + mrand.IntN(45)*20
+	in.ports = [2]int{lo, lo + 19}
+	if inst != nil {
+		if err := in.installed(ctx, inst, repo); err != nil {
+			return nil, err
+		}
+		return in, nil
+	}
 	// The registry lives on tmpfs, as its default /run/bftrainer does on
 	// a site: the node prolog's kill writes a fence and removes entries,
 	// and on a disk each of those waits for an fsync.
@@ -122,10 +208,6 @@ func newInstall(ctx context.Context, repo, dir, labConf string) (_ *Install, err
 			}
 		}()
 	}
-	// Below the lab's automatic port ranges (20000-32699) and clear of the
-	// other tests' stores (29400 and up).
-	lo := 19000 + mrand.IntN(45)*20
-	in.ports = [2]int{lo, lo + 19}
 	// Trainer processes run as a throwaway user: they must reach the
 	// binary (progress reports), the configuration and Work.
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -154,22 +236,8 @@ func newInstall(ctx context.Context, repo, dir, labConf string) (_ *Install, err
 	if err := build(ctx, repo, in.Bin, in.Config, in.FallbackLog); err != nil {
 		return nil, err
 	}
-	// The controller hooks get no SLURM_CONF (notes/slurm.md); a site's
-	// sinfo reads /etc/slurm/slurm.conf, the lab's lives in its directory.
-	for _, w := range []string{in.Sinfo, in.Squeue} {
-		wrapper := fmt.Sprintf("#!/bin/sh\nSLURM_CONF=%s exec /usr/bin/%s \"$@\"\n", labConf, filepath.Base(w))
-		if err := os.WriteFile(w, []byte(wrapper), 0o755); err != nil {
-			return nil, err
-		}
-	}
-	for _, f := range []string{"train.py", "bftrainer_progress.py", "fast_torchrun.py", "store.py"} {
-		b, err := os.ReadFile(filepath.Join(repo, "contrib", "trainer", f))
-		if err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(filepath.Join(in.Work, f), b, 0o644); err != nil {
-			return nil, err
-		}
+	if err := in.writeWork(repo); err != nil {
+		return nil, err
 	}
 	// The elastic runtime, where the elastic launcher's pythonpath says
 	// (as make install puts it below PREFIX/lib): readable by the owner.
@@ -179,9 +247,57 @@ func newInstall(ctx context.Context, repo, dir, labConf string) (_ *Install, err
 	return in, nil
 }
 
+// installed lays out what a lab on an installed bftrainer needs of its
+// own: dir, the sinfo and squeue wrappers and Work (mode 1777, as /tmp).
+func (in *Install) installed(ctx context.Context, inst *Installed, repo string) error {
+	if err := in.installedPaths(ctx, inst); err != nil {
+		return err
+	}
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{in.Dir, 0o755}, {filepath.Dir(in.Sinfo), 0o755}, {in.Work, os.ModeSticky | 0o777}} {
+		if err := os.MkdirAll(d.path, 0o755); err != nil {
+			return err
+		}
+		if err := os.Chmod(d.path, d.mode); err != nil {
+			return err
+		}
+	}
+	return in.writeWork(repo)
+}
+
+// writeWork writes the sinfo and squeue wrappers and the Trainer
+// programs (contrib/trainer) into Work.
+func (in *Install) writeWork(repo string) error {
+	// The controller hooks get no SLURM_CONF (notes/slurm.md); a site's
+	// sinfo reads /etc/slurm/slurm.conf, the lab's lives in its directory.
+	for _, w := range []string{in.Sinfo, in.Squeue} {
+		wrapper := fmt.Sprintf("#!/bin/sh\nSLURM_CONF=%s exec /usr/bin/%s \"$@\"\n", in.labConf, filepath.Base(w))
+		if err := os.WriteFile(w, []byte(wrapper), 0o755); err != nil {
+			return err
+		}
+	}
+	for _, f := range []string{"train.py", "bftrainer_progress.py", "fast_torchrun.py", "store.py"} {
+		b, err := os.ReadFile(filepath.Join(repo, "contrib", "trainer", f))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(in.Work, f), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ElasticPath is the elastic launcher's pythonpath: the directory holding
-// a copy of python/bftrainer_elastic.
-func (in *Install) ElasticPath() string { return filepath.Join(in.Work, "python") }
+// a copy of python/bftrainer_elastic, or an installed package's.
+func (in *Install) ElasticPath() string {
+	if in.elasticPath != "" {
+		return in.elasticPath
+	}
+	return filepath.Join(in.Work, "python")
+}
 
 // copyPython copies the .py files of the package directory src to dst.
 func copyPython(src, dst string) error {
