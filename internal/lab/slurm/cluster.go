@@ -50,9 +50,10 @@ type Cluster struct {
 	downErr  error
 }
 
-// Up builds bftrainer, writes its configuration, creates the Trainers'
-// owner and starts the cluster with all four hooks pointing at the
-// binary, then waits until every node is exactly idle. On error what was
+// Up builds bftrainer (or takes the one o.Installed names), writes its
+// configuration, creates the Trainers' owner and starts the cluster with
+// all four hooks pointing at the binary, then waits until every node is
+// exactly idle. On error what was
 // started is stopped again.
 func Up(ctx context.Context, o ClusterOptions) (c *Cluster, err error) {
 	if err := Need(); err != nil {
