@@ -6,9 +6,10 @@
 //
 // The cluster is lab.sh's (beside this file): one munged, one slurmctld
 // and one stock `slurmd -N NODE` per node, everything in one private
-// directory. On top of it this package builds bftrainer as the hook of
-// all four Slurm hook points (Prolog, Epilog, PrologSlurmctld,
-// EpilogSlurmctld), writes its configuration, submits main jobs that
+// directory. On top of it this package builds bftrainer (or takes one a
+// package installed: ClusterOptions.Installed) as the hook of all four
+// Slurm hook points (Prolog, Epilog, PrologSlurmctld, EpilogSlurmctld),
+// writes its configuration, submits main jobs that
 // check for Trainer processes on their own nodes, and reads back what
 // happened: the jobs' output and state, sinfo, slurmctld's log and
 // bftrainer's history. Everything it starts it stops by PID.
