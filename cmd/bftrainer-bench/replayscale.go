@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/bftrainer/bftrainer/alloc"
@@ -58,4 +60,17 @@ func (s scaleReplay) run(ctx context.Context, stdout, stderr io.Writer, solvers 
 			fmtMS(sm.SolveMsP50), fmtMS(sm.SolveMsP99), sm.WallS, gen.Seconds())
 	}
 	return nil
+}
+
+// startCPUProfile writes a CPU profile to path until the returned stop.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
