@@ -31,8 +31,8 @@ type scaleReplay struct {
 }
 
 // defaultScaleReplay is Aurora's size: 10,624 nodes, 1,000 Trainers,
-// four days of trace (the workload ends in about two).
-var defaultScaleReplay = scaleReplay{Nodes: 10624, Trainers: 1000, Duration: 96 * time.Hour}
+// 36 hours of trace (the workload ends after about 25).
+var defaultScaleReplay = scaleReplay{Nodes: 10624, Trainers: 1000, Duration: 36 * time.Hour}
 
 // inputs generates the trace and the workload.
 func (s scaleReplay) inputs() (*sim.Trace, []sim.Job) {
