@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"math"
+	"math/bits"
 	"slices"
 )
 
@@ -158,22 +159,27 @@ func prune(p *Problem, chs []choices, L, U []int, tol float64, val valueFunc) (f
 		return n
 	}
 	// λ*: the least λ (to bisection precision) whose fill fits in N.
-	lo, hi := 0.0, top
-	if cum(0) <= N {
-		hi = 0
+	// cum(m) ≤ N holds exactly for m at or above the slope where the
+	// greedy fill crosses N (cum changes only at slopes), so where a
+	// selection over the S segments costs less than the bisection's J
+	// binary searches a round (many Trainers of few segments, as in a
+	// replay), that slope is selected and the bisection replayed on it:
+	// the same λ*, bit for bit.
+	fits := func(m float64) bool { return cum(m) <= N }
+	S, searches := 0, 0
+	for j := range J {
+		S += len(per[j])
+		searches += bits.Len(uint(len(per[j])))
 	}
-	for range 64 {
-		if hi-lo <= 1e-12*hi {
-			break
+	if S < 40*searches {
+		all := make([]seg, 0, S)
+		for j := range J {
+			all = append(all, per[j]...)
 		}
-		m := (lo + hi) / 2
-		if cum(m) <= N {
-			hi = m
-		} else {
-			lo = m
-		}
+		cross := crossingSlope(all, N-base)
+		fits = func(m float64) bool { return m >= cross }
 	}
-	star := hi
+	star := bisectStar(fits, top)
 	// A feasible rounding: every segment above λ*, then rounds of each
 	// open Trainer's next segment by decreasing slope while it fits.
 	counts := slices.Clone(k0)
@@ -221,6 +227,75 @@ func prune(p *Problem, chs []choices, L, U []int, tol float64, val valueFunc) (f
 	}
 	from, to = gridPrune(k0, v0, lambdaGrid(star, top), per, N, L, U, lb-tol)
 	return from, to, true
+}
+
+// bisectStar is prune's bisection for λ* on [0, top]: the least λ, to
+// 1e-12 relative, at which fits holds (fits is monotone, true at top).
+func bisectStar(fits func(float64) bool, top float64) float64 {
+	lo, hi := 0.0, top
+	if fits(0) {
+		hi = 0
+	}
+	for range 64 {
+		if hi-lo <= 1e-12*hi {
+			break
+		}
+		m := (lo + hi) / 2
+		if fits(m) {
+			hi = m
+		} else {
+			lo = m
+		}
+	}
+	return hi
+}
+
+// crossingSlope returns the slope v at which a greedy fill of room nodes
+// by decreasing slope crosses: Σ len over slope > v ≤ room < Σ len over
+// slope ≥ v; 0 when every segment fits. It reorders segs (a three-way
+// quickselect weighted by len: O(S) expected).
+func crossingSlope(segs []seg, room int) float64 {
+	total := 0
+	for _, sg := range segs {
+		total += sg.len
+	}
+	if total <= room {
+		return 0
+	}
+	for {
+		p := segs[len(segs)/2].slope
+		// [0, gt): slope > p, [gt, lt): slope == p, [lt, n): slope < p.
+		gt, i, lt := 0, 0, len(segs)
+		for i < lt {
+			switch v := segs[i].slope; {
+			case v > p:
+				segs[gt], segs[i] = segs[i], segs[gt]
+				gt++
+				i++
+			case v < p:
+				lt--
+				segs[lt], segs[i] = segs[i], segs[lt]
+			default:
+				i++
+			}
+		}
+		above, equal := 0, 0
+		for _, sg := range segs[:gt] {
+			above += sg.len
+		}
+		for _, sg := range segs[gt:lt] {
+			equal += sg.len
+		}
+		switch {
+		case above > room:
+			segs = segs[:gt]
+		case above+equal > room:
+			return p
+		default:
+			room -= above + equal
+			segs = segs[lt:]
+		}
+	}
 }
 
 // lambdaGrid returns the λ of prune's lines: 0, the largest slope top,

@@ -56,3 +56,62 @@ func TestLowerEnvelopeIsTheLeastLine(t *testing.T) {
 		}
 	}
 }
+
+// TestCrossingSlopeGivesTheBisectionsStar: λ* from the selected crossing
+// slope is the bisection's on cum, bit for bit, on random envelopes
+// (repeated slopes, room from none to all, every segment fitting).
+func TestCrossingSlopeGivesTheBisectionsStar(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for trial := range 3000 {
+		J := 1 + rng.IntN(30)
+		per := make([][]seg, J)
+		total, top := 0, 0.0
+		for j := range per {
+			s := 10 * rng.Float64()
+			for range rng.IntN(8) {
+				if rng.IntN(4) > 0 {
+					s *= rng.Float64()
+				}
+				if s <= 0 {
+					break
+				}
+				if n := len(per[j]); n > 0 && per[j][n-1].slope <= s {
+					continue // strictly decreasing, as envelopes are
+				}
+				l := 1 + rng.IntN(20)
+				per[j] = append(per[j], seg{slope: s, len: l})
+				total += l
+				top = max(top, s)
+			}
+			if rng.IntN(3) == 0 && len(per[j]) > 0 {
+				// a slope another Trainer has too
+				k := rng.IntN(len(per[j]))
+				if o := rng.IntN(J); len(per[o]) == 0 {
+					per[o] = append(per[o], per[j][k])
+					total += per[j][k].len
+				}
+			}
+		}
+		room := rng.IntN(total + 3)
+		cum := func(lam float64) int {
+			n := 0
+			for _, segs := range per {
+				for _, sg := range segs {
+					if sg.slope > lam {
+						n += sg.len
+					}
+				}
+			}
+			return n
+		}
+		want := bisectStar(func(m float64) bool { return cum(m) <= room }, top)
+		var all []seg
+		for _, segs := range per {
+			all = append(all, segs...)
+		}
+		cross := crossingSlope(all, room)
+		if got := bisectStar(func(m float64) bool { return m >= cross }, top); got != want {
+			t.Fatalf("trial %d: λ* %v from the crossing slope %v, the bisection's %v", trial, got, cross, want)
+		}
+	}
+}
