@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"math"
+	"math/bits"
 	"slices"
 )
 
@@ -158,22 +159,27 @@ func prune(p *Problem, chs []choices, L, U []int, tol float64, val valueFunc) (f
 		return n
 	}
 	// λ*: the least λ (to bisection precision) whose fill fits in N.
-	lo, hi := 0.0, top
-	if cum(0) <= N {
-		hi = 0
+	// cum(m) ≤ N holds exactly for m at or above the slope where the
+	// greedy fill crosses N (cum changes only at slopes), so where a
+	// selection over the S segments costs less than the bisection's J
+	// binary searches a round (many Trainers of few segments, as in a
+	// replay), that slope is selected and the bisection replayed on it:
+	// the same λ*, bit for bit.
+	fits := func(m float64) bool { return cum(m) <= N }
+	S, searches := 0, 0
+	for j := range J {
+		S += len(per[j])
+		searches += bits.Len(uint(len(per[j])))
 	}
-	for range 64 {
-		if hi-lo <= 1e-12*hi {
-			break
+	if S < 40*searches {
+		all := make([]seg, 0, S)
+		for j := range J {
+			all = append(all, per[j]...)
 		}
-		m := (lo + hi) / 2
-		if cum(m) <= N {
-			hi = m
-		} else {
-			lo = m
-		}
+		cross := crossingSlope(all, N-base)
+		fits = func(m float64) bool { return m >= cross }
 	}
-	star := hi
+	star := bisectStar(fits, top)
 	// A feasible rounding: every segment above λ*, then rounds of each
 	// open Trainer's next segment by decreasing slope while it fits.
 	counts := slices.Clone(k0)
@@ -221,6 +227,75 @@ func prune(p *Problem, chs []choices, L, U []int, tol float64, val valueFunc) (f
 	}
 	from, to = gridPrune(k0, v0, lambdaGrid(star, top), per, N, L, U, lb-tol)
 	return from, to, true
+}
+
+// bisectStar is prune's bisection for λ* on [0, top]: the least λ, to
+// 1e-12 relative, at which fits holds (fits is monotone, true at top).
+func bisectStar(fits func(float64) bool, top float64) float64 {
+	lo, hi := 0.0, top
+	if fits(0) {
+		hi = 0
+	}
+	for range 64 {
+		if hi-lo <= 1e-12*hi {
+			break
+		}
+		m := (lo + hi) / 2
+		if fits(m) {
+			hi = m
+		} else {
+			lo = m
+		}
+	}
+	return hi
+}
+
+// crossingSlope returns the slope v at which a greedy fill of room nodes
+// by decreasing slope crosses: Σ len over slope > v ≤ room < Σ len over
+// slope ≥ v; 0 when every segment fits. It reorders segs (a three-way
+// quickselect weighted by len: O(S) expected).
+func crossingSlope(segs []seg, room int) float64 {
+	total := 0
+	for _, sg := range segs {
+		total += sg.len
+	}
+	if total <= room {
+		return 0
+	}
+	for {
+		p := segs[len(segs)/2].slope
+		// [0, gt): slope > p, [gt, lt): slope == p, [lt, n): slope < p.
+		gt, i, lt := 0, 0, len(segs)
+		for i < lt {
+			switch v := segs[i].slope; {
+			case v > p:
+				segs[gt], segs[i] = segs[i], segs[gt]
+				gt++
+				i++
+			case v < p:
+				lt--
+				segs[lt], segs[i] = segs[i], segs[lt]
+			default:
+				i++
+			}
+		}
+		above, equal := 0, 0
+		for _, sg := range segs[:gt] {
+			above += sg.len
+		}
+		for _, sg := range segs[gt:lt] {
+			equal += sg.len
+		}
+		switch {
+		case above > room:
+			segs = segs[:gt]
+		case above+equal > room:
+			return p
+		default:
+			room -= above + equal
+			segs = segs[lt:]
+		}
+	}
 }
 
 // lambdaGrid returns the λ of prune's lines: 0, the largest slope top,
@@ -292,6 +367,7 @@ func gridPrune(k0 []int, v0 []float64, lambdas []float64, per [][]seg, N int, L,
 	}
 	total := psi[J*G:]
 	suf := make([]float64, G)
+	var hp, hs lowerEnvelope
 	from, to = make([]int, J+1), make([]int, J+1)
 	for j := 1; j <= J; j++ {
 		pre := psi[j*G : (j+1)*G]
@@ -300,17 +376,69 @@ func gridPrune(k0 []int, v0 []float64, lambdas []float64, per [][]seg, N int, L,
 		}
 		k0p, k0q := k0s[j], k0s[J]-k0s[j]
 		v := v0s[J]
-		lines := func(x int, ps []float64) float64 {
-			best := math.Inf(1)
-			for g, lam := range lambdas {
-				best = min(best, lam*float64(x)+ps[g])
-			}
-			return best
-		}
-		f := func(c int) float64 { return v + lines(c-k0p, pre) + lines(N-c-k0q, suf) }
+		hp.build(lambdas, pre)
+		hs.build(lambdas, suf)
+		f := func(c int) float64 { return v + hp.min(float64(c-k0p)) + hs.min(float64(N-c-k0q)) }
 		from[j], to[j] = concaveInterval(f, max(L[j], k0p), min(U[j], N-k0q), lb)
 	}
 	return from, to
+}
+
+// lowerEnvelope is the lower envelope of the lines λ_g·x + b_g: the
+// lines that are the least somewhere, by decreasing slope (the order in
+// which they are the least as x grows), each with the x where it takes
+// over. gridPrune asks the least of its Γ lines some 6·log N times
+// a stage; the envelope, built in O(Γ), answers each in O(log Γ) instead
+// of O(Γ) (the replay at 10,624 nodes spent over half its time in those
+// minima, issue 23).
+type lowerEnvelope []envLine
+
+// envLine is one line of an envelope and the x from which it is the
+// least (−∞ for the first).
+type envLine struct{ slope, icpt, from float64 }
+
+// build makes the envelope of λ_g·x + b_g, the λ increasing.
+func (e *lowerEnvelope) build(lambdas, b []float64) {
+	ls := (*e)[:0]
+	for g := len(lambdas) - 1; g >= 0; g-- {
+		m, c := lambdas[g], b[g]
+		from := math.Inf(-1)
+		for n := len(ls); n > 0; n = len(ls) {
+			// The new line, of a smaller slope, is below the last one
+			// from x; the last one is useless if that is not after it
+			// became the least.
+			last := ls[n-1]
+			x := (c - last.icpt) / (last.slope - m)
+			if x <= last.from {
+				ls = ls[:n-1]
+				continue
+			}
+			from = x
+			break
+		}
+		ls = append(ls, envLine{slope: m, icpt: c, from: from})
+	}
+	*e = ls
+}
+
+// min returns the least of the lines at x. Rounding may put x on the
+// wrong side of a crossing by an ulp, so the neighbours of the line
+// found are asked too: the value is the least line's.
+func (e lowerEnvelope) min(x float64) float64 {
+	// The first line from which x is not past: e[i−1] is the least (or e[i] at a tie).
+	a, z := 0, len(e)
+	for a < z {
+		if m := a + (z-a)/2; e[m].from < x {
+			a = m + 1
+		} else {
+			z = m
+		}
+	}
+	best := math.Inf(1)
+	for k := max(0, a-2); k <= min(len(e)-1, a); k++ {
+		best = min(best, e[k].slope*x+e[k].icpt)
+	}
+	return best
 }
 
 // concaveInterval returns the c of [lo, hi] where the concave f is ≥ lb

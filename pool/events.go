@@ -64,7 +64,7 @@ func (p *Pool) Release(at time.Time, nodes []string, job string) {
 		n := p.nodes[name]
 		switch {
 		case n == nil:
-			p.nodes[name] = &Node{Name: name, State: Pending, Since: p.now, Job: job}
+			p.addNode(&Node{Name: name, State: Pending, Since: p.now, Job: job})
 			moved = append(moved, name)
 		case n.State == Busy && (job == "" || n.Job == "" || n.Job == job):
 			n.State, n.Since, n.Job = Pending, p.now, job
@@ -112,7 +112,7 @@ func (p *Pool) leave(nodes []string, job string) {
 	for _, name := range nodes {
 		n := p.nodes[name]
 		if n == nil {
-			p.nodes[name] = &Node{Name: name, State: Busy, Since: p.now, Job: job}
+			p.addNode(&Node{Name: name, State: Busy, Since: p.now, Job: job})
 			continue
 		}
 		if n.State == Idle {
@@ -157,7 +157,7 @@ func (p *Pool) join(nodes []JoinNode, job string) {
 		switch {
 		case n == nil:
 			n = &Node{Name: jn.Name}
-			p.nodes[jn.Name] = n
+			p.addNode(n)
 		case n.State == Idle:
 			continue // already in the pool
 		case job != "" && n.Job != "" && n.Job != job:

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -217,13 +218,23 @@ func (s *DB) Save(ctx context.Context, r *Round) error {
 				return fmt.Errorf("round folded events up to %d, the store has %d: %w", r.AppliedID, saved, errStaleRound)
 			}
 		}
+		// Only the Trainers whose node lists changed have their
+		// allocations rewritten (a round moves a few; rewriting all
+		// 10,624 of an exascale pool was most of a save, issue 23): their
+		// old rows go first, so that nodes and Trainers may change under
+		// them and a node may pass from one Trainer to another; their new
+		// rows after the Trainers they name are written.
+		changed, err := dropAllocations(ctx, tx, r.State.Trainers)
+		if err != nil {
+			return err
+		}
 		if err := saveNodes(ctx, tx, r.State.Nodes); err != nil {
 			return err
 		}
 		if err := saveTrainers(ctx, tx, r); err != nil {
 			return err
 		}
-		if err := saveAllocations(ctx, tx, r.State.Trainers); err != nil {
+		if err := saveAllocations(ctx, tx, changed); err != nil {
 			return err
 		}
 		if err := addUsage(ctx, tx, r.PrevNow, r.State.Now, r.State.Totals.IdleNodeSeconds-r.PrevTotal.IdleNodeSeconds,
@@ -274,10 +285,6 @@ func saveNodes(ctx context.Context, tx *sql.Tx, nodes []pool.Node) error {
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return err
-	}
-	// Allocations reference nodes: clear them first, they are rewritten.
-	if _, err := tx.ExecContext(ctx, "DELETE FROM allocations"); err != nil {
 		return err
 	}
 	up, err := tx.PrepareContext(ctx, `INSERT INTO nodes (name, state, since, ord, job, trainer) VALUES (?, ?, ?, ?, ?, ?)
@@ -355,10 +362,13 @@ func saveTrainers(ctx context.Context, tx *sql.Tx, r *Round) error {
 		}
 		// A name reused by a new submission is a new record: the ended
 		// one it would overwrite keeps its row (and its owner), renamed
-		// NAME~SEQ — no Trainer name has a '~'.
-		if _, err := tx.ExecContext(ctx, `UPDATE trainers SET id = id || '~' || seq
+		// NAME~SEQ — no Trainer name has a '~'. A Trainer saved running
+		// or queued is its own row: nothing to rename.
+		if _, saved := existing[t.ID]; !saved {
+			if _, err := tx.ExecContext(ctx, `UPDATE trainers SET id = id || '~' || seq
 			WHERE id = ? AND submitted != ? AND status IN ('finished', 'cancelled', 'failed')`, t.ID, formatTime(t.Submit)); err != nil {
-			return err
+				return err
+			}
 		}
 		seq++ // ignored on update: seq keeps its first value
 		_, err = up.ExecContext(ctx, t.ID, t.Owner, string(t.Status), launch.Launcher, t.Min, t.Max, t.Samples,
@@ -386,7 +396,67 @@ func finiteOr0(x float64) float64 {
 	return x
 }
 
-func saveAllocations(ctx context.Context, tx *sql.Tx, ts []pool.Trainer) error {
+// dropAllocations compares the saved allocations with the Trainers' node
+// lists, deletes the rows of every Trainer whose list differs (or that
+// is no longer in the state) and returns the Trainers whose rows are to
+// be written again.
+func dropAllocations(ctx context.Context, tx *sql.Tx, ts []pool.Trainer) ([]*pool.Trainer, error) {
+	saved := map[string][]string{}
+	rows, err := tx.QueryContext(ctx, "SELECT trainer, node FROM allocations ORDER BY trainer, pos")
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var t, n string
+		if err := rows.Scan(&t, &n); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		saved[t] = append(saved[t], n)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var changed []*pool.Trainer
+	var drop []string
+	for i := range ts {
+		t := &ts[i]
+		old, ok := saved[t.ID]
+		delete(saved, t.ID)
+		if len(old) == len(t.Nodes) && slices.EqualFunc(old, t.Nodes, func(a string, b alloc.Node) bool { return a == b.Name }) {
+			continue
+		}
+		if ok {
+			drop = append(drop, t.ID)
+		}
+		changed = append(changed, t)
+	}
+	for id := range saved {
+		drop = append(drop, id)
+	}
+	if len(drop) == 0 {
+		return changed, nil
+	}
+	del, err := tx.PrepareContext(ctx, "DELETE FROM allocations WHERE trainer = ?")
+	if err != nil {
+		return nil, err
+	}
+	defer del.Close()
+	for _, id := range drop {
+		if _, err := del.ExecContext(ctx, id); err != nil {
+			return nil, fmt.Errorf("allocations of %s: %w", id, err)
+		}
+	}
+	return changed, nil
+}
+
+// saveAllocations writes the allocation rows of ts (whose old rows
+// dropAllocations deleted).
+func saveAllocations(ctx context.Context, tx *sql.Tx, ts []*pool.Trainer) error {
+	if len(ts) == 0 {
+		return nil
+	}
 	st, err := tx.PrepareContext(ctx, "INSERT INTO allocations (trainer, node, pos) VALUES (?, ?, ?)")
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/bftrainer/bftrainer/alloc"
@@ -23,7 +24,8 @@ import (
 // the files is load_s. CBC is too slow to replay every event on a
 // 2-core machine, so it replays the first -cbc-prefix events and its
 // time is extrapolated linearly to the exact run's event count, marked
-// prefix_events=<k> extrapolated=true.
+// prefix_events=<k> extrapolated=true. With -scale it runs only the
+// exascale replay instead (scaleReplay).
 type replayCommand struct {
 	stdout, stderr io.Writer
 }
@@ -45,12 +47,35 @@ func (c *replayCommand) Run(ctx context.Context, args []string) error {
 	data := fs.String("data", "../shared/data", "the shared data `directory` (summit/, workloads/)")
 	prefix := fs.Int("cbc-prefix", 200, "events CBC replays before extrapolating (0: skip CBC)")
 	limit := fs.Duration("cbc-limit", 10*time.Second, "CBC's time limit per decision")
+	scale := fs.Bool("scale", false, "only the exascale replay: a generated 10,624-node trace, 1,000 Trainers, exact and adaptive (scaleReplay)")
+	scaleHours := fs.Float64("scale-hours", defaultScaleReplay.Duration.Hours(), "with -scale, the generated trace's length in hours")
+	scaleOnly := fs.String("scale-only", "", "with -scale, only this allocator (exact or adaptive)")
+	cpuProfile := fs.String("cpuprofile", "", "with -scale, write a CPU profile of the replays to `FILE`")
 	fs.Usage = func() {
-		fmt.Fprintf(c.stderr, "usage: bftrainer-bench replay [-data DIR] [-cbc-prefix 200] [-cbc-limit 10s]\n\n")
+		fmt.Fprintf(c.stderr, "usage: bftrainer-bench replay [-data DIR] [-cbc-prefix 200] [-cbc-limit 10s] [-scale [-scale-hours 96] [-scale-only exact|adaptive] [-cpuprofile FILE]]\n\n")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *scale {
+		s := defaultScaleReplay
+		s.Duration = time.Duration(*scaleHours * float64(time.Hour))
+		solvers := []alloc.Solver{alloc.Exact{}, alloc.Adaptive{}}
+		if *scaleOnly != "" {
+			solvers = slices.DeleteFunc(solvers, func(sv alloc.Solver) bool { return sv.Name() != *scaleOnly })
+			if len(solvers) == 0 {
+				return fmt.Errorf("replay: -scale-only %q: want exact or adaptive: %w", *scaleOnly, errUsage)
+			}
+		}
+		if *cpuProfile != "" {
+			stop, err := startCPUProfile(*cpuProfile)
+			if err != nil {
+				return fmt.Errorf("replay: %w", err)
+			}
+			defer stop()
+		}
+		return s.run(ctx, c.stdout, c.stderr, solvers)
 	}
 	start := time.Now()
 	r, err := summitInputs(*data, workloadFile["hps-1000J"]).Resolve()
