@@ -17,11 +17,11 @@ import (
 // namePBS is the name of PBS (Torque, OpenPBS, PBS Pro).
 const namePBS = "pbs"
 
-// pbs is PBS: contrib/pbs's prologue runs `bftrainer hook pbs "$0" "$@"`
-// (Torque and OpenPBS scripts), its Python hook the same for the PBS Pro
-// hook events; sync reads pbsnodes. Torque and OpenPBS give their
-// prologue scripts the job ID as an argument, not as PBS_JOBID, so a call
-// is also recognised by the script's name.
+// pbs is PBS: contrib/pbs's site hook (execjob_begin, execjob_epilogue) or
+// its prologue script (mom_priv/prologue, epilogue) runs `bftrainer hook
+// pbs`; sync reads `pbsnodes -a -F json`. OpenPBS gives its prologue
+// scripts the job ID as an argument, not as PBS_JOBID, so a call is also
+// recognised by the script's name.
 var pbs = Scheduler{
 	Name:       namePBS,
 	Contrib:    "contrib/pbs",
@@ -91,32 +91,37 @@ func pbsKnown(name string) bool {
 //
 // Contexts and their Actions:
 //   - "prologue" → Reclaim of all the job's nodes; "epilogue" → Release.
-//     They run on the mother superior only, so Local is set too and the
-//     caller should also kill locally there;
+//     OpenPBS runs them on the mother superior alone, so they are
+//     OnlyHook: the call kills (cleans up) on every node of the job;
 //   - "prologue.parallel" → KillLocal, "epilogue.parallel" → CleanupLocal
 //     (Torque's sister nodes);
-//   - "execjob_prologue", "execjob_epilogue" (PBS Pro hook events, run on
-//     every node) → Reclaim or Release on the primary execution host (Local
-//     equal to the first node, domains ignored in the comparison), KillLocal
-//     or CleanupLocal on the others, and KillLocal or CleanupLocal when the
-//     node list is unknown;
-//   - the user and pre-setup scripts and the other execjob_* events → Ignore.
+//   - "execjob_begin", "execjob_prologue" and "execjob_epilogue",
+//     "execjob_end" (OpenPBS / PBS Pro hook events, run on every MoM) →
+//     Reclaim or Release, OnlyHook, on the primary execution host (Local
+//     equal to the first node, domains ignored in the comparison),
+//     KillLocal or CleanupLocal on the others, and when the node list is
+//     unknown;
+//   - the user and pre-setup scripts, execjob_launch and execjob_preterm
+//     → Ignore.
 //
-// From the documentation (Torque 4 to 6 admin guides, OpenPBS pbs_mom(8B)
-// and its prolog.c; not verified here: there is no PBS): the scripts run as
-// root; argv[1] is the job ID, argv[2] the user, argv[3] the group; Torque 6
-// gives the prologue scripts a comma-separated host list as argv[9]; Torque
-// passes an empty environment, OpenPBS the MoM's own, so PBS_NODEFILE is
-// usually absent from scripts (it is there in job environments and can be
-// passed by a hook).
+// Observed on a real OpenPBS 23.06.06 cell (testdata/pbs): the scripts run
+// as root on the mother superior only, argv[1] the job ID, argv[2] the
+// user, argv[3] the group (the epilogue adds seven more), with no PBS_*
+// variable but PBS_JOBDIR in their environment; the node file
+// $PBS_HOME/aux/JOBID exists then (one line per chunk). A site hook's
+// environment has only PBS_CONF_FILE of PBS's; at execjob_begin on the
+// primary the node file does not exist yet, so contrib/pbs's hook passes
+// the job's vnodes, the primary's first, as BFTRAINER_PBS_NODES.
+// From the Torque documentation, not run here: Torque 6 gives the prologue
+// scripts a comma-separated host list as argv[9], and passes an empty
+// environment.
 //
-// Our assumptions: the job ID falls back to PBS_JOBID when argv[1] is
-// missing; the node list comes from PBS_NODEFILE, else Torque's argv[9], else
-// the job's node file $PBS_HOME/aux/JOBID (TORQUE_HOME for Torque), which
-// both write and to which PBS_NODEFILE normally points (the wrapper must
-// export PBS_HOME, since the MoM does not); node files have one line per
-// slot, deduplicated here; names are kept as written, short or fully
-// qualified, so they may need mapping to the names `pbsnodes` prints.
+// Node lists come from PBS_NODEFILE, else BFTRAINER_PBS_NODES, else
+// Torque's argv[9], else the job's node file $PBS_HOME/aux/JOBID
+// (TORQUE_HOME for Torque; the wrapper must export PBS_HOME, since the MoM
+// does not); they are deduplicated; names are kept as written, short or
+// fully qualified, so they may need mapping to the names `pbsnodes`
+// prints.
 //
 // A mother-superior call without a node list is an error; a node-local one
 // falls back to hostname alone. On error the Call holds what was decoded so
