@@ -23,10 +23,11 @@
 // Slurm's behaviour is documented and was observed on a real cluster
 // (Slurm 22.05, the project's notes on Slurm), Grid Engine's on a real cell
 // (Son of Grid Engine 8.1.9: internal/lab/gridengine, whose recorded hook
-// environments and listings are testdata/gridengine). LSF and PBS were not
-// available: what this package assumes about them is written on parseLSF
-// and parsePBS, each point marked as taken from the vendor's documentation
-// or as our assumption.
+// environments and listings are testdata/gridengine), OpenPBS's on a real
+// cell run by hand (23.06.06: testdata/pbs, contrib/pbs/README.md). LSF
+// and Torque were not available: what this package assumes about them is
+// written on parseLSF and parsePBS, each point marked as taken from the
+// vendor's documentation or as our assumption.
 package hooks
 
 import (

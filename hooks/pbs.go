@@ -3,6 +3,7 @@ package hooks
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,11 +17,11 @@ import (
 // namePBS is the name of PBS (Torque, OpenPBS, PBS Pro).
 const namePBS = "pbs"
 
-// pbs is PBS: contrib/pbs's prologue runs `bftrainer hook pbs "$0" "$@"`
-// (Torque and OpenPBS scripts), its Python hook the same for the PBS Pro
-// hook events; sync reads pbsnodes. Torque and OpenPBS give their
-// prologue scripts the job ID as an argument, not as PBS_JOBID, so a call
-// is also recognised by the script's name.
+// pbs is PBS: contrib/pbs's site hook (execjob_begin, execjob_epilogue) or
+// its prologue script (mom_priv/prologue, epilogue) runs `bftrainer hook
+// pbs`; sync reads `pbsnodes -a -F json`. OpenPBS gives its prologue
+// scripts the job ID as an argument, not as PBS_JOBID, so a call is also
+// recognised by the script's name.
 var pbs = Scheduler{
 	Name:       namePBS,
 	Contrib:    "contrib/pbs",
@@ -31,44 +32,52 @@ var pbs = Scheduler{
 	},
 	Parse: func(in Input) (Call, error) { return parsePBS(in.Env, in.Args, in.ReadFile, in.Hostname) },
 	Listing: &Listing{Key: "pbsnodes", Program: "pbsnodes",
-		Args: func([]string) []string { return []string{"-a"} }, Parse: parsePbsnodes},
+		Args: func([]string) []string { return []string{"-a", "-F", "json"} }, Parse: parsePbsnodes},
 }
 
 // pbsAction maps the name a PBS hook runs under to what it means for us.
-// primary is true for the PBS Pro hook events, whose meaning depends on
-// whether they run on the job's primary execution host (see ParsePBS).
-func pbsAction(ctx string) (a Action, primary, known bool) {
+// primary is true for the OpenPBS / PBS Pro hook events, which run on
+// every MoM of the job and whose meaning depends on whether they run on
+// the job's primary execution host (see parsePBS); only is true for the
+// calls that are the job's only hook (mom_priv/prologue and epilogue,
+// which OpenPBS runs on the mother superior alone).
+func pbsAction(ctx string) (a Action, primary, only, known bool) {
 	switch ctx {
 	case "prologue":
 		// mom_priv/prologue: on the mother superior (the job's first
-		// node), as root, before the job starts.
-		return Reclaim, false, true
+		// node) alone, as root, before the job starts (OpenPBS has no
+		// prologue.parallel: seen on a real cell).
+		return Reclaim, false, true, true
 	case "epilogue":
-		return Release, false, true
+		return Release, false, true, true
 	case "prologue.parallel":
 		// Torque: on each sister node, as root.
-		return KillLocal, false, true
+		return KillLocal, false, false, true
 	case "epilogue.parallel":
-		return CleanupLocal, false, true
-	case "execjob_prologue":
-		// PBS Pro / OpenPBS hook event: on every node of the job before
-		// it is launched (since OpenPBS PR #413).
-		return KillLocal, true, true
-	case "execjob_epilogue":
-		return CleanupLocal, true, true
+		return CleanupLocal, false, false, true
+	case "execjob_begin", "execjob_prologue":
+		// OpenPBS / PBS Pro hook events. execjob_begin runs on every
+		// MoM of the job, the sisters' while they join it, and the job
+		// starts only once every sister has joined: the event the guide
+		// wires. execjob_prologue runs on the mother superior, then on
+		// the sisters without waiting for them (the job's script may
+		// already run there): still understood, not wired.
+		return KillLocal, true, false, true
+	case "execjob_end", "execjob_epilogue":
+		return CleanupLocal, true, false, true
 	case "presetup.prologue", "prologue.user", "prologue.user.parallel",
 		"epilogue.user", "epilogue.user.parallel", "epilogue.precancel",
-		"execjob_begin", "execjob_launch", "execjob_preterm", "execjob_end":
+		"execjob_launch", "execjob_preterm":
 		// Run as the job's user, or duplicate the events above.
-		return Ignore, false, true
+		return Ignore, false, false, true
 	}
-	return Ignore, false, false
+	return Ignore, false, false, false
 }
 
 // pbsKnown reports whether the base name of a program path is a PBS hook
 // name, for its Detect.
 func pbsKnown(name string) bool {
-	_, _, known := pbsAction(filepath.Base(name))
+	_, _, _, known := pbsAction(filepath.Base(name))
 	return known
 }
 
@@ -82,32 +91,37 @@ func pbsKnown(name string) bool {
 //
 // Contexts and their Actions:
 //   - "prologue" → Reclaim of all the job's nodes; "epilogue" → Release.
-//     They run on the mother superior only, so Local is set too and the
-//     caller should also kill locally there;
+//     OpenPBS runs them on the mother superior alone, so they are
+//     OnlyHook: the call kills (cleans up) on every node of the job;
 //   - "prologue.parallel" → KillLocal, "epilogue.parallel" → CleanupLocal
 //     (Torque's sister nodes);
-//   - "execjob_prologue", "execjob_epilogue" (PBS Pro hook events, run on
-//     every node) → Reclaim or Release on the primary execution host (Local
-//     equal to the first node, domains ignored in the comparison), KillLocal
-//     or CleanupLocal on the others, and KillLocal or CleanupLocal when the
-//     node list is unknown;
-//   - the user and pre-setup scripts and the other execjob_* events → Ignore.
+//   - "execjob_begin", "execjob_prologue" and "execjob_epilogue",
+//     "execjob_end" (OpenPBS / PBS Pro hook events, run on every MoM) →
+//     Reclaim or Release, OnlyHook, on the primary execution host (Local
+//     equal to the first node, domains ignored in the comparison),
+//     KillLocal or CleanupLocal on the others, and when the node list is
+//     unknown;
+//   - the user and pre-setup scripts, execjob_launch and execjob_preterm
+//     → Ignore.
 //
-// From the documentation (Torque 4 to 6 admin guides, OpenPBS pbs_mom(8B)
-// and its prolog.c; not verified here: there is no PBS): the scripts run as
-// root; argv[1] is the job ID, argv[2] the user, argv[3] the group; Torque 6
-// gives the prologue scripts a comma-separated host list as argv[9]; Torque
-// passes an empty environment, OpenPBS the MoM's own, so PBS_NODEFILE is
-// usually absent from scripts (it is there in job environments and can be
-// passed by a hook).
+// Observed on a real OpenPBS 23.06.06 cell (testdata/pbs): the scripts run
+// as root on the mother superior only, argv[1] the job ID, argv[2] the
+// user, argv[3] the group (the epilogue adds seven more), with no PBS_*
+// variable but PBS_JOBDIR in their environment; the node file
+// $PBS_HOME/aux/JOBID exists then (one line per chunk). A site hook's
+// environment has only PBS_CONF_FILE of PBS's; at execjob_begin on the
+// primary the node file does not exist yet, so contrib/pbs's hook passes
+// the job's vnodes, the primary's first, as BFTRAINER_PBS_NODES.
+// From the Torque documentation, not run here: Torque 6 gives the prologue
+// scripts a comma-separated host list as argv[9], and passes an empty
+// environment.
 //
-// Our assumptions: the job ID falls back to PBS_JOBID when argv[1] is
-// missing; the node list comes from PBS_NODEFILE, else Torque's argv[9], else
-// the job's node file $PBS_HOME/aux/JOBID (TORQUE_HOME for Torque), which
-// both write and to which PBS_NODEFILE normally points (the wrapper must
-// export PBS_HOME, since the MoM does not); node files have one line per
-// slot, deduplicated here; names are kept as written, short or fully
-// qualified, so they may need mapping to the names `pbsnodes` prints.
+// Node lists come from PBS_NODEFILE, else BFTRAINER_PBS_NODES, else
+// Torque's argv[9], else the job's node file $PBS_HOME/aux/JOBID
+// (TORQUE_HOME for Torque; the wrapper must export PBS_HOME, since the MoM
+// does not); they are deduplicated; names are kept as written, short or
+// fully qualified, so they may need mapping to the names `pbsnodes`
+// prints.
 //
 // A mother-superior call without a node list is an error; a node-local one
 // falls back to hostname alone. On error the Call holds what was decoded so
@@ -118,11 +132,11 @@ func parsePBS(env Env, args []string, readFile func(string) ([]byte, error), hos
 		return c, fmt.Errorf("pbs: no arguments, not even the script name")
 	}
 	ctx := filepath.Base(args[0])
-	action, primary, known := pbsAction(ctx)
+	action, primary, only, known := pbsAction(ctx)
 	if !known {
 		return c, fmt.Errorf("pbs: unknown hook %q", ctx)
 	}
-	c.Context, c.Action = ctx, action
+	c.Context, c.Action, c.OnlyHook = ctx, action, only
 	arg := func(i int) string {
 		if i < len(args) {
 			return args[i]
@@ -166,8 +180,9 @@ func parsePBS(env Env, args []string, readFile func(string) ([]byte, error), hos
 	}
 	if primary && len(nodes) > 0 && shortName(nodes[0]) == shortName(c.Local) {
 		// The primary execution host speaks for the whole job, as the
-		// mother superior's prologue does.
-		c.Action = jobLevel(action)
+		// mother superior's prologue does: it kills on every node of
+		// the job (the sisters' own calls kill locally too).
+		c.Action, c.OnlyHook = jobLevel(action), true
 		local = false
 	}
 	if len(nodes) == 0 && !local {
@@ -183,6 +198,12 @@ func pbsHosts(env Env, ctx, hostArg, id string, readFile func(string) ([]byte, e
 	if p, k := env.get("PBS_NODEFILE"); p != "" {
 		hosts, err := readHostFile(readFile, p)
 		return hosts, k, err
+	}
+	// contrib/pbs's hook: the job's vnodes in exec_vnode's order, the
+	// primary execution host's first (its node file is not written yet
+	// when execjob_begin runs there).
+	if v, k := env.get("BFTRAINER_PBS_NODES"); v != "" {
+		return strings.Fields(v), k, nil
 	}
 	// Torque 6 passes the host list to the prologue scripts only; the
 	// epilogue's argv[9] is the job's account.
@@ -220,11 +241,51 @@ func shortName(name string) string {
 	return short
 }
 
-// parsePbsnodes reads `pbsnodes -a`: blocks starting with the node name,
-// then indented "key = value" lines. A node is idle when its state is
-// "free" and it lists no jobs. From the OpenPBS and Torque documentation;
-// untested here (no PBS available).
+// parsePbsnodes reads `pbsnodes -a -F json` (OpenPBS, PBS Pro), or the
+// plain `pbsnodes -a` (Torque, or a wrapper that prints it): see
+// parsePbsnodesJSON and parsePbsnodesText.
 func parsePbsnodes(out []byte) (map[string]string, error) {
+	if t := bytes.TrimSpace(out); len(t) > 0 && t[0] == '{' {
+		return parsePbsnodesJSON(t)
+	}
+	return parsePbsnodesText(out)
+}
+
+// pbsnodesJSON is the part of `pbsnodes -a -F json` we read: one object
+// per vnode under "nodes", keyed by the vnode's name.
+type pbsnodesJSON struct {
+	Nodes map[string]struct {
+		State string   `json:"state"`
+		Jobs  []string `json:"jobs"`
+	} `json:"nodes"`
+}
+
+// parsePbsnodesJSON reads `pbsnodes -a -F json`. A node is idle when its
+// state is exactly "free" and it lists no jobs: PBS keeps a node "free"
+// while a job uses only part of its CPUs, and lists the job.
+func parsePbsnodesJSON(out []byte) (map[string]string, error) {
+	var doc pbsnodesJSON
+	if err := json.Unmarshal(out, &doc); err != nil {
+		return nil, fmt.Errorf("pbsnodes -F json: %w", err)
+	}
+	states := map[string]string{}
+	for name, n := range doc.Nodes {
+		if err := names.ValidateNode(name); err != nil {
+			return nil, fmt.Errorf("pbsnodes -F json: %w", err)
+		}
+		state := n.State
+		if state == "free" && len(n.Jobs) == 0 {
+			state = "idle"
+		}
+		states[name] = state
+	}
+	return states, nil
+}
+
+// parsePbsnodesText reads the plain `pbsnodes -a`: blocks starting with
+// the node name, then indented "key = value" lines. A node is idle when
+// its state is "free" and it lists no jobs.
+func parsePbsnodesText(out []byte) (map[string]string, error) {
 	states := map[string]string{}
 	var name, state string
 	jobs := false

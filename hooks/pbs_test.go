@@ -65,7 +65,7 @@ func TestParsePBS(t *testing.T) {
 		{"execjob_prologue without node list stays local", nil, args(openpbsPrologue(), "execjob_prologue"), "cn01", "pbs|execjob_prologue|kill-local|77.pbs01|alice|cn01|cn01"},
 		{"missing aux file is no node list", map[string]string{"PBS_HOME": "/elsewhere"}, args(openpbsPrologue(), "prologue.parallel"), "cn02", "pbs|prologue.parallel|kill-local|77.pbs01|alice|cn02|cn02"},
 		{"user prologue ignored", nil, args(openpbsPrologue(), "prologue.user"), "", "pbs|prologue.user|ignore|77.pbs01|||"},
-		{"execjob_begin ignored", nil, args(openpbsPrologue(), "execjob_begin"), "", "pbs|execjob_begin|ignore|77.pbs01|||"},
+		{"execjob_launch ignored", nil, args(openpbsPrologue(), "execjob_launch"), "", "pbs|execjob_launch|ignore|77.pbs01|||"},
 		{"array job id", map[string]string{"PBS_NODEFILE": "/tmp/nodefile"}, []string{"prologue", "12[3].pbs01", "alice"}, "",
 			"pbs|prologue|reclaim|12[3].pbs01|alice|cn05.cluster.org,cn04.cluster.org|"},
 	}
