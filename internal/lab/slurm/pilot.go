@@ -34,12 +34,12 @@ import (
 // pass (the burst in both passes, at the same moment: it is load, and the
 // paired comparison needs it on both sides).
 const (
-	NemesisCtld       = "slurmctld-restart"   // slurmctld stopped (TERM) and started again on its state
-	NemesisReconciler = "reconciler-kill"     // the reconciler service killed -9, restarted 5 s later as systemd's Restart=always
-	NemesisNode       = "node-unreachable"    // every Trainer process of one node SIGSTOPped for NemesisHold (the lab has no per-node sshd)
-	NemesisWorker     = "worker-crash"        // one train.py worker of an elastic Trainer killed -9
-	NemesisDBReadOnly = "db-readonly"         // the database's filesystem (its own tmpfs) remounted read-only for NemesisHold
-	NemesisBurst      = "burst"               // BurstJobs sbatch at once
+	NemesisCtld       = "slurmctld-restart"    // slurmctld stopped (TERM) and started again on its state
+	NemesisReconciler = "reconciler-kill"      // the reconciler service killed -9, restarted 5 s later as systemd's Restart=always
+	NemesisNode       = "node-unreachable"     // every Trainer process of one node SIGSTOPped for NemesisHold (the lab has no per-node sshd)
+	NemesisWorker     = "worker-crash"         // one train.py worker of an elastic Trainer killed -9
+	NemesisDBReadOnly = "db-readonly"          // the database's filesystem (its own tmpfs) remounted read-only for NemesisHold
+	NemesisBurst      = "burst"                // BurstJobs sbatch at once
 	pilotWatchPeriod  = 200 * time.Millisecond // the job's watch looks this often (checkScript)
 )
 
@@ -65,6 +65,7 @@ type PilotOptions struct {
 	Seed                    uint64        // the nemeses' moments and the node they pick
 	Drain                   time.Duration // bound on the wait for the slice's last jobs after the last submit; 0 means 5 min
 	SyncEvery               time.Duration // the sync timer, compressed; 0 means a minute
+	Keep                    bool          // keep the lab's directory (the history, the replay's inputs) for a look afterwards
 	Logf                    func(format string, args ...any)
 }
 
@@ -103,7 +104,7 @@ func ScaleSlice(l *sim.SWFLog, from, n, nodes int, speed float64) ([]PilotJob, e
 		p := PilotJob{LogID: j.ID, At: scale(j.Submit - t0), Hold: scale(j.Run)}
 		p.Nodes = min(nodes, max(1, int(math.Ceil(float64(j.Nodes)*float64(nodes)/float64(machine)))))
 		req := max(j.ReqTime, j.Run)
-		p.Limit = max(1, int(math.Ceil((scale(req)+30*time.Second).Minutes())))
+		p.Limit = max(1, int(math.Ceil((scale(req) + 30*time.Second).Minutes())))
 		out = append(out, p)
 	}
 	slices.SortStableFunc(out, func(a, b PilotJob) int { return int(a.At - b.At) })
@@ -255,7 +256,10 @@ func Pilot(ctx context.Context, o PilotOptions) (res *PilotResult, err error) {
 		if p.dbDir != "" {
 			p.unmount()
 		}
-		if derr := p.c.Down(context.Background(), false); derr != nil && err == nil {
+		if o.Keep {
+			o.Logf("pilot: kept %s (bft/db: the history; replay/: the replay's inputs)", p.c.Dir)
+		}
+		if derr := p.c.Down(context.Background(), o.Keep); derr != nil && err == nil {
 			err = derr
 		}
 	}()
@@ -944,7 +948,9 @@ func (p *pilot) predict(ctx context.Context, sacct string, submit time.Time) (fl
 	if err := os.WriteFile(work, []byte(wb.String()), 0o644); err != nil {
 		return 0, err
 	}
-	out, err := p.c.In.RunEnv(ctx, []string{"TZ=UTC"}, "replay", "--trace", trace, "--nodes", nodes, "--workload", work,
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	out, err := p.c.In.RunEnv(rctx, []string{"TZ=UTC"}, "replay", "--trace", trace, "--nodes", nodes, "--workload", work,
 		"--allocator", "exact", "--tfwd", "60", "--max-trainers", strconv.Itoa(len(p.trains)), "--format", "json")
 	if err != nil {
 		return 0, fmt.Errorf("replay: %w", err)

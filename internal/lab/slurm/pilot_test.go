@@ -51,7 +51,7 @@ func TestScaleSlice(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []PilotJob{
-		{LogID: 1, At: 0, Nodes: 1, Hold: 10 * time.Second, Limit: 1},               // 10 % of 8 = 0.8 → 1; 1200/60 = 20 s + 30 s → 1 min
+		{LogID: 1, At: 0, Nodes: 1, Hold: 10 * time.Second, Limit: 1},                // 10 % of 8 = 0.8 → 1; 1200/60 = 20 s + 30 s → 1 min
 		{LogID: 3, At: 5 * time.Second, Nodes: 5, Hold: time.Second, Limit: 1},       // 51 % of 8 = 4.08 → 5
 		{LogID: 2, At: 10 * time.Second, Nodes: 8, Hold: 50 * time.Second, Limit: 2}, // run 3000 > request 1200: 50 s + 30 s → 2 min
 	}
@@ -90,7 +90,7 @@ func TestPilotCI(t *testing.T) {
 	defer cancel()
 	r, err := Pilot(ctx, PilotOptions{Repo: trainertest.RepoRoot(t), Log: log, From: 15000, Jobs: 25, Nodes: 6, Prefix: "pci",
 		Speed: 900, Elastic: 1, Exec: 1, Nemeses: []string{NemesisCtld}, Seed: 1, Drain: 2 * time.Minute,
-		SyncEvery: 20 * time.Second, Logf: t.Logf})
+		SyncEvery: 20 * time.Second, Keep: os.Getenv("BFT_PILOT_KEEP") != "", Logf: t.Logf})
 	if r != nil {
 		t.Log(r.Line())
 		for _, l := range r.NemesisLines() {
