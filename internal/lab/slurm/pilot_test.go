@@ -2,6 +2,7 @@ package slurm
 
 import (
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -117,5 +118,16 @@ func TestPilotCI(t *testing.T) {
 	}
 	if r.HarvestedNodeH <= 0 {
 		t.Errorf("the Trainers harvested %.4f node-hours: nothing ran", r.HarvestedNodeH)
+	}
+}
+
+// TestHeldNodeHours: the held-node samples integrate step-wise (each
+// sample's count until the next), clipped to the window.
+func TestHeldNodeHours(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	ss := []heldSample{{t0, 2}, {t0.Add(10 * time.Second), 4}, {t0.Add(20 * time.Second), 0}, {t0.Add(30 * time.Second), 1}}
+	// [5, 25]: 5 s × 2 + 10 s × 4 + 5 s × 0 = 50 node-seconds.
+	if got, want := heldNodeHours(ss, t0.Add(5*time.Second), t0.Add(25*time.Second)), 50.0/3600; math.Abs(got-want) > 1e-12 {
+		t.Errorf("got %v node-hours, want %v", got, want)
 	}
 }
