@@ -625,9 +625,19 @@ func (p *pilot) nemesis(ctx context.Context, name string, start time.Time, add f
 		}
 		rep.What = "killed=SIGKILL restarted_after_s=5"
 	case NemesisNode:
-		rep.What, rep.Err = p.unreachable(ctx)
+		// At a moment when a Trainer holds a node: looked for every 2 s,
+		// at most a minute.
+		for i := 0; i < 30; i++ {
+			if rep.What, rep.Err = p.unreachable(ctx); rep.Err != nil || !strings.HasPrefix(rep.What, "no ") || !sleepCtx(ctx, 2*time.Second) {
+				break
+			}
+		}
 	case NemesisWorker:
-		rep.What, rep.Err = p.crashWorker()
+		for i := 0; i < 30; i++ {
+			if rep.What, rep.Err = p.crashWorker(); rep.Err != nil || !strings.HasPrefix(rep.What, "no ") || !sleepCtx(ctx, 2*time.Second) {
+				break
+			}
+		}
 	case NemesisDBReadOnly:
 		rep.What, rep.Err = p.readOnly(ctx)
 	case NemesisBurst:
@@ -655,10 +665,20 @@ func (p *pilot) unreachable(ctx context.Context) (string, error) {
 		return "no node held by a Trainer: nothing stopped", nil
 	}
 	slices.Sort(nodes)
-	node := nodes[p.rng.IntN(len(nodes))]
-	procs, err := p.c.In.TrainerProcs(node)
-	if err != nil {
-		return "", err
+	p.rng.Shuffle(len(nodes), func(i, j int) { nodes[i], nodes[j] = nodes[j], nodes[i] })
+	var node string
+	var procs []Proc
+	for _, n := range nodes {
+		if procs, err = p.c.In.TrainerProcs(n); err != nil {
+			return "", err
+		}
+		if len(procs) > 0 {
+			node = n
+			break
+		}
+	}
+	if node == "" {
+		return "no Trainer process on the held nodes: nothing stopped", nil
 	}
 	var pids []int
 	for _, pr := range procs {
@@ -712,8 +732,20 @@ func (p *pilot) readOnly(ctx context.Context) (string, error) {
 	if p.dbDir == "" {
 		return "", errors.New("the database is not on its own filesystem")
 	}
-	if out, err := exec.Command("mount", "-o", "remount,ro", p.dbDir).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("remount ro: %w: %s", err, out)
+	// The kernel refuses a read-only remount while a file on it is open
+	// for writing ("mount point is busy"): the reconciler's round holds
+	// the database. Tried every 50 ms until a moment between rounds,
+	// bounded.
+	tries := 0
+	for {
+		tries++
+		out, err := exec.Command("mount", "-o", "remount,ro", p.dbDir).CombinedOutput()
+		if err == nil {
+			break
+		}
+		if tries >= 600 || !sleepCtx(ctx, 50*time.Millisecond) {
+			return fmt.Sprintf("remount_tries=%d", tries), fmt.Errorf("remount ro: %w: %s", err, out)
+		}
 	}
 	t := time.Now()
 	sleepCtx(ctx, p.o.NemesisHold)
@@ -722,7 +754,7 @@ func (p *pilot) readOnly(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("remount rw: %w: %s", err, out)
 	}
 	fb, _ := os.ReadDir(p.c.In.JournalFallback)
-	return fmt.Sprintf("mount=%s ro_s=%.1f fallback_journal_files_after=%d", p.dbDir, time.Since(t).Seconds(), len(fb)), nil
+	return fmt.Sprintf("mount=%s remount_tries=%d ro_s=%.1f fallback_journal_files_after=%d", p.dbDir, tries, time.Since(t).Seconds(), len(fb)), nil
 }
 
 // unmount takes the database's filesystem away once everything that
