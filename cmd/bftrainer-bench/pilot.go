@@ -70,7 +70,15 @@ func (c *pilotCommand) Run(ctx context.Context, args []string) error {
 	r, err := slurm.Pilot(ctx, slurm.PilotOptions{Repo: repoAbs, Log: *log, From: *from, Jobs: *jobs, Nodes: *nodes, Speed: *speed,
 		Elastic: *elastic, Torchrun: *torchrun, Exec: *execs, Nemeses: ns, NemesisHold: *hold, Without: *without, Seed: *seed, Keep: *keep,
 		Logf: func(format string, args ...any) { fmt.Fprintf(c.stderr, "bftrainer-bench: "+format+"\n", args...) }})
-	if r != nil {
+	if err != nil {
+		if r != nil {
+			for _, p := range r.Problems {
+				fmt.Fprintf(c.stderr, "bftrainer-bench: pilot: %s\n", p)
+			}
+		}
+		return fmt.Errorf("pilot: %w", err)
+	}
+	{
 		fmt.Fprintln(c.stdout, r.Line())
 		for _, l := range r.NemesisLines() {
 			fmt.Fprintln(c.stdout, l)
@@ -79,9 +87,6 @@ func (c *pilotCommand) Run(ctx context.Context, args []string) error {
 			fmt.Fprintf(c.stderr, "bftrainer-bench: pilot: %s\n", p)
 		}
 		fmt.Fprintf(c.stderr, "bftrainer-bench: pilot: %s of wall time\n", r.Wall.Round(time.Second))
-	}
-	if err != nil {
-		return fmt.Errorf("pilot: %w", err)
 	}
 	if len(r.Problems) > 0 {
 		return fmt.Errorf("pilot: %d problem(s) found (above)", len(r.Problems))
