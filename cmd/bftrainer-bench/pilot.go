@@ -78,16 +78,14 @@ func (c *pilotCommand) Run(ctx context.Context, args []string) error {
 		}
 		return fmt.Errorf("pilot: %w", err)
 	}
-	{
-		fmt.Fprintln(c.stdout, r.Line())
-		for _, l := range r.NemesisLines() {
-			fmt.Fprintln(c.stdout, l)
-		}
-		for _, p := range r.Problems {
-			fmt.Fprintf(c.stderr, "bftrainer-bench: pilot: %s\n", p)
-		}
-		fmt.Fprintf(c.stderr, "bftrainer-bench: pilot: %s of wall time\n", r.Wall.Round(time.Second))
+	fmt.Fprintln(c.stdout, r.Line())
+	for _, l := range r.NemesisLines() {
+		fmt.Fprintln(c.stdout, l)
 	}
+	for _, p := range r.Problems {
+		fmt.Fprintf(c.stderr, "bftrainer-bench: pilot: %s\n", p)
+	}
+	fmt.Fprintf(c.stderr, "bftrainer-bench: pilot: %s of wall time\n", r.Wall.Round(time.Second))
 	if len(r.Problems) > 0 {
 		return fmt.Errorf("pilot: %d problem(s) found (above)", len(r.Problems))
 	}
