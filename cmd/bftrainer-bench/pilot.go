@@ -82,6 +82,9 @@ func (c *pilotCommand) Run(ctx context.Context, args []string) error {
 	for _, l := range r.NemesisLines() {
 		fmt.Fprintln(c.stdout, l)
 	}
+	for _, n := range r.TrainerNotes {
+		fmt.Fprintf(c.stdout, "pilot note=%q\n", n)
+	}
 	for _, p := range r.Problems {
 		fmt.Fprintf(c.stderr, "bftrainer-bench: pilot: %s\n", p)
 	}

@@ -149,8 +149,9 @@ type PilotResult struct {
 	// Problems are what was not normal about main jobs, and the
 	// Trainers' own failures, in words (empty on a clean pilot).
 	Problems []string
-	Audit    string // the audit's summary line
-	Wall     time.Duration
+	// TrainerNotes say what became of the Trainers the nemeses hit.
+	TrainerNotes []string
+	Wall         time.Duration
 }
 
 // Line is the pilot's result line.
@@ -196,15 +197,16 @@ type pilotTrainer struct {
 
 // pilot is a running pilot.
 type pilot struct {
-	o      PilotOptions
-	jobs   []PilotJob
-	c      *Cluster
-	rng    *rand.Rand
-	dbDir  string // the database's own filesystem, "" when not mounted
-	svcMu  sync.Mutex
-	svc    *Service
-	trains []pilotTrainer
-	res    *PilotResult
+	o       PilotOptions
+	jobs    []PilotJob
+	c       *Cluster
+	rng     *rand.Rand
+	dbDir   string // the database's own filesystem, "" when not mounted
+	svcMu   sync.Mutex
+	svc     *Service
+	trains  []pilotTrainer
+	crashed string // the Trainer whose worker the worker-crash nemesis killed
+	res     *PilotResult
 }
 
 // Pilot runs a pilot on a fresh lab and returns what it measured. The
@@ -254,10 +256,14 @@ func Pilot(ctx context.Context, o PilotOptions) (res *PilotResult, err error) {
 	defer func() {
 		p.stopService()
 		if p.dbDir != "" {
+			if o.Keep {
+				// The database's filesystem goes with the unmount.
+				exec.Command("cp", "-a", p.dbDir, filepath.Join(p.c.Dir, "db-kept")).Run()
+			}
 			p.unmount()
 		}
 		if o.Keep {
-			o.Logf("pilot: kept %s (bft/db: the history; replay/: the replay's inputs)", p.c.Dir)
+			o.Logf("pilot: kept %s (bft/db or db-kept: the history; replay/: the replay's inputs)", p.c.Dir)
 		}
 		if derr := p.c.Down(context.Background(), o.Keep); derr != nil && err == nil {
 			err = derr
@@ -719,12 +725,25 @@ func (p *pilot) crashWorker() (string, error) {
 		return "no elastic worker running: nothing killed", nil
 	}
 	slices.SortFunc(cands, func(a, b Proc) int { return a.PID - b.PID })
+	// A worker of a Trainer that has others, where there is one: what
+	// the elastic runtime does with the survivors is the question (a
+	// Trainer whose only worker crashed has failed everywhere: it ends
+	// failed).
+	workers := map[string]int{}
+	for _, pr := range cands {
+		t, _ := pr.Token()
+		workers[t.Trainer]++
+	}
+	if multi := slices.DeleteFunc(slices.Clone(cands), func(pr Proc) bool { t, _ := pr.Token(); return workers[t.Trainer] < 2 }); len(multi) > 0 {
+		cands = multi
+	}
 	pr := cands[p.rng.IntN(len(cands))]
 	t, _ := pr.Token()
 	if err := syscall.Kill(pr.PID, syscall.SIGKILL); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("trainer=%s node=%s pid=%d killed=SIGKILL", t.Trainer, t.Node, pr.PID), nil
+	p.crashed = t.Trainer
+	return fmt.Sprintf("trainer=%s node=%s pid=%d workers=%d killed=SIGKILL", t.Trainer, t.Node, pr.PID, workers[t.Trainer]), nil
 }
 
 // readOnly remounts the database's filesystem read-only for NemesisHold.
@@ -868,7 +887,10 @@ func (p *pilot) check(ctx context.Context, r *passResult) error {
 		return err
 	}
 	for _, t := range ts {
-		if string(t.Status) == "failed" {
+		switch {
+		case string(t.Status) == "failed" && t.ID == p.crashed:
+			p.res.TrainerNotes = append(p.res.TrainerNotes, fmt.Sprintf("Trainer %s failed after the worker-crash nemesis killed its worker", t.ID))
+		case string(t.Status) == "failed":
 			p.res.Problems = append(p.res.Problems, fmt.Sprintf("Trainer %s failed", t.ID))
 		}
 	}
