@@ -77,7 +77,8 @@ test-python:
 test-short:
 	$(GO) test -short ./...
 
-# Figures: exact solver vs CBC, hooks, replay, rescale and reclaim, Slurm.
+# Figures: exact solver vs CBC, hooks, replay, rescale and reclaim, Slurm,
+# and the pilot (issue 27: a real job log on the Slurm lab, about 25 min).
 bench: build
 	$(OUT)/bftrainer-bench all
 

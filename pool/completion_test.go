@@ -136,3 +136,20 @@ func TestIdleHistoryRecordsWhatEnded(t *testing.T) {
 		t.Fatalf("problem idle %+v now %v", pr.Idle, pr.Now)
 	}
 }
+
+// TestCompletionTooFar: a completion beyond what a time.Duration holds
+// (1e12 samples at 10 a second: 3,000 years) is none, not a moment before
+// now (the float's conversion wrapped, and a replay decided at that past
+// moment for ever).
+func TestCompletionTooFar(t *testing.T) {
+	p := mustNew(t, pool.Config{TFwd: 100})
+	p.Join(at(0), []string{"n1"}, "")
+	if err := p.Submit(at(0), pool.Spec{ID: "T", Min: 1, Max: 1, Curve: linear(1, 10), Samples: 1e12}); err != nil {
+		t.Fatal(err)
+	}
+	p.Admit()
+	decide(t, p)
+	if got, ok := p.NextCompletion(); ok {
+		t.Fatalf("next completion %v, want none", got)
+	}
+}

@@ -412,6 +412,9 @@ func due(t *Trainer) bool {
 // the pool's estimate between reports.
 func reports(t *Trainer) bool { return t.Learn.Reports > 0 || t.Learn.Readings > 0 }
 
+// neverSeconds is a completion too far to foresee: 100 years.
+const neverSeconds = 100 * 365 * 24 * 3600
+
 // NextCompletion returns when the first running Trainer will reach its
 // samples if nothing changes (the rescale cost it owes, charged at the next
 // accrual, included), rounded up to the nanosecond; false if none will
@@ -424,7 +427,15 @@ func (p *Pool) NextCompletion() (time.Time, bool) {
 			continue
 		}
 		left := t.Samples - t.Done + t.PendingCost
-		d := time.Duration(math.Ceil(max(0, left) / t.Rate * 1e9))
+		secs := max(0, left) / t.Rate
+		if secs > neverSeconds {
+			// Beyond what a Duration holds (292 years): the float's
+			// conversion would wrap to a time before now, and a replay
+			// would decide at that past moment for ever (the pilot's
+			// replay of an exec Trainer at 10 samples/s with 1e12 to go).
+			continue
+		}
+		d := time.Duration(math.Ceil(secs * 1e9))
 		at := p.now.Add(d)
 		if !found || at.Before(first) {
 			first, found = at, true

@@ -27,8 +27,10 @@ const (
 	// AuditTrainerStarted: a Trainer process was started on a node while a
 	// main job held it.
 	AuditTrainerStarted = "trainer-started"
-	// AuditKillLate: the node prolog killed Trainer processes after the
-	// job's own processes had started (plus the tolerance).
+	// AuditKillLate: Trainer processes on the node were killed after the
+	// job's own processes had started (plus the tolerance) by something
+	// other than the job's own node prolog (which runs before any of
+	// them, by Slurm's ordering: kill-unclean judges its kill).
 	AuditKillLate = "kill-late"
 	// AuditKillUnclean: the kill did not account for every process (a
 	// survivor, a degraded kill, an error).
@@ -289,7 +291,16 @@ func auditJobNode(j accounting.Job, n string, es []nodeEvent, o AuditOptions, ad
 			continue
 		}
 		killed := e.ev.HasVal && e.ev.Value > 0
-		if killed && e.at.After(procsFrom.Add(o.Tolerance)) {
+		// The job's own node prolog kills before any process of the job
+		// starts on the node: Slurm starts no step (the batch script
+		// included) on a node before its prolog returns. The accounting's
+		// step start is when slurmctld launched the step, not when it ran:
+		// under load the prologs run seconds after it (the pilot: a kill
+		// 2.1 s after sacct's start, the job's first line 1 s after the
+		// kill). Its own prolog's kill is proven clean or not by
+		// kill-unclean; kill-late is for kills the job's prolog did not make.
+		ownProlog := e.ev.Job == j.ID && e.ev.Context == "prolog_slurmd"
+		if killed && !ownProlog && e.at.After(procsFrom.Add(o.Tolerance)) {
 			add(AuditKillLate, j.ID, n, e.at, "killed %g Trainer process(es) %.3f s after the job's own processes started (%s)",
 				e.ev.Value, e.at.Sub(procsFrom).Seconds(), procsFrom.UTC().Format(time.RFC3339))
 		}

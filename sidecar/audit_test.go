@@ -68,9 +68,18 @@ func TestAuditPlanted(t *testing.T) {
 			return append(evs, store.Event{At: at(t0, 90), Kind: store.KindAction, Source: "trainer", Context: "start", Trainer: "T", Nodes: []string{"n2"}})
 		}, []found{{AuditTrainerStarted, "7", "n2"}}},
 		{"killed after the job's processes started", func(evs []store.Event, t0 time.Time) []store.Event {
-			evs[3].At = at(t0, 64)
+			// Not by the job's own prolog (which runs before the job's
+			// processes whatever the accounting says): a kill within
+			// the job's hold that names no job.
+			evs[3].At, evs[3].Job = at(t0, 64), ""
 			return evs
 		}, []found{{AuditKillLate, "7", "n1"}}},
+		{"its own prolog killed late by the accounting's clock", func(evs []store.Event, t0 time.Time) []store.Event {
+			// The pilot's case: sacct's step start is slurmctld's launch;
+			// the prolog ran 3 s later, before the job's first line.
+			evs[3].At = at(t0, 64)
+			return evs
+		}, nil},
 		{"a survivor", func(evs []store.Event, t0 time.Time) []store.Event {
 			evs[3].Detail, _ = json.Marshal(wire.KillReport{Node: "n1", Containment: "cgroup", Survivors: []int{4242}})
 			return evs
@@ -115,6 +124,7 @@ func TestAuditTolerance(t *testing.T) {
 	jobs, evs, t0 := auditWindow()
 	evs[2].At = t0.Add(61500 * time.Millisecond) // 1.5 s after the start
 	evs[3].At = t0.Add(62900 * time.Millisecond) // 1.9 s after the batch step
+	evs[3].Job = ""                              // a kill not the job's own prolog's (that one is never late)
 	if r := CheckAudit(jobs, evs, t0, t0.Add(time.Hour), DefaultAuditOptions); len(r.Violations) != 0 {
 		t.Fatalf("within 2 s: %+v", r.Violations)
 	}

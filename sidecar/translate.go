@@ -213,7 +213,11 @@ func changeEvents(cs []pool.Change, now time.Time) (out []store.Event, ended []p
 func (r *Reconciler) actionEvents(acts []trainer.Action) []store.Event {
 	evs := make([]store.Event, 0, len(acts))
 	for _, a := range acts {
-		e := store.Event{At: r.Now(), Kind: store.KindAction, Source: "trainer", Context: a.Op, Trainer: a.Trainer,
+		at := r.Now()
+		if !a.At.IsZero() {
+			at = a.At // when it began: the audit orders a start against the jobs on its node
+		}
+		e := store.Event{At: at, Kind: store.KindAction, Source: "trainer", Context: a.Op, Trainer: a.Trainer,
 			Ms: ms(a.Took), HasMs: true}
 		if a.Node != "" {
 			e.Nodes = []string{a.Node}

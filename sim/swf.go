@@ -511,3 +511,8 @@ func (d *deltaTracker) reset() {
 	d.touched = d.touched[:0]
 	d.instant++
 }
+
+// ReadSWF reads a Standard Workload Format log as a replay does (readSWF:
+// bad lines skipped and counted, gzip detected): for a harness that
+// submits the log's jobs to a real scheduler.
+func ReadSWF(r io.Reader) (*SWFLog, error) { return readSWF(r) }

@@ -389,7 +389,7 @@ func (r *Runner) parallel(n int, op func(i int)) {
 // start runs a launch on a node through t.
 func (r *Runner) start(ctx context.Context, t Transport, l wire.Launch, op string) nodeResult {
 	begin := time.Now()
-	act := Action{Trainer: l.Trainer, Node: l.Node, Op: op}
+	act := Action{Trainer: l.Trainer, Node: l.Node, Op: op, At: begin}
 	if l.Node == wire.ControllerNode {
 		act.Node = ""
 	}
@@ -422,7 +422,7 @@ func (r *Runner) start(ctx context.Context, t Transport, l wire.Launch, op strin
 // stop stops a Trainer's processes on a node through t.
 func (r *Runner) stop(ctx context.Context, t Transport, trainer, node, op string) nodeResult {
 	begin := time.Now()
-	act := Action{Trainer: trainer, Node: node, Op: op}
+	act := Action{Trainer: trainer, Node: node, Op: op, At: begin}
 	if node == wire.ControllerNode {
 		act.Node = ""
 	}

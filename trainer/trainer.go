@@ -55,8 +55,13 @@ type Action struct {
 	Node    string
 	Op      string // start, stop, kill, store-start, store-stop, orphan-stop, ...
 	Took    time.Duration
-	Err     error
-	Note    string
+	// At is when the operation began (start, stop): the history's time of
+	// the action. Zero: when the round recorded it, which for a start may
+	// be seconds later (an elastic launch waits for its workers), after
+	// a main job began on the node and its prolog killed what started.
+	At   time.Time
+	Err  error
+	Note string
 	// Measured is set on the action that completed a rescale whose cost
 	// the launcher measured; the reconciler records it (a cost event) and
 	// folds it into the Trainer's R_up / R_down.

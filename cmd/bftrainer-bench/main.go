@@ -43,6 +43,9 @@ commands:
            elastic Trainer moved off by the plan vs killed (issue 15)
   reclaim  the node prolog's kill against Trainers that try to escape it,
            cgroup and degraded containment (root)
+  pilot    a slice of a real job log (Theta 2022) replayed on the Slurm lab
+           with bftrainer and Trainers, a nemesis, then without bftrainer;
+           audit and the replay's prediction (issue 27; root, ~25 min)
   gpu      the node prolog's kill of a Trainer holding GPU memory: until the
            process is gone and the memory back (root, a GPU, torch with CUDA;
            not in all)
@@ -51,7 +54,7 @@ Run "bftrainer-bench <command> -h" for a command's flags.
 `
 
 // allCommands are the commands "all" runs, in order: add yours.
-var allCommands = []string{"alloc", "replay", "yield", "order", "plan", "curves", "hook", "rescale", "slurm", "reclaim"}
+var allCommands = []string{"alloc", "replay", "yield", "order", "plan", "curves", "hook", "rescale", "slurm", "reclaim", "pilot"}
 
 // errUsage marks a command-line mistake: exit status 2.
 var errUsage = errors.New("usage")
@@ -97,6 +100,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return (&slurmCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "reclaim":
 		return (&reclaimCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
+	case "pilot":
+		return (&pilotCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "gpu":
 		return (&gpuCommand{stdout: stdout, stderr: stderr}).Run(ctx, rest)
 	case "all":

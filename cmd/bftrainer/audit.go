@@ -23,8 +23,9 @@ the pool had held, node by node:
 
   late-leave         the node left the pool by the job's start (+ tolerance)
   trainer-started    no Trainer process was started there while the job held it
-  kill-late          what the node prolog killed was gone when the job's own
-                     processes started (its first step; + tolerance)
+  kill-late          what another kill than the job's own node prolog's took
+                     was gone when the job's own processes started (its first
+                     step; + tolerance; the prolog runs before any of them)
   kill-unclean       the kill accounted for every process (no survivor, no error)
   early-join         the node did not rejoin the pool before the job ended
 

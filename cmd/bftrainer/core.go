@@ -105,6 +105,9 @@ func explain(cfg Config, err error) error {
 		return withHint(err, "the reconciler (`bftrainer reconcile` or its service), `bftrainer sync` or `bftrainer node join` creates it; or set database in %s", configFile(cfg))
 	case errors.Is(err, sidecar.ErrDenied):
 		return withHint(err, "only its owner, root, or an admin (admins, admin_group in %s) may", configFile(cfg))
+	case errors.Is(err, sidecar.ErrNotWritable) && errors.Is(err, syscall.EROFS):
+		// Root is refused too: the pilot's read-only fault had the hint below.
+		return withHint(err, "the filesystem holding %s is read-only (mount); hooks go on writing their journal's fallback, recorded once it is writable again", cfg.Database)
 	case errors.Is(err, sidecar.ErrNotWritable):
 		return withHint(err, "only root (or the database's group) may write %s", cfg.Database)
 	case errors.Is(err, sidecar.ErrSpool):

@@ -30,7 +30,10 @@ type ClusterOptions struct {
 	// directories, instead of building one (Installed says what stays the
 	// lab's). Its configuration file is rewritten by Configure.
 	Installed *Installed
-	Logf      func(format string, args ...any)
+	// Accounting starts the lab with slurmdbd on MariaDB (Options.Accounting)
+	// and points bftrainer's scheduler.sacct at it.
+	Accounting bool
+	Logf       func(format string, args ...any)
 }
 
 // Cluster is a lab with bftrainer as its hooks, and the throwaway user
@@ -90,11 +93,14 @@ func Up(ctx context.Context, o ClusterOptions) (c *Cluster, err error) {
 			return c, err
 		}
 	}
-	c.Settings = Settings{AllowRootOwner: o.RootOwner}
+	c.Settings = Settings{AllowRootOwner: o.RootOwner, Sacct: o.Accounting}
 	if err = c.In.Configure(c.Settings); err != nil {
 		return c, err
 	}
-	c.Options = Options{Nodes: o.Nodes, Prefix: o.Prefix, Hook: c.In.Bin, Scavenger: o.Scavenger, SlurmUser: o.SlurmUser, Extra: o.Extra}
+	c.Options = Options{Nodes: o.Nodes, Prefix: o.Prefix, Hook: c.In.Bin, Scavenger: o.Scavenger, SlurmUser: o.SlurmUser, Extra: o.Extra, Accounting: o.Accounting}
+	if o.Accounting {
+		c.Options.Timeout = 2 * time.Minute
+	}
 	c.Lab, err = startLab(ctx, LabScript(o.Repo), labDir, c.Options)
 	return c, err
 }
@@ -267,7 +273,7 @@ func (c *Cluster) Cancel(ctx context.Context, names ...string) error {
 // default configuration, hooks on, no Trainer, no job, every node exactly
 // idle, the pool in line with sinfo (by `bftrainer sync`).
 func (c *Cluster) Reset(ctx context.Context) error {
-	if err := c.Configure(Settings{AllowRootOwner: c.Settings.AllowRootOwner}); err != nil {
+	if err := c.Configure(Settings{AllowRootOwner: c.Settings.AllowRootOwner, Sacct: c.Settings.Sacct, Metrics: c.Settings.Metrics}); err != nil {
 		return err
 	}
 	if c.Lab.Hook != c.In.Bin {

@@ -46,6 +46,7 @@ type Install struct {
 	Work        string // shared scratch (mode 1777): Trainer programs, checkpoints, progress logs
 	Sinfo       string // sinfo with the lab's SLURM_CONF (the controller hooks get none)
 	Squeue      string // squeue likewise: the plan's reader (Settings.Plan)
+	Sacct       string // sacct likewise: the audit's reader (Settings.Sacct)
 	// Journal is the hooks' journal (beside the database); JournalFallback
 	// its fallback, on another filesystem (/dev/shm) where there is one.
 	Journal, JournalFallback string
@@ -151,6 +152,11 @@ type Settings struct {
 	Plan     bool
 	PlanLead time.Duration
 	Raw      string // when set, the whole file (a corrupt configuration)
+	// Sacct sets scheduler.sacct to Install.Sacct (a lab started with
+	// accounting): bftrainer audit asks the lab's slurmdbd.
+	Sacct bool
+	// Metrics is metrics.textfile (a path ending in .prom); "" is off.
+	Metrics string
 }
 
 // newInstall builds bftrainer from the module at repo into dir/bin and
@@ -177,6 +183,7 @@ func newInstall(ctx context.Context, repo, dir, labConf string, inst *Installed)
 		Work:            filepath.Join(dir, "work"),
 		Sinfo:           filepath.Join(dir, "bin", "sinfo"),
 		Squeue:          filepath.Join(dir, "bin", "squeue"),
+		Sacct:           filepath.Join(dir, "bin", "sacct"),
 		Journal:         filepath.Join(dir, "db", "journal"),
 		JournalFallback: filepath.Join(dir, "journal-fallback"),
 		Tag:             "s" + hex.EncodeToString(tag),
@@ -272,7 +279,7 @@ func (in *Install) installed(ctx context.Context, inst *Installed, repo string) 
 func (in *Install) writeWork(repo string) error {
 	// The controller hooks get no SLURM_CONF (notes/slurm.md); a site's
 	// sinfo reads /etc/slurm/slurm.conf, the lab's lives in its directory.
-	for _, w := range []string{in.Sinfo, in.Squeue} {
+	for _, w := range []string{in.Sinfo, in.Squeue, in.Sacct} {
 		wrapper := fmt.Sprintf("#!/bin/sh\nSLURM_CONF=%s exec /usr/bin/%s \"$@\"\n", in.labConf, filepath.Base(w))
 		if err := os.WriteFile(w, []byte(wrapper), 0o755); err != nil {
 			return err
@@ -416,6 +423,10 @@ func (in *Install) configText(s Settings) string {
 			plan += fmt.Sprintf("plan_lead = %q\n", s.PlanLead.String())
 		}
 	}
+	sacct := ""
+	if s.Sacct {
+		sacct = in.Sacct
+	}
 	ssh := ""
 	if s.SSHConfig != "" {
 		ssh = fmt.Sprintf("ssh_config = %q\nconnect_timeout = \"3s\"\n", s.SSHConfig)
@@ -446,6 +457,11 @@ interval = "2s"
 sinfo = %q
 # The plan (squeue --start) is off unless a scenario turns it on (Settings.Plan).
 squeue = %q
+# The audit's accounting: off unless the lab has slurmdbd (Settings.Sacct).
+sacct = %q
+
+[metrics]
+textfile = %q
 
 [trainer]
 transport = %q
@@ -470,7 +486,7 @@ join_timeout = "120s"
 [trainer.launcher.elastic]
 pythonpath = %q
 store_ports = "%d-%d"
-`, in.DB, in.JournalFallback, in.Spool, s.Solver, in.HooksLog, s.Spawn, plan, sinfo, squeue, s.Transport, ssh, in.Bin, in.Config,
+`, in.DB, in.JournalFallback, in.Spool, s.Solver, in.HooksLog, s.Spawn, plan, sinfo, squeue, sacct, s.Metrics, s.Transport, ssh, in.Bin, in.Config,
 		in.Registry, in.LogDir, in.StateDir, in.CgroupRoot, s.AllowRootOwner, s.Extra,
 		strings.Join(torchrun, ", "), in.ports[0], in.ports[1], in.ElasticPath(), in.ports[0], in.ports[1])
 }

@@ -33,7 +33,8 @@ echo "first $(date +%s.%N)"
 srun -N "$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=0 "$BFT_CHECK"
 echo "checked $(date +%s.%N)"
 if [ -n "${BFT_WATCH:-}" ]; then
-	srun -N "$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=0 "$BFT_CHECK" watch &
+	stop="$BFT_CHECK.stop.$SLURM_JOB_ID"
+	srun -N "$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=0 "$BFT_CHECK" watch "$stop" &
 	watch=$!
 fi
 if [ -n "${BFT_RELEASE:-}" ]; then
@@ -43,8 +44,12 @@ else
 	sleep "${BFT_HOLD:-0}"
 fi
 if [ -n "${watch:-}" ]; then
-	kill "$watch" 2>/dev/null
+	# The watch ends itself once the stop file is there: a srun killed
+	# while it is still launching its step hangs ("forcing job
+	# termination"), and the job with it, until its time limit.
+	touch "$stop"
 	wait "$watch" 2>/dev/null
+	rm -f "$stop"
 fi
 echo "end $(date +%s.%N)"
 `
@@ -54,8 +59,9 @@ echo "end $(date +%s.%N)"
 // inherited by every descendant, even one that called setsid) names this
 // node is a Trainer process still running where the main job runs.
 // Zombies have no environment left and are not counted. With "watch" it
-// looks again every 0.2 s until killed, and prints a "found" line for each
-// look that finds any.
+// looks again every 0.2 s until the file named by its second argument
+// exists (or it is killed), and prints a "found" line for each look that
+// finds any.
 const checkScript = `#!/bin/sh
 n=$SLURMD_NODENAME
 look() {
@@ -63,11 +69,12 @@ look() {
 	procs=${procs%,}
 }
 if [ "$1" = watch ]; then
-	while :; do
+	while [ -z "$2" ] || [ ! -e "$2" ]; do
 		look
 		[ -n "$procs" ] && echo "found node=$n procs=$procs at=$(date +%s.%N)"
 		sleep 0.2
 	done
+	exit 0
 fi
 look
 echo "check node=$n procs=${procs:-none}"

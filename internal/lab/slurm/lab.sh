@@ -81,6 +81,7 @@ lab.sh - a real multi-node Slurm cluster on one machine (one munged, one slurmct
   lab.sh start-node DIR NODE [-t TIMEOUT] [--no-wait]
         start that node's slurmd again and wait until it registered and is exactly idle
   lab.sh restart-node DIR NODE [--kill] [--steps] [-t TIMEOUT] [--no-wait]
+  lab.sh restart-ctld DIR [-t TIMEOUT]   stop slurmctld (TERM) and start it again on its saved state
   lab.sh env DIR             print the export line again
   lab.sh logs DIR [LINES]    tails of all logs
   lab.sh install-deps        apt-get install the Slurm/munge packages without starting system
@@ -984,6 +985,48 @@ cmd_node() { # stop|start|restart DIR NODE [opts]
 	esac
 }
 
+cmd_restart_ctld() { # DIR [-t S]: slurmctld stopped with TERM (KILL after 10 s) and started again on its state
+	local dir=${1:-} to=30 line pid st deadline t0
+	shift 2>/dev/null || usage_die "restart-ctld: usage: $PROG restart-ctld DIR [-t S]"
+	while [ $# -gt 0 ]; do
+		case $1 in
+		-t | --timeout) to=${2:?}; shift 2 ;;
+		-q) QUIET=1; shift ;;
+		*) usage_die "restart-ctld: unknown argument $1" ;;
+		esac
+	done
+	need_root
+	load "$dir"
+	[ -s "$(pids_file)" ] || die "no cluster running in $D"
+	lock_dir
+	t0=$(now_us)
+	line=$(role_pid slurmctld)
+	pid=${line% *}
+	st=${line#* }
+	if [ -n "$line" ] && same_proc "$pid" "$st"; then
+		kill -s TERM "$pid" 2>/dev/null
+		deadline=$(($(now_us) + 10000000))
+		while alive "$pid"; do
+			if [ "$(now_us)" -ge "$deadline" ]; then
+				kill -s KILL "$pid" 2>/dev/null
+				deadline=$(($(now_us) + 5000000))
+			fi
+			nap 0.05
+		done
+	fi
+	awk '$3 != "slurmctld"' "$(pids_file)" >"$(pids_file).tmp.$$" && mv -f "$(pids_file).tmp.$$" "$(pids_file)"
+	# the state in StateSaveLocation is read back: jobs pending, running and ended survive
+	launch slurmctld "" slurmctld -D -i -f "$CONF"
+	pid=$LAST_PID
+	deadline=$(($(now_us) + to * 1000000))
+	until ctld_up; do
+		alive "$pid" || { printf '%s: error: slurmctld exited\n' "$PROG" >&2; tail -n 20 "$D/log/slurmctld.log" >&2; return 1; }
+		[ "$(now_us)" -lt "$deadline" ] || { printf '%s: error: slurmctld not UP after %ss\n' "$PROG" "$to" >&2; return 1; }
+		nap 0.1
+	done
+	say "slurmctld restarted in $(elapsed "$t0") s (pid $pid)"
+}
+
 # ---------------------------------------------------------------------------------------------
 
 cmd_install_deps() {
@@ -1014,6 +1057,7 @@ main() {
 	stop-node) cmd_node stop "$@" ;;
 	start-node) cmd_node start "$@" ;;
 	restart-node) cmd_node restart "$@" ;;
+	restart-ctld) cmd_restart_ctld "$@" ;;
 	env) cmd_env "$@" ;;
 	logs) cmd_logs "$@" ;;
 	install-deps) cmd_install_deps ;;

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/bftrainer/bftrainer/internal/lab/slurm"
+)
+
+// pilotCommand is issue 27's pilot (slurm.Pilot): a slice of a real job
+// log (an SWF file, Theta 2022 by default) replayed with sbatch on the
+// Slurm lab (accounting on, bftrainer wired as contrib/slurm/README.md
+// says: hooks, the reconciler as a service, the sync timer, metrics),
+// Trainers harvesting what it leaves idle, the nemeses at random moments,
+// then the same slice without bftrainer, bftrainer audit and the replay's
+// prediction from the pass's own sacct:
+//
+//	pilot log=… slice=… nodes=… speed=… main_jobs=… failed=… requeued=… drained=… trainer_beside_main_s=… audit_violations=… events_lost=… wait_p50_ms=… wait_p99_ms=… wait_without_p50_ms=… wait_without_p99_ms=… harvested_node_h=… predicted_node_h=… ratio=…
+//	pilot nemesis=<name> at_s=<x> <what happened>
+//
+// Every nemesis line and every problem found (a job not normal, an audit
+// row) is printed; the command fails when the pilot found a problem.
+type pilotCommand struct {
+	stdout, stderr io.Writer
+}
+
+func (c *pilotCommand) Run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("pilot", flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	repo := fs.String("repo", ".", "the bftrainer module's directory (lab.sh and ./cmd/bftrainer are found there)")
+	data := fs.String("data", "../shared/data", "the shared data `directory` (theta/)")
+	log := fs.String("log", "", "an SWF job `file` (default: DATA/theta/theta_2022.swf)")
+	from := fs.Int("from", 15000, "the slice's first job (index among the log's usable jobs)")
+	jobs := fs.Int("jobs", 60, "jobs in the slice")
+	nodes := fs.Int("nodes", 8, "lab nodes")
+	speed := fs.Float64("speed", 400, "time compression: a log second is 1/`X` s")
+	elastic := fs.Int("elastic", 2, "elastic train.py Trainers in the queue")
+	torchrun := fs.Int("torchrun", 1, "torchrun train.py Trainers")
+	execs := fs.Int("exec", 1, "exec Trainers (a shell and two sleeps)")
+	nemeses := fs.String("nemesis", strings.Join(slurm.AllNemeses, ","), "nemeses, comma-separated ("+strings.Join(slurm.AllNemeses, ", ")+"; \"\": none)")
+	hold := fs.Duration("nemesis-hold", time.Minute, "how long a node stays unreachable and the database read-only")
+	without := fs.Bool("without", true, "run the slice again without bftrainer, for the queue wait")
+	seed := fs.Uint64("seed", 1, "`SEED` of the nemeses' moments")
+	keep := fs.Bool("keep", false, "keep the lab's directory (the history, the replay's inputs)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *log == "" {
+		*log = filepath.Join(*data, "theta", "theta_2022.swf")
+	}
+	if _, err := os.Stat(*log); err != nil {
+		return fmt.Errorf("pilot: %w (-data or -log)", err)
+	}
+	var ns []string
+	for _, n := range strings.Split(*nemeses, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			ns = append(ns, n)
+		}
+	}
+	repoAbs, err := filepath.Abs(*repo)
+	if err != nil {
+		return err
+	}
+	r, err := slurm.Pilot(ctx, slurm.PilotOptions{Repo: repoAbs, Log: *log, From: *from, Jobs: *jobs, Nodes: *nodes, Speed: *speed,
+		Elastic: *elastic, Torchrun: *torchrun, Exec: *execs, Nemeses: ns, NemesisHold: *hold, Without: *without, Seed: *seed, Keep: *keep,
+		Logf: func(format string, args ...any) { fmt.Fprintf(c.stderr, "bftrainer-bench: "+format+"\n", args...) }})
+	if err != nil {
+		if r != nil {
+			for _, p := range r.Problems {
+				fmt.Fprintf(c.stderr, "bftrainer-bench: pilot: %s\n", p)
+			}
+		}
+		return fmt.Errorf("pilot: %w", err)
+	}
+	fmt.Fprintln(c.stdout, r.Line())
+	for _, l := range r.NemesisLines() {
+		fmt.Fprintln(c.stdout, l)
+	}
+	for _, n := range r.TrainerNotes {
+		fmt.Fprintf(c.stdout, "pilot note=%q\n", n)
+	}
+	for _, p := range r.Problems {
+		fmt.Fprintf(c.stderr, "bftrainer-bench: pilot: %s\n", p)
+	}
+	fmt.Fprintf(c.stderr, "bftrainer-bench: pilot: %s of wall time\n", r.Wall.Round(time.Second))
+	if len(r.Problems) > 0 {
+		return fmt.Errorf("pilot: %d problem(s) found (above)", len(r.Problems))
+	}
+	return nil
+}

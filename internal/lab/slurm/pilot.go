@@ -1,0 +1,1019 @@
+package slurm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/bftrainer/bftrainer/accounting"
+	"github.com/bftrainer/bftrainer/sim"
+)
+
+// The pilot (issue 27): a slice of a real job log replayed on the lab,
+// bftrainer wired as contrib/slurm/README.md tells a sysadmin, a queue of
+// real Trainers harvesting what the log leaves idle, a nemesis, and then
+// the checks a site would run before letting a sidecar near production:
+// its own accounting against the history (bftrainer audit), every job's
+// own watch for Trainer processes, the same slice again without
+// bftrainer for the queue wait, and the replay's prediction from the
+// pilot's own sacct.
+
+// Nemeses a pilot can run, each once, at a random moment of the first
+// pass (the burst in both passes, at the same moment: it is load, and the
+// paired comparison needs it on both sides).
+const (
+	NemesisCtld       = "slurmctld-restart"    // slurmctld stopped (TERM) and started again on its state
+	NemesisReconciler = "reconciler-kill"      // the reconciler service killed -9, restarted 5 s later as systemd's Restart=always
+	NemesisNode       = "node-unreachable"     // every Trainer process of one node SIGSTOPped for NemesisHold (the lab has no per-node sshd)
+	NemesisWorker     = "worker-crash"         // one train.py worker of an elastic Trainer killed -9
+	NemesisDBReadOnly = "db-readonly"          // the database's filesystem (its own tmpfs) remounted read-only for NemesisHold
+	NemesisBurst      = "burst"                // BurstJobs sbatch at once
+	pilotWatchPeriod  = 200 * time.Millisecond // the job's watch looks this often (checkScript)
+)
+
+// AllNemeses is every nemesis, in the order their lines print.
+var AllNemeses = []string{NemesisCtld, NemesisReconciler, NemesisNode, NemesisWorker, NemesisDBReadOnly, NemesisBurst}
+
+// PilotOptions says what pilot to run.
+type PilotOptions struct {
+	Repo   string  // the bftrainer module's directory
+	Log    string  // the SWF job log
+	From   int     // the slice's first job: index among the log's usable jobs, in file order
+	Jobs   int     // jobs in the slice
+	Nodes  int     // lab nodes (the pilot: ≥ 8; CI: 6)
+	Prefix string  // node names; "" means "plab"
+	Speed  float64 // time compression: a log second is 1/Speed s here
+	// Trainers in the queue: train.py on the elastic runtime, on torchrun,
+	// and exec Trainers (a shell and two sleeps).
+	Elastic, Torchrun, Exec int
+	Nemeses                 []string      // of AllNemeses
+	NemesisHold             time.Duration // how long the node stays unreachable and the database read-only; 0 means a minute
+	BurstJobs               int           // the burst's sbatch count; 0 means 100
+	Without                 bool          // run the slice a second time without bftrainer
+	Seed                    uint64        // the nemeses' moments and the node they pick
+	Drain                   time.Duration // bound on the wait for the slice's last jobs after the last submit; 0 means 5 min
+	SyncEvery               time.Duration // the sync timer, compressed; 0 means a minute
+	Keep                    bool          // keep the lab's directory (the history, the replay's inputs) for a look afterwards
+	Logf                    func(format string, args ...any)
+}
+
+// PilotJob is one job of the slice, scaled to the lab.
+type PilotJob struct {
+	LogID int64         // its number in the log
+	At    time.Duration // its submit time from the slice's first, compressed
+	Nodes int           // ceil(log nodes × lab nodes / machine nodes), at least 1
+	Hold  time.Duration // its run time, compressed
+	Limit int           // sbatch --time, minutes
+}
+
+// ScaleSlice takes jobs [from, from+n) of the log and scales them to a lab
+// of nodes: sizes proportional to the log's machine and rounded up (≥ 1
+// node), submit and run times divided by speed, and the requested
+// walltime divided by speed too, but never below the run time (in 26 %
+// of Theta's jobs the run outlived the request; Slurm would kill them at
+// the limit where Theta let them run), plus 30 s for the job's own
+// checks, in whole minutes (sbatch's unit).
+func ScaleSlice(l *sim.SWFLog, from, n, nodes int, speed float64) ([]PilotJob, error) {
+	if from < 0 || n <= 0 || from+n > len(l.Jobs) {
+		return nil, fmt.Errorf("slice %d+%d: the log has %d usable jobs", from, n, len(l.Jobs))
+	}
+	if !(speed > 0) || nodes <= 0 {
+		return nil, fmt.Errorf("slice: speed %v and nodes %d must be positive", speed, nodes)
+	}
+	machine := l.MachineNodes()
+	js := l.Jobs[from : from+n]
+	t0 := js[0].Submit
+	for _, j := range js {
+		t0 = min(t0, j.Submit)
+	}
+	scale := func(sec int64) time.Duration { return time.Duration(float64(sec) / speed * float64(time.Second)) }
+	out := make([]PilotJob, 0, n)
+	for _, j := range js {
+		p := PilotJob{LogID: j.ID, At: scale(j.Submit - t0), Hold: scale(j.Run)}
+		p.Nodes = min(nodes, max(1, int(math.Ceil(float64(j.Nodes)*float64(nodes)/float64(machine)))))
+		req := max(j.ReqTime, j.Run)
+		p.Limit = max(1, int(math.Ceil((scale(req) + 30*time.Second).Minutes())))
+		out = append(out, p)
+	}
+	slices.SortStableFunc(out, func(a, b PilotJob) int { return int(a.At - b.At) })
+	return out, nil
+}
+
+// ReadSlice reads an SWF log and scales a slice of it (ScaleSlice).
+func ReadSlice(path string, from, n, nodes int, speed float64) ([]PilotJob, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("job log: %w", err)
+	}
+	defer f.Close()
+	l, err := sim.ReadSWF(f)
+	if err != nil {
+		return nil, fmt.Errorf("job log %s: %w", path, err)
+	}
+	return ScaleSlice(l, from, n, nodes, speed)
+}
+
+// NemesisReport is what one nemesis did.
+type NemesisReport struct {
+	Name string
+	At   time.Duration // from the pass's start
+	What string        // what happened, in words
+	Err  error         // the nemesis itself could not act
+}
+
+// PilotResult is what a pilot measured.
+type PilotResult struct {
+	Log                        string
+	From, Jobs, Nodes          int
+	Speed                      float64
+	MainJobs                   int // jobs of the first pass: the slice and the burst
+	Failed, Requeued, Drained  int
+	BesideS                    float64 // seconds a main job's own watch saw a Trainer process on its nodes
+	AuditViolations            int
+	EventsLost                 int // jobs in sacct on pool nodes without their prolog_slurmctld or epilog_slurmctld in the history
+	Wait, WaitWithout          []time.Duration
+	HarvestedNodeH, PredictedH float64
+	Nemeses                    []NemesisReport
+	// Problems are what was not normal about main jobs, and the
+	// Trainers' own failures, in words (empty on a clean pilot).
+	Problems []string
+	// TrainerNotes say what became of the Trainers the nemeses hit.
+	TrainerNotes []string
+	Wall         time.Duration
+}
+
+// Line is the pilot's result line.
+func (r *PilotResult) Line() string {
+	ms := func(ds []time.Duration, q float64) string {
+		if len(ds) == 0 {
+			return "NaN"
+		}
+		return fmt.Sprintf("%.0f", Quantile(Millis(ds...), q))
+	}
+	ratio := math.NaN()
+	if r.PredictedH > 0 {
+		ratio = r.HarvestedNodeH / r.PredictedH
+	}
+	return fmt.Sprintf("pilot log=%s slice=%d+%d nodes=%d speed=%g main_jobs=%d failed=%d requeued=%d drained=%d trainer_beside_main_s=%.1f "+
+		"audit_violations=%d events_lost=%d wait_p50_ms=%s wait_p99_ms=%s wait_without_p50_ms=%s wait_without_p99_ms=%s "+
+		"harvested_node_h=%.3f predicted_node_h=%.3f ratio=%.2f",
+		filepath.Base(r.Log), r.From, r.Jobs, r.Nodes, r.Speed, r.MainJobs, r.Failed, r.Requeued, r.Drained, r.BesideS,
+		r.AuditViolations, r.EventsLost, ms(r.Wait, 0.5), ms(r.Wait, 0.99), ms(r.WaitWithout, 0.5), ms(r.WaitWithout, 0.99),
+		r.HarvestedNodeH, r.PredictedH, ratio)
+}
+
+// NemesisLines are one line per nemesis.
+func (r *PilotResult) NemesisLines() []string {
+	var out []string
+	for _, n := range r.Nemeses {
+		s := fmt.Sprintf("pilot nemesis=%s at_s=%.1f %s", n.Name, n.At.Seconds(), n.What)
+		if n.Err != nil {
+			s += fmt.Sprintf(" error=%q", n.Err.Error())
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// pilotTrainer is a Trainer the pilot submitted.
+type pilotTrainer struct {
+	name     string
+	launcher string
+	min, max int
+	curve    []float64 // samples/s on 1..max nodes
+}
+
+// pilot is a running pilot.
+type pilot struct {
+	o       PilotOptions
+	jobs    []PilotJob
+	c       *Cluster
+	rng     *rand.Rand
+	dbDir   string // the database's own filesystem, "" when not mounted
+	svcMu   sync.Mutex
+	svc     *Service
+	trains  []pilotTrainer
+	crashed string // the Trainer whose worker the worker-crash nemesis killed
+	res     *PilotResult
+}
+
+// Pilot runs a pilot on a fresh lab and returns what it measured. The
+// error is for a pilot that could not run; what it found wrong is in
+// the result (Failed, Problems, …).
+func Pilot(ctx context.Context, o PilotOptions) (res *PilotResult, err error) {
+	t0 := time.Now()
+	if o.Prefix == "" {
+		o.Prefix = "plab"
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	if o.NemesisHold <= 0 {
+		o.NemesisHold = time.Minute
+	}
+	if o.BurstJobs <= 0 {
+		o.BurstJobs = 100
+	}
+	if o.Drain <= 0 {
+		o.Drain = 5 * time.Minute
+	}
+	if o.SyncEvery <= 0 {
+		o.SyncEvery = time.Minute
+	}
+	for _, n := range o.Nemeses {
+		if !slices.Contains(AllNemeses, n) {
+			return nil, fmt.Errorf("pilot: no nemesis %q (%s)", n, strings.Join(AllNemeses, ", "))
+		}
+	}
+	if err := NeedAccounting(); err != nil {
+		return nil, err
+	}
+	jobs, err := ReadSlice(o.Log, o.From, o.Jobs, o.Nodes, o.Speed)
+	if err != nil {
+		return nil, err
+	}
+	p := &pilot{o: o, jobs: jobs, rng: rand.New(rand.NewPCG(o.Seed, 27))}
+	p.res = &PilotResult{Log: o.Log, From: o.From, Jobs: o.Jobs, Nodes: o.Nodes, Speed: o.Speed}
+	// Ended jobs stay in scontrol for the whole pilot: each is checked
+	// after the pass.
+	p.c, err = Up(ctx, ClusterOptions{Repo: o.Repo, Nodes: o.Nodes, Prefix: o.Prefix, Accounting: true,
+		Extra: []string{"MinJobAge=7200"}, Logf: o.Logf})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		p.stopService()
+		if p.dbDir != "" {
+			if o.Keep {
+				// The database's filesystem goes with the unmount.
+				exec.Command("cp", "-a", p.dbDir, filepath.Join(p.c.Dir, "db-kept")).Run()
+			}
+			p.unmount()
+		}
+		if o.Keep {
+			o.Logf("pilot: kept %s (bft/db or db-kept: the history; replay/: the replay's inputs)", p.c.Dir)
+		}
+		if derr := p.c.Down(context.Background(), o.Keep); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	if slices.Contains(o.Nemeses, NemesisDBReadOnly) {
+		// Its own small filesystem, so that read-only is a real mount:
+		// the reconciler runs as root, which file modes do not stop.
+		p.dbDir = filepath.Dir(p.c.In.DB)
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m,mode=0755", "bftpilot", p.dbDir).CombinedOutput(); err != nil {
+			p.dbDir = ""
+			return nil, fmt.Errorf("mount the database's filesystem: %w: %s", err, out)
+		}
+	}
+	// The guide: the reconciler as a service (spawn_reconciler never),
+	// metrics for node_exporter, sync at boot and by its timer.
+	s := p.c.Settings
+	s.Spawn = "never"
+	s.Metrics = filepath.Join(p.c.Dir, "metrics", "bftrainer.prom")
+	if err := os.MkdirAll(filepath.Dir(s.Metrics), 0o755); err != nil {
+		return nil, err
+	}
+	if err := p.c.Configure(s); err != nil {
+		return nil, err
+	}
+	if _, err := p.c.Run(ctx, "sync"); err != nil {
+		return nil, err
+	}
+	if err := p.startService(); err != nil {
+		return nil, err
+	}
+	if err := p.submitTrainers(ctx); err != nil {
+		return p.res, err
+	}
+	with, err := p.pass(ctx, true)
+	if err != nil {
+		return p.res, err
+	}
+	p.res.MainJobs = len(with.runs)
+	p.res.Wait = with.waits
+	p.res.Failed, p.res.Requeued, p.res.BesideS = with.failed, with.requeued, with.beside
+	p.res.Problems = append(p.res.Problems, with.problems...)
+	p.res.Nemeses = with.nemeses
+	if bad, err := p.c.Lab.Drained(ctx); err == nil {
+		p.res.Drained = len(bad)
+		for _, b := range bad {
+			p.res.Problems = append(p.res.Problems, "drained: "+b)
+		}
+	}
+	if err := p.check(ctx, with); err != nil {
+		return p.res, err
+	}
+	p.stopService()
+	if err := p.cancelTrainers(ctx); err != nil {
+		return p.res, err
+	}
+	if o.Without {
+		if err := p.c.In.SetHooks(ctx, p.c.Lab, false); err != nil {
+			return p.res, err
+		}
+		without, err := p.pass(ctx, false)
+		if err != nil {
+			return p.res, err
+		}
+		p.res.WaitWithout = without.waits
+		for _, pr := range without.problems {
+			p.res.Problems = append(p.res.Problems, "without bftrainer: "+pr)
+		}
+		if burst := without.nemeses; len(burst) > 0 {
+			for _, n := range burst {
+				n.Name += "-without"
+				p.res.Nemeses = append(p.res.Nemeses, n)
+			}
+		}
+	}
+	p.res.Wall = time.Since(t0)
+	return p.res, nil
+}
+
+func (p *pilot) startService() error {
+	p.svcMu.Lock()
+	defer p.svcMu.Unlock()
+	svc, err := p.c.StartService(2 * time.Second)
+	if err != nil {
+		return fmt.Errorf("reconciler service: %w", err)
+	}
+	p.svc = svc
+	return nil
+}
+
+func (p *pilot) stopService() {
+	p.svcMu.Lock()
+	defer p.svcMu.Unlock()
+	p.svc.Kill()
+	p.svc = nil
+}
+
+// submitTrainers submits the queue: elastic train.py Trainers, torchrun
+// ones, exec ones, as the Trainers' owner.
+func (p *pilot) submitTrainers(ctx context.Context) error {
+	curve := func(n int) []float64 {
+		var c []float64
+		for _, pt := range torchCurve[:n] {
+			_, v, _ := strings.Cut(pt, ":")
+			f, _ := strconv.ParseFloat(v, 64)
+			c = append(c, f)
+		}
+		return c
+	}
+	mx := min(4, p.o.Nodes)
+	for i := range p.o.Elastic {
+		t, err := p.c.SubmitElastic(ctx, fmt.Sprintf("el%d", i), 1, mx)
+		if err != nil {
+			return fmt.Errorf("submit elastic Trainer: %w", err)
+		}
+		p.trains = append(p.trains, pilotTrainer{t.Name, "elastic", 1, mx, curve(mx)})
+	}
+	for i := range p.o.Torchrun {
+		t, err := p.c.SubmitTorch(ctx, fmt.Sprintf("tr%d", i), 1, min(3, mx))
+		if err != nil {
+			return fmt.Errorf("submit torchrun Trainer: %w", err)
+		}
+		p.trains = append(p.trains, pilotTrainer{t.Name, "torchrun", 1, min(3, mx), curve(min(3, mx))})
+	}
+	for i := range p.o.Exec {
+		name, err := p.c.SubmitSleeper(ctx, fmt.Sprintf("ex%d", i))
+		if err != nil {
+			return fmt.Errorf("submit exec Trainer: %w", err)
+		}
+		p.trains = append(p.trains, pilotTrainer{name, "exec", 1, 1, []float64{10}})
+	}
+	p.o.Logf("pilot: %d Trainers submitted", len(p.trains))
+	return nil
+}
+
+func (p *pilot) cancelTrainers(ctx context.Context) error {
+	act, err := p.c.Active(ctx)
+	if err != nil || len(act) == 0 {
+		return err
+	}
+	return p.c.Cancel(ctx, act...)
+}
+
+// pilotRun is one main job of a pass.
+type pilotRun struct {
+	spec  PilotJob
+	burst bool
+	job   *Job
+}
+
+// passResult is what one pass measured.
+type passResult struct {
+	start, end       time.Time
+	runs             []*pilotRun
+	waits            []time.Duration // the slice's jobs: sbatch to the job's first line
+	failed, requeued int
+	beside           float64
+	problems         []string
+	nemeses          []NemesisReport
+	samples          []heldSample // with bftrainer: the nodes Trainers held, every second
+}
+
+type heldSample struct {
+	at    time.Time
+	nodes int
+}
+
+// pass submits the slice (each job at its time), runs the nemeses (with
+// bftrainer; the burst in both passes), waits for every job to end and
+// reads what each job saw.
+func (p *pilot) pass(ctx context.Context, with bool) (*passResult, error) {
+	r := &passResult{start: time.Now()}
+	window := p.jobs[len(p.jobs)-1].At
+	name := "with"
+	if !with {
+		name = "without"
+	}
+	p.o.Logf("pilot: pass %s bftrainer: %d jobs over %s", name, len(p.jobs), window.Round(time.Second))
+	var mu sync.Mutex
+	add := func(run *pilotRun) {
+		mu.Lock()
+		r.runs = append(r.runs, run)
+		mu.Unlock()
+	}
+	var errs []error
+	var errMu sync.Mutex
+	fail := func(err error) {
+		errMu.Lock()
+		errs = append(errs, err)
+		errMu.Unlock()
+	}
+	// The nemeses' moments: the same seed gives both passes' bursts the
+	// same moment.
+	rng := rand.New(rand.NewPCG(p.o.Seed, 5))
+	var wg sync.WaitGroup
+	for _, n := range AllNemeses {
+		at := time.Duration((0.15 + 0.6*rng.Float64()) * float64(window))
+		if !slices.Contains(p.o.Nemeses, n) || (!with && n != NemesisBurst) {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !sleepCtx(ctx, time.Until(r.start.Add(at))) {
+				return
+			}
+			rep := p.nemesis(ctx, n, r.start, add)
+			p.o.Logf("pilot: nemesis %s at %.1f s: %s (%v)", n, rep.At.Seconds(), rep.What, rep.Err)
+			mu.Lock()
+			r.nemeses = append(r.nemeses, rep)
+			mu.Unlock()
+		}()
+	}
+	// With bftrainer: the nodes Trainers hold, every second, and the sync
+	// timer's command.
+	stop := make(chan struct{})
+	var sampler sync.WaitGroup
+	if with {
+		sampler.Add(1)
+		go func() {
+			defer sampler.Done()
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			lastSync := time.Now()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-ctx.Done():
+					return
+				case now := <-tick.C:
+					if held, err := p.c.In.Held(ctx); err == nil {
+						n := 0
+						for _, ns := range held {
+							n += len(ns)
+						}
+						r.samples = append(r.samples, heldSample{now, n})
+					}
+					if now.Sub(lastSync) >= p.o.SyncEvery {
+						lastSync = now
+						if out, err := p.c.Run(ctx, "sync"); err != nil {
+							p.o.Logf("pilot: sync: %v", err)
+						} else if strings.TrimSpace(out) != "" {
+							p.o.Logf("pilot: sync: %s", strings.Join(strings.Fields(out), " "))
+						}
+					}
+				}
+			}
+		}()
+	}
+	for _, j := range p.jobs {
+		if !sleepCtx(ctx, time.Until(r.start.Add(j.At))) {
+			break
+		}
+		job, err := p.c.Lab.Submit(ctx, p.spec(j))
+		if err != nil {
+			fail(err)
+			continue
+		}
+		add(&pilotRun{spec: j, job: job})
+	}
+	wg.Wait()
+	// Every job ended (squeue lists none of ours), bounded.
+	err := Poll(ctx, p.o.Drain, func() (bool, error) {
+		act, err := p.c.Lab.ActiveJobs(ctx)
+		if err != nil {
+			return false, nil // slurmctld restarting
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, run := range r.runs {
+			if slices.Contains(act, run.job.ID) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		fail(fmt.Errorf("pass %s: jobs still queued or running after %s: %w", name, p.o.Drain, err))
+	}
+	r.end = time.Now()
+	close(stop)
+	sampler.Wait()
+	for _, run := range r.runs {
+		p.read(ctx, r, run)
+	}
+	p.o.Logf("pilot: pass %s ended after %s: %d jobs, %d failed, %d requeued", name, r.end.Sub(r.start).Round(time.Second),
+		len(r.runs), r.failed, r.requeued)
+	return r, errors.Join(errs...)
+}
+
+// spec is a slice job as sbatch takes it: the lab's main job, watching
+// its nodes for Trainer processes all the while it holds them.
+func (p *pilot) spec(j PilotJob) JobSpec {
+	return JobSpec{Nodes: j.Nodes, Hold: j.Hold, Watch: true, Name: fmt.Sprintf("swf%d", j.LogID),
+		Args: []string{"--time", strconv.Itoa(j.Limit)}}
+}
+
+// read checks one ended job: its state, its requeues, what its own
+// watch saw; and its wait when it is the slice's.
+func (p *pilot) read(ctx context.Context, r *passResult, run *pilotRun) {
+	info, err := p.c.Lab.Job(ctx, run.job.ID)
+	if err != nil {
+		r.failed++
+		r.problems = append(r.problems, fmt.Sprintf("job %s: %v", run.job.ID, err))
+		return
+	}
+	rep, err := run.job.Report()
+	if err != nil {
+		r.problems = append(r.problems, fmt.Sprintf("job %s: output: %v", run.job.ID, err))
+	}
+	if info["JobState"] != "COMPLETED" || info["ExitCode"] != "0:0" {
+		r.failed++
+	}
+	if info["Restarts"] != "0" {
+		r.requeued++
+	}
+	r.beside += float64(len(rep.Found)) * pilotWatchPeriod.Seconds()
+	for _, procs := range rep.Procs {
+		if procs != "none" {
+			r.beside += pilotWatchPeriod.Seconds()
+		}
+	}
+	if bad := Normal(info, rep); bad != "" {
+		r.problems = append(r.problems, fmt.Sprintf("job %s (%s): %s", run.job.ID, info["JobName"], bad))
+	}
+	if !run.burst && !rep.First.IsZero() {
+		r.waits = append(r.waits, run.job.StartDelay(rep))
+	}
+}
+
+// sleepCtx sleeps d (the workload's own clock: a job's submit time, a
+// nemesis's moment); false if ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// nemesis runs one nemesis now and says what happened.
+func (p *pilot) nemesis(ctx context.Context, name string, start time.Time, add func(*pilotRun)) (rep NemesisReport) {
+	rep = NemesisReport{Name: name, At: time.Since(start)}
+	switch name {
+	case NemesisCtld:
+		t := time.Now()
+		_, rep.Err = p.c.Lab.script(ctx, "restart-ctld", p.c.Lab.Dir, "-q", "-t", "60")
+		rep.What = fmt.Sprintf("down_up_s=%.1f", time.Since(t).Seconds())
+	case NemesisReconciler:
+		p.svcMu.Lock()
+		rep.Err = p.svc.Kill()
+		p.svc = nil
+		p.svcMu.Unlock()
+		// systemd's Restart=always, RestartSec=5 (the unit).
+		sleepCtx(ctx, 5*time.Second)
+		if err := p.startService(); err != nil {
+			rep.Err = errors.Join(rep.Err, err)
+		}
+		rep.What = "killed=SIGKILL restarted_after_s=5"
+	case NemesisNode:
+		// At a moment when a Trainer holds a node: looked for every 2 s,
+		// at most a minute.
+		for i := 0; i < 30; i++ {
+			if rep.What, rep.Err = p.unreachable(ctx); rep.Err != nil || !strings.HasPrefix(rep.What, "no ") || !sleepCtx(ctx, 2*time.Second) {
+				break
+			}
+		}
+	case NemesisWorker:
+		for i := 0; i < 30; i++ {
+			if rep.What, rep.Err = p.crashWorker(); rep.Err != nil || !strings.HasPrefix(rep.What, "no ") || !sleepCtx(ctx, 2*time.Second) {
+				break
+			}
+		}
+	case NemesisDBReadOnly:
+		rep.What, rep.Err = p.readOnly(ctx)
+	case NemesisBurst:
+		rep.What, rep.Err = p.burst(ctx, add)
+	}
+	return rep
+}
+
+// unreachable stops every Trainer process of one node that Trainers hold
+// (SIGSTOP) for NemesisHold, then lets them go on: a node that does not
+// answer. The lab runs the local transport (no per-node sshd to stop);
+// what is tested is the same promise — a node the controller cannot get
+// an answer from is still reclaimed at once by its own prolog, whose
+// cgroup.kill / SIGKILL reaches stopped processes.
+func (p *pilot) unreachable(ctx context.Context) (string, error) {
+	held, err := p.c.In.Held(ctx)
+	if err != nil {
+		return "", err
+	}
+	var nodes []string
+	for _, ns := range held {
+		nodes = append(nodes, ns...)
+	}
+	if len(nodes) == 0 {
+		return "no node held by a Trainer: nothing stopped", nil
+	}
+	slices.Sort(nodes)
+	p.rng.Shuffle(len(nodes), func(i, j int) { nodes[i], nodes[j] = nodes[j], nodes[i] })
+	var node string
+	var procs []Proc
+	for _, n := range nodes {
+		if procs, err = p.c.In.TrainerProcs(n); err != nil {
+			return "", err
+		}
+		if len(procs) > 0 {
+			node = n
+			break
+		}
+	}
+	if node == "" {
+		return "no Trainer process on the held nodes: nothing stopped", nil
+	}
+	var pids []int
+	for _, pr := range procs {
+		if syscall.Kill(pr.PID, syscall.SIGSTOP) == nil {
+			pids = append(pids, pr.PID)
+		}
+	}
+	sleepCtx(ctx, p.o.NemesisHold)
+	alive := 0
+	for _, pid := range pids {
+		if syscall.Kill(pid, syscall.SIGCONT) == nil {
+			alive++
+		}
+	}
+	return fmt.Sprintf("node=%s stopped_procs=%d for_s=%.0f alive_after=%d (local transport: no per-node sshd; the node's Trainer processes SIGSTOPped instead)",
+		node, len(pids), p.o.NemesisHold.Seconds(), alive), nil
+}
+
+// crashWorker kills one train.py worker of an elastic Trainer with
+// SIGKILL, as an out-of-memory kill or a segfault would.
+func (p *pilot) crashWorker() (string, error) {
+	procs, err := p.c.In.TrainerProcs()
+	if err != nil {
+		return "", err
+	}
+	var cands []Proc
+	for _, pr := range procs {
+		t, ok := pr.Token()
+		if !ok || !slices.ContainsFunc(p.trains, func(tr pilotTrainer) bool { return tr.name == t.Trainer && tr.launcher == "elastic" }) {
+			continue
+		}
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pr.PID))
+		if strings.Contains(string(cmd), "train.py") {
+			cands = append(cands, pr)
+		}
+	}
+	if len(cands) == 0 {
+		return "no elastic worker running: nothing killed", nil
+	}
+	slices.SortFunc(cands, func(a, b Proc) int { return a.PID - b.PID })
+	// A worker of a Trainer that has others, where there is one: what
+	// the elastic runtime does with the survivors is the question (a
+	// Trainer whose only worker crashed has failed everywhere: it ends
+	// failed).
+	workers := map[string]int{}
+	for _, pr := range cands {
+		t, _ := pr.Token()
+		workers[t.Trainer]++
+	}
+	if multi := slices.DeleteFunc(slices.Clone(cands), func(pr Proc) bool { t, _ := pr.Token(); return workers[t.Trainer] < 2 }); len(multi) > 0 {
+		cands = multi
+	}
+	pr := cands[p.rng.IntN(len(cands))]
+	t, _ := pr.Token()
+	if err := syscall.Kill(pr.PID, syscall.SIGKILL); err != nil {
+		return "", err
+	}
+	p.crashed = t.Trainer
+	return fmt.Sprintf("trainer=%s node=%s pid=%d workers=%d killed=SIGKILL", t.Trainer, t.Node, pr.PID, workers[t.Trainer]), nil
+}
+
+// readOnly remounts the database's filesystem read-only for NemesisHold.
+func (p *pilot) readOnly(ctx context.Context) (string, error) {
+	if p.dbDir == "" {
+		return "", errors.New("the database is not on its own filesystem")
+	}
+	// The kernel refuses a read-only remount while a file on it is open
+	// for writing ("mount point is busy"): the reconciler's round holds
+	// the database. Tried every 50 ms until a moment between rounds,
+	// bounded.
+	tries := 0
+	for {
+		tries++
+		out, err := exec.Command("mount", "-o", "remount,ro", p.dbDir).CombinedOutput()
+		if err == nil {
+			break
+		}
+		if tries >= 600 || !sleepCtx(ctx, 50*time.Millisecond) {
+			return fmt.Sprintf("remount_tries=%d", tries), fmt.Errorf("remount ro: %w: %s", err, out)
+		}
+	}
+	t := time.Now()
+	sleepCtx(ctx, p.o.NemesisHold)
+	out, err := exec.Command("mount", "-o", "remount,rw", p.dbDir).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("remount rw: %w: %s", err, out)
+	}
+	fb, _ := os.ReadDir(p.c.In.JournalFallback)
+	return fmt.Sprintf("mount=%s remount_tries=%d ro_s=%.1f fallback_journal_files_after=%d", p.dbDir, tries, time.Since(t).Seconds(), len(fb)), nil
+}
+
+// unmount takes the database's filesystem away once everything that
+// held it is stopped; lazily if something still does.
+func (p *pilot) unmount() {
+	exec.Command("mount", "-o", "remount,rw", p.dbDir).Run()
+	if out, err := exec.Command("umount", p.dbDir).CombinedOutput(); err != nil {
+		p.o.Logf("pilot: umount %s: %v %s; detaching it", p.dbDir, err, out)
+		exec.Command("umount", "-l", p.dbDir).Run()
+	}
+}
+
+// burst submits BurstJobs one-node jobs at once (each its own sbatch, all
+// started together).
+func (p *pilot) burst(ctx context.Context, add func(*pilotRun)) (string, error) {
+	t := time.Now()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	ok := 0
+	for i := range p.o.BurstJobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			spec := PilotJob{LogID: int64(-1 - i), Nodes: 1, Limit: 2}
+			js := p.spec(spec)
+			js.Name = "burst"
+			job, err := p.c.Lab.Submit(ctx, js)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			ok++
+			add(&pilotRun{spec: spec, burst: true, job: job})
+		}()
+	}
+	wg.Wait()
+	what := fmt.Sprintf("submitted=%d in_s=%.1f", ok, time.Since(t).Seconds())
+	if len(errs) > 0 {
+		return what, fmt.Errorf("%d sbatch failed, the first: %w", len(errs), errs[0])
+	}
+	return what, nil
+}
+
+// check runs the checks after the pass with bftrainer: every job start
+// and end on a pool node in the history (against sacct), bftrainer audit
+// over the pass, the Trainers' own state, and the replay's prediction
+// from the pass's sacct.
+func (p *pilot) check(ctx context.Context, r *passResult) error {
+	from, to := r.start.Add(-time.Second), r.end.Add(time.Second)
+	listing, raw, err := p.sacct(ctx, from, to, r)
+	if err != nil {
+		return err
+	}
+	for _, j := range listing.Jobs {
+		if j.Running {
+			continue
+		}
+		hooks, err := p.c.HookEvents(ctx, j.ID)
+		if err != nil {
+			return err
+		}
+		for _, hc := range []string{"prolog_slurmctld", "epilog_slurmctld"} {
+			if n := len(hooks[hc]); n != 1 {
+				p.res.Problems = append(p.res.Problems, fmt.Sprintf("job %s: %s recorded %d times, want 1", j.ID, hc, n))
+				if n == 0 {
+					p.res.EventsLost++
+				}
+			}
+		}
+	}
+	// The audit, as a site runs it.
+	out, aerr := p.c.Run(ctx, "audit", "--since", from.UTC().Format(time.RFC3339), "--until", to.UTC().Format(time.RFC3339), "--format", "json")
+	var audit struct {
+		Jobs       int               `json:"jobs"`
+		Violations []json.RawMessage `json:"violations"`
+	}
+	if err := json.Unmarshal([]byte(out), &audit); err != nil {
+		return fmt.Errorf("audit: %v (%w)", err, aerr)
+	}
+	p.res.AuditViolations = len(audit.Violations)
+	for _, v := range audit.Violations {
+		p.res.Problems = append(p.res.Problems, "audit: "+string(v))
+	}
+	// Harvest: node-seconds Trainers held, over the accounting's span
+	// (the replay's: first start to last end).
+	first, last := to, from
+	for _, j := range listing.Jobs {
+		if j.Start.Before(first) {
+			first = j.Start
+		}
+		if !j.Running && j.End.After(last) {
+			last = j.End
+		}
+	}
+	p.res.HarvestedNodeH = heldNodeHours(r.samples, first, last)
+	p.res.PredictedH, err = p.predict(ctx, raw, r.start)
+	if err != nil {
+		return err
+	}
+	// The Trainers: none failed.
+	db, err := p.c.In.OpenDB(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	ts, err := db.Trainers(ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range ts {
+		switch {
+		case string(t.Status) == "failed" && t.ID == p.crashed:
+			p.res.TrainerNotes = append(p.res.TrainerNotes, fmt.Sprintf("Trainer %s failed after the worker-crash nemesis killed its worker", t.ID))
+		case string(t.Status) == "failed":
+			p.res.Problems = append(p.res.Problems, fmt.Sprintf("Trainer %s failed", t.ID))
+		}
+	}
+	return nil
+}
+
+// sacct reads the accounting of [from, to] once it lists every job of the
+// pass as ended (slurmctld sends it to slurmdbd asynchronously), bounded.
+func (p *pilot) sacct(ctx context.Context, from, to time.Time, r *passResult) (*accounting.Listing, string, error) {
+	const layout = "2006-01-02T15:04:05"
+	var listing *accounting.Listing
+	var out string
+	err := Poll(ctx, 2*time.Minute, func() (bool, error) {
+		cmd := p.c.Lab.Command(ctx, "sacct", "--allusers", "--allocations", "--parsable2",
+			"--starttime", from.UTC().Format(layout), "--endtime", to.UTC().Format(layout),
+			"--format", "JobID,Submit,Start,End,NNodes,NodeList,State")
+		cmd.Env = append(cmd.Env, "TZ=UTC")
+		b, err := cmd.Output()
+		if err != nil {
+			return false, nil
+		}
+		out = string(b)
+		if listing, err = accounting.ReadSacct(strings.NewReader(out), time.UTC); err != nil {
+			return false, err
+		}
+		ended := map[string]bool{}
+		for _, j := range listing.Jobs {
+			ended[j.ID] = !j.Running
+		}
+		for _, run := range r.runs {
+			if !ended[run.job.ID] {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("sacct did not list every job of the pass as ended: %w", err)
+	}
+	return listing, out, nil
+}
+
+// heldNodeHours integrates the held-node samples over [from, to].
+func heldNodeHours(ss []heldSample, from, to time.Time) float64 {
+	var sec float64
+	for i := 1; i < len(ss); i++ {
+		a, b := ss[i-1].at, ss[i].at
+		if a.Before(from) {
+			a = from
+		}
+		if b.After(to) {
+			b = to
+		}
+		if b.After(a) {
+			sec += b.Sub(a).Seconds() * float64(ss[i-1].nodes)
+		}
+	}
+	return sec / 3600
+}
+
+// predict replays the pass's own accounting (bftrainer replay --trace
+// sacct) with the Trainers the pilot submitted, their rescale costs as
+// the pilot measured them, and returns the node-hours the replay's
+// Trainers used.
+func (p *pilot) predict(ctx context.Context, sacct string, submit time.Time) (float64, error) {
+	dir := filepath.Join(p.c.Dir, "replay")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, err
+	}
+	trace, nodes, work := filepath.Join(dir, "pass.sacct"), filepath.Join(dir, "nodes.csv"), filepath.Join(dir, "workload.csv")
+	if err := os.WriteFile(trace, []byte(sacct), 0o644); err != nil {
+		return 0, err
+	}
+	var nb strings.Builder
+	nb.WriteString("node_idx,node_name\n")
+	for i, n := range p.c.Lab.Nodes {
+		fmt.Fprintf(&nb, "%d,%s\n", i, n)
+	}
+	if err := os.WriteFile(nodes, []byte(nb.String()), 0o644); err != nil {
+		return 0, err
+	}
+	db, err := p.c.In.OpenDB(ctx)
+	if err != nil {
+		return 0, err
+	}
+	ts, err := db.Trainers(ctx)
+	db.Close()
+	if err != nil {
+		return 0, err
+	}
+	var wb strings.Builder
+	wb.WriteString("job,model,tsub,tcup_s,tcdw_s,jmin,jmax,pmax_samples,ns,ps,os\n")
+	for _, tr := range p.trains {
+		up, down := 0.0, 0.0
+		for _, t := range ts {
+			if t.ID == tr.name {
+				up, down = t.RescaleUp(), t.RescaleDown()
+			}
+		}
+		ns, ps := []string{"0"}, []string{"0"}
+		for i, v := range tr.curve {
+			ns = append(ns, strconv.Itoa(i+1))
+			ps = append(ps, strconv.FormatFloat(v, 'f', -1, 64))
+		}
+		fmt.Fprintf(&wb, "%s,%s,%s,%g,%g,%d,%d,1e12,%s,%s,%s\n", tr.name, tr.launcher, submit.UTC().Format("2006-01-02 15:04:05"),
+			up, down, tr.min, tr.max, strings.Join(ns, ";"), strings.Join(ps, ";"), strings.Join(ps, ";"))
+		p.o.Logf("pilot: replay Trainer %s: R_up %.2f s, R_down %.2f s (measured, with the submitted prior)", tr.name, up, down)
+	}
+	if err := os.WriteFile(work, []byte(wb.String()), 0o644); err != nil {
+		return 0, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	out, err := p.c.In.RunEnv(rctx, []string{"TZ=UTC"}, "replay", "--trace", trace, "--nodes", nodes, "--workload", work,
+		"--allocator", "exact", "--tfwd", "60", "--max-trainers", strconv.Itoa(len(p.trains)), "--format", "json")
+	if err != nil {
+		return 0, fmt.Errorf("replay: %w", err)
+	}
+	var sums []struct {
+		UsedNodeHours float64 `json:"used_node_h"`
+	}
+	if err := json.Unmarshal([]byte(out), &sums); err != nil || len(sums) != 1 {
+		return 0, fmt.Errorf("replay: its summary %q: %v", out, err)
+	}
+	return sums[0].UsedNodeHours, nil
+}
