@@ -401,7 +401,7 @@ func (l *mpiLauncher) startDriver(ctx context.Context, t *Run, spec Spec, st *mp
 	a, ok := t.StartRole(ctx, driverRole, "driver-start", wire.Launch{Argv: driver, Env: env, Workdir: workdir})
 	if ok {
 		st.Hosts, st.Command = hosts, argv
-		a.Note = fmt.Sprintf("%s (%s, generation %d): %s", a.Note, sh.Version, st.Gen, wire.ShellJoin(argv))
+		a.Note = fmt.Sprintf("%s (%s, generation %d); %s%s", a.Note, sh.Version, st.Gen, LaunchedMark, wire.ShellJoin(argv))
 	}
 	t.SaveState(*st)
 	return a

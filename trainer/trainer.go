@@ -78,6 +78,11 @@ const (
 	Failure = "failure"
 )
 
+// LaunchedMark begins the part of an action's note that is the command
+// line a launcher started for the whole Trainer (MPI's mpirun): `trainer
+// show` prints the last one.
+const LaunchedMark = "launched: "
+
 // Exit is a Trainer whose processes all ended by themselves.
 type Exit struct {
 	Trainer string

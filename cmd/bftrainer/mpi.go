@@ -55,6 +55,9 @@ func mpiCommands() []*cli.Command {
 			Name: "mpi-rsh", Hidden: true, ArgsUsage: "[-x] HOST COMMAND...", SkipFlagParsing: true,
 			Usage: "the remote shell of an MPI Trainer's mpirun (Open MPI plm_rsh_agent, Hydra -launcher-exec)",
 			Action: func(c *cli.Context) error {
+				if isHelp(c.Args().Slice()) {
+					return cli.ShowCommandHelp(c.Lineage()[1], "mpi-rsh")
+				}
 				argv, err := trainer.MPIRsh(c.Args().Slice(), os.Getenv)
 				if err != nil {
 					return err
@@ -71,6 +74,9 @@ func mpiCommands() []*cli.Command {
 			Usage: "an MPI Trainer's driver on the controller: runs mpirun, and tells its ranks to stop when the runner asks",
 			Action: func(c *cli.Context) error {
 				args := c.Args().Slice()
+				if isHelp(args) {
+					return cli.ShowCommandHelp(c.Lineage()[1], "mpi-driver")
+				}
 				if len(args) < 4 || args[2] != "--" {
 					return usagef("mpi-driver: want STOPFILE GEN -- MPIRUN...")
 				}
@@ -99,4 +105,9 @@ func isExitStatus(err error) (int, bool) {
 		return int(es), true
 	}
 	return 0, false
+}
+
+// isHelp: a command that skips flag parsing asked for its help.
+func isHelp(args []string) bool {
+	return len(args) == 1 && (args[0] == "--help" || args[0] == "-h" || args[0] == "help")
 }
