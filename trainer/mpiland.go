@@ -200,7 +200,9 @@ func samePeer(c *net.UnixConn) error {
 	}
 	var cred *syscall.Ucred
 	var cerr error
-	raw.Control(func(fd uintptr) { cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED) })
+	raw.Control(func(fd uintptr) {
+		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	})
 	if cerr != nil {
 		return cerr
 	}

@@ -315,4 +315,3 @@ func readWeights(tb testing.TB, path string) []float64 {
 	}
 	return out
 }
-
