@@ -57,7 +57,8 @@ type MPISettings struct {
 	// Args are extra arguments, after bftrainer's, before the program.
 	Args []string `toml:"args"`
 	// SSH is the owner's ssh to the nodes, which the remote shell runs
-	// (e.g. ["ssh", "-F", "/etc/bftrainer/ssh_config"]).
+	// (e.g. ["ssh", "-F", "/etc/bftrainer/ssh_config"]); [] when the
+	// nodes are this machine (transport local: tests, the bench).
 	SSH []string `toml:"ssh"`
 	// Drain bounds how long a grow or shrink waits for the ranks to
 	// checkpoint and exit before they are killed.
@@ -73,9 +74,6 @@ func (s MPISettings) launcher() (*mpiLauncher, error) {
 	case FlavorAuto, FlavorOpenMPI, FlavorHydra:
 	default:
 		errs = append(errs, fmt.Errorf("flavor: %q, want %s, %s or %s", s.Flavor, FlavorAuto, FlavorOpenMPI, FlavorHydra))
-	}
-	if len(s.SSH) == 0 {
-		errs = append(errs, errors.New("ssh: empty"))
 	}
 	drain, err := time.ParseDuration(s.Drain)
 	if err != nil || drain < 0 {
@@ -387,7 +385,7 @@ func (l *mpiLauncher) startDriver(ctx context.Context, t *Run, spec Spec, st *mp
 		return Action{Trainer: t.ID, Op: "driver-start", Err: fmt.Errorf("remote shell: %w", err)}
 	}
 	argv := MPIArgs(sh.Flavor, sh.Command, []string{rsh}, l.s.Args, hosts, spec.Slots(), spec.Argv)
-	sshJSON, _ := json.Marshal(l.s.SSH)
+	sshJSON, _ := json.Marshal(append([]string{}, l.s.SSH...))
 	remoteJSON, _ := json.Marshal(t.nodeSelf())
 	env := mpiEnv(t, spec, st.Gen)
 	env[MPISSHEnv], env[MPIRemoteEnv] = string(sshJSON), string(remoteJSON)

@@ -61,6 +61,10 @@ func TestMPIRsh(t *testing.T) {
 			}
 		})
 	}
+	local := map[string]string{"BFTRAINER_TRAINER": "tr1", MPISSHEnv: "[]", MPIRemoteEnv: `["/b"]`}
+	if got, err := MPIRsh([]string{"n2", "orted"}, func(k string) string { return local[k] }); err != nil || !slices.Equal(got, []string{"/b", "mpi-exec", "tr1", "n2", "--", "/bin/sh", "-c", "orted"}) {
+		t.Errorf("MPIRsh with ssh = []: %q, %v", got, err)
+	}
 	for _, bad := range [][]string{{"n2"}, {"-x"}, {"-bad host", "cmd"}, {"--", "cmd"}} {
 		if _, err := MPIRsh(bad, func(k string) string { return env[k] }); err == nil {
 			t.Errorf("MPIRsh(%q): no error", bad)

@@ -343,10 +343,6 @@ func MPIRsh(args []string, getenv func(string) string) ([]string, error) {
 	if trainer == "" {
 		return nil, errors.New("mpi-rsh: BFTRAINER_TRAINER is not set (run by an MPI Trainer's driver only)")
 	}
-	sshWords, err := splitWords(getenv(MPISSHEnv), "ssh")
-	if err != nil {
-		return nil, fmt.Errorf("mpi-rsh: %s: %w", MPISSHEnv, err)
-	}
 	remote, err := splitWords(getenv(MPIRemoteEnv), "bftrainer")
 	if err != nil {
 		return nil, fmt.Errorf("mpi-rsh: %s: %w", MPIRemoteEnv, err)
@@ -356,8 +352,15 @@ func MPIRsh(args []string, getenv func(string) string) ([]string, error) {
 		remote = append(remote, "--wait", w)
 	}
 	remote = append(remote, trainer, host, "--", "/bin/sh", "-c", command)
-	out := append(sshWords, "-o", "BatchMode=yes", "-T", host, "--", wire.ShellJoin(remote))
-	return out, nil
+	if strings.TrimSpace(getenv(MPISSHEnv)) == "[]" {
+		// ssh = []: the nodes are this machine (transport local).
+		return remote, nil
+	}
+	sshWords, err := splitWords(getenv(MPISSHEnv), "ssh")
+	if err != nil {
+		return nil, fmt.Errorf("mpi-rsh: %s: %w", MPISSHEnv, err)
+	}
+	return append(sshWords, "-o", "BatchMode=yes", "-T", host, "--", wire.ShellJoin(remote)), nil
 }
 
 // splitWords reads a command kept in the environment as a JSON list of
