@@ -58,11 +58,12 @@ type landAnswer struct {
 }
 
 // LandSocket is where the landing of trainer on node listens: a
-// directory of the owner's alone (0700, checked) below the system's
-// temporary directory, one socket per Trainer and node (a test's nodes
-// share a host).
+// directory of the owner's alone (0700, checked) below /tmp — never
+// $TMPDIR, which the landing (the launch's environment) and mpi-exec (the
+// ssh session's) may see differently — one socket per Trainer and node
+// (a test's nodes share a host).
 func LandSocket(uid int, trainer, node string) string {
-	return filepath.Join(os.TempDir(), "bftrainer-mpi-"+strconv.Itoa(uid), trainer+"."+node+".sock")
+	return filepath.Join("/tmp", "bftrainer-mpi-"+strconv.Itoa(uid), trainer+"."+node+".sock")
 }
 
 // landDir makes (or checks) the owner's socket directory: a directory,
