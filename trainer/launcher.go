@@ -45,6 +45,7 @@ const (
 	Torchrun = "torchrun"
 	Horovod  = "horovod"
 	Elastic  = "elastic"
+	MPI      = "mpi"
 )
 
 // Kinds is the launchers one bftrainer knows, in the order help texts

@@ -17,9 +17,6 @@ import (
 	"github.com/bftrainer/bftrainer/trainer/wire"
 )
 
-// MPI is the launcher of MPI programs.
-const MPI = "mpi"
-
 // mpiKind runs an MPI Trainer: the site's mpirun (Open MPI) or mpiexec
 // (MPICH's Hydra) on the controller as the driver, over the Trainer's
 // nodes, with bftrainer as its remote shell (mpiland.go) so that every

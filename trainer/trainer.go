@@ -28,7 +28,7 @@ import (
 type Want struct {
 	ID       string
 	Owner    string // Unix user the processes run as
-	Launcher string // a registered launcher's name: exec, torchrun, horovod, …
+	Launcher string // a registered launcher's name: exec, torchrun, horovod, elastic, mpi
 	Spec     json.RawMessage
 	Min, Max int
 	Nodes    []string // nodes it should run on now, in the order taken
