@@ -95,7 +95,7 @@ func testMPITrainer(t *testing.T, c mpiCase) {
 	script := filepath.Join(root, "contrib/trainer", c.script)
 	// The job outlasts the scenario: node-agent calls take seconds each
 	// on a loaded machine, and every change restarts the job.
-	const steps, batch = 4000, 96
+	const steps, batch = 3000, 96
 	args := []string{script, "--steps", fmt.Sprint(steps), "--batch", fmt.Sprint(batch), "--ckpt-every", "5"}
 	state := func() (hosts []string, job string) {
 		t.Helper()
@@ -228,7 +228,7 @@ func testMPITrainer(t *testing.T, c mpiCase) {
 		e.run(t, "node", "join", "--no-reconcile", "n4")
 		e.run(t, "trainer", "cancel", b)
 	})
-	e.waitFinished(t, a, 240*time.Second)
+	e.waitFinished(t, a, 600*time.Second)
 	if procs := tokenProcs(t, func(tk wire.Token, _ agent.Proc) bool { return tk.Trainer == a }); len(procs) > 0 {
 		t.Fatalf("processes of the finished Trainer survive: %+v", procs)
 	}
