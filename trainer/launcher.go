@@ -45,6 +45,7 @@ const (
 	Torchrun = "torchrun"
 	Horovod  = "horovod"
 	Elastic  = "elastic"
+	MPI      = "mpi"
 )
 
 // Kinds is the launchers one bftrainer knows, in the order help texts
@@ -56,7 +57,7 @@ type Kinds []Kind
 // Builtin returns the launchers bftrainer ships. Adding one: its file (a
 // Kind and its Launcher), its tests, its docs, and one line here.
 func Builtin() Kinds {
-	return Kinds{execKind, torchrunKind, horovodKind, elasticKind}
+	return Kinds{execKind, torchrunKind, horovodKind, elasticKind, mpiKind}
 }
 
 // Names returns the launchers' names, in order.

@@ -1,5 +1,7 @@
 package trainer
 
+import "slices"
+
 // Requirement is a program a launcher needs on the controller, as a
 // command that succeeds where it is there: what `bftrainer doctor` runs.
 type Requirement struct {
@@ -40,4 +42,17 @@ func (l *elastic) Requires() []Requirement {
 		r.Env = []string{"PYTHONPATH=" + l.s.PythonPath}
 	}
 	return []Requirement{r}
+}
+
+// Requires is the site's MPI launcher: the configured command (its
+// --version answers), else an mpirun or mpiexec on PATH — what a Trainer's
+// first start looks for (MPIProgram).
+func (l *mpiLauncher) Requires() []Requirement {
+	if c := l.s.Command; len(c) > 0 {
+		return []Requirement{{What: "MPI launcher (" + c[0] + ")", Argv: append(slices.Clone(c), "--version"),
+			Hint: "install Open MPI (openmpi-bin) or MPICH (mpich), or set [trainer.launcher.mpi] command"}}
+	}
+	return []Requirement{{What: "MPI launcher (mpirun or mpiexec on PATH)",
+		Argv: []string{"/bin/sh", "-c", "command -v mpirun || command -v mpiexec"},
+		Hint: "install Open MPI (openmpi-bin) or MPICH (mpich), or set [trainer.launcher.mpi] command"}}
 }

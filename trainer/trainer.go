@@ -28,7 +28,7 @@ import (
 type Want struct {
 	ID       string
 	Owner    string // Unix user the processes run as
-	Launcher string // a registered launcher's name: exec, torchrun, horovod, …
+	Launcher string // a registered launcher's name: exec, torchrun, horovod, elastic, mpi
 	Spec     json.RawMessage
 	Min, Max int
 	Nodes    []string // nodes it should run on now, in the order taken
@@ -82,6 +82,11 @@ const (
 	Reclaim = "reclaim"
 	Failure = "failure"
 )
+
+// LaunchedMark begins the part of an action's note that is the command
+// line a launcher started for the whole Trainer (MPI's mpirun): `trainer
+// show` prints the last one.
+const LaunchedMark = "launched: "
 
 // Exit is a Trainer whose processes all ended by themselves.
 type Exit struct {

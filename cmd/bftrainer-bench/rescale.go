@@ -19,7 +19,8 @@ import (
 )
 
 // benchRescale measures what a membership change costs a real Trainer,
-// under stock torchrun and under bftrainer's elastic launcher, in one run,
+// under stock torchrun and under bftrainer's elastic launcher (and, with
+// -launchers …,mpi, the mpi launcher's restart path), in one run,
 // through the real bftrainer binary: node join/leave, trainer submit, the
 // reconciler, the runner and its launchers (local transport: every "node"
 // is this machine) and the Slurm prolog hook. Debian's torch 1.13 on CPU
@@ -58,7 +59,8 @@ func benchRescale(ctx context.Context, args []string) error {
 	python := fs.String("python", "python", "directory with the bftrainer_elastic package")
 	shim := fs.Bool("shim", false, "torchrun: use fast_torchrun.py (1 s × 5 rendezvous keep-alive) instead of stock torchrun")
 	passes := fs.Int("n", 3, "passes of the scenario per launcher")
-	which := fs.String("launchers", "torchrun,elastic", "launchers to measure, comma-separated")
+	which := fs.String("launchers", "torchrun,elastic", "launchers to measure, comma-separated (torchrun, elastic, mpi: the restart path, contrib/trainer/mpi_torch.py under -mpi)")
+	mpirun := fs.String("mpi", "", "mpi: the MPI launcher (mpirun.openmpi, mpiexec.hydra; default: found on PATH)")
 	exe := fs.String("python-exe", "/usr/bin/python3", "the interpreter with torch: torchrun, the stores and train.py")
 	prefix := fs.String("node-prefix", "n", "the nodes' names: `PREFIX`1, PREFIX2, … (the scenario's node prolog kills every Trainer process naming its node on this machine: a run beside other tests needs names of its own)")
 	if err := parseFlags(fs, args); err != nil {
@@ -88,14 +90,14 @@ func benchRescale(ctx context.Context, args []string) error {
 	}
 	launchers := strings.Split(*which, ",")
 	for _, l := range launchers {
-		if l != "torchrun" && l != "elastic" {
-			return fmt.Errorf("rescale: launcher %q: want torchrun or elastic", l)
+		if l != "torchrun" && l != "elastic" && l != "mpi" {
+			return fmt.Errorf("rescale: launcher %q: want torchrun, elastic or mpi", l)
 		}
 	}
 	var all []rescaleEvent
 	for i := 1; i <= *passes; i++ {
 		for _, l := range launchers {
-			evs, err := rescalePass(ctx, rescaleSetup{bin: b, contrib: cdir, python: pdir, exe: *exe, shim: *shim, launcher: l, pass: i, prefix: *prefix})
+			evs, err := rescalePass(ctx, rescaleSetup{bin: b, contrib: cdir, python: pdir, exe: *exe, shim: *shim, launcher: l, pass: i, prefix: *prefix, mpirun: *mpirun})
 			if err != nil {
 				return err
 			}
@@ -159,6 +161,7 @@ type rescaleSetup struct {
 	launcher             string
 	pass                 int
 	prefix               string // node names prefix1, prefix2, …
+	mpirun               string // the mpi launcher's command; "": found on PATH
 }
 
 // rescaleEvent is one measured change.
@@ -235,6 +238,15 @@ func (r rescaleRun) costs(db, trainer string) ([]float64, []string, error) {
 	return vals, dirs, nil
 }
 
+// mpiCommand is [trainer.launcher.mpi] command: [] (found on PATH) or
+// the one given.
+func mpiCommand(mpirun string) string {
+	if mpirun == "" {
+		return "[]"
+	}
+	return fmt.Sprintf("[%q]", mpirun)
+}
+
 // rescalePass runs the scenario once under one launcher.
 // A cancelled ctx (SIGTERM, SIGINT: the device check's time limit) ends
 // the wait for the next change: the pass cancels its Trainers and removes
@@ -264,7 +276,10 @@ python = %q
 store_ports = "%d-%d"
 python = %q
 pythonpath = %q
-`, ports, ports+4, torchrun, s.exe, ports+5, ports+9, s.exe, s.python))
+[trainer.launcher.mpi]
+ssh = []
+command = %s
+`, ports, ports+4, torchrun, s.exe, ports+5, ports+9, s.exe, s.python, mpiCommand(s.mpirun)))
 	if err := os.WriteFile(r.config, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
@@ -311,11 +326,19 @@ pythonpath = %q
 			if err := r.cli("node", "join", node(1)); err != nil {
 				return err
 			}
-			return r.cli("trainer", "submit", "--launcher", s.launcher, "--name", a, "--min", "1", "--max", "4",
-				"--curve", "1:100,2:200,3:300,4:400", "--rescale-up", "1", "--rescale-down", "1", "--workdir", dir,
-				"--env", "PYTHONDONTWRITEBYTECODE=1", "--",
-				s.exe, filepath.Join(s.contrib, "train.py"), "--steps", "100000000", "--print-every", "0",
-				"--ckpt-dir", filepath.Join(dir, "ckpt"), "--log", r.log, "--sleep", "0.2", "--pg-timeout", "10")
+			program := []string{s.exe, filepath.Join(s.contrib, "train.py"), "--steps", "100000000", "--print-every", "0",
+				"--ckpt-dir", filepath.Join(dir, "ckpt"), "--log", r.log, "--sleep", "0.2", "--pg-timeout", "10"}
+			env := []string{"--env", "PYTHONDONTWRITEBYTECODE=1"}
+			if s.launcher == "mpi" {
+				// The same training step (0.2 s of emulated compute, gloo),
+				// launched the MPI way; the owner is root here.
+				program = []string{s.exe, filepath.Join(s.contrib, "mpi_torch.py"), "--steps", "100000000",
+					"--ckpt-dir", filepath.Join(dir, "ckpt"), "--log", r.log, "--sleep", "0.2", "--pg-timeout", "10"}
+				env = append(env, "--env", "OMPI_ALLOW_RUN_AS_ROOT=1", "--env", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+			}
+			args := append([]string{"trainer", "submit", "--launcher", s.launcher, "--name", a, "--min", "1", "--max", "4",
+				"--curve", "1:100,2:200,3:300,4:400", "--rescale-up", "1", "--rescale-down", "1", "--workdir", dir}, env...)
+			return r.cli(append(append(args, "--"), program...)...)
 		}},
 		{"up", 3, func() error { return r.cli("node", "join", node(2), node(3)) }},
 		{"down", 2, func() error {
@@ -346,6 +369,15 @@ pythonpath = %q
 		}
 		if st.direction == "reclaim" {
 			evs[len(evs)-1].hookMs = hookMs
+		}
+	}
+	if s.launcher == "mpi" {
+		// The restart's own measure, where the history's restarts match
+		// the scenario's changes one for one.
+		if vals, dirs, err := r.costs(db, a); err == nil && slices.Equal(dirs, []string{"up", "down", "reclaim", "up"}) {
+			for i := range evs {
+				evs[i].measured = vals[i]
+			}
 		}
 	}
 	if s.launcher == "elastic" {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -108,6 +109,15 @@ python = "/bin/true"
 		}
 		if got, want := len(r.Checks), strings.Count(out, "\n"); got != want || r.Fail != 0 || r.OK == 0 {
 			t.Errorf("json: %d checks, %d ok, %d fail; want %d, some ok, no fail", got, r.OK, r.Fail, want)
+		}
+	})
+	// The mpi launcher's program is looked for (a warning here: the
+	// transport is none, so no launcher counts as configured).
+	t.Run("mpi launcher missing", func(t *testing.T) {
+		missing := filepath.Join(dir, "no", "mpirun")
+		_, out, _ := doctor(t, config("[trainer.launcher.mpi]\ncommand = [\""+missing+"\"]\n"))
+		if !regexp.MustCompile(`(?m)^warn +launcher\.mpi +MPI launcher \(` + regexp.QuoteMeta(missing) + `\): .* — fix: install Open MPI`).MatchString(out) {
+			t.Errorf("no warning for the missing MPI launcher")
 		}
 	})
 	for _, tc := range []struct {

@@ -55,6 +55,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	app := newApp(stdout, stderr)
 	err := app.Run(flagsFirst(app, helpWord(app, args)))
+	if code, ok := isExitStatus(err); ok {
+		return code // a child's status, passed on (mpi-exec, mpi-driver)
+	}
 	if err != nil {
 		report(stderr, err)
 	}
@@ -73,7 +76,7 @@ func isHookInvocation(args []string) bool {
 
 // commands are bftrainer's subcommands, one file each.
 func commands() []*cli.Command {
-	return []*cli.Command{
+	return append([]*cli.Command{
 		hookCommand(),
 		reconcileCommand(),
 		nodeCommand(),
@@ -90,7 +93,7 @@ func commands() []*cli.Command {
 		doctorCommand(),
 		configCommand(),
 		nodeAgentCommand(),
-	}
+	}, mpiCommands()...)
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {

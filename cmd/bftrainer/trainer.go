@@ -89,6 +89,11 @@ func showAction(c *cli.Context, core *sidecar.Core, cfg Config) error {
 		// The names only: the values are the owner's (trainer.SealEnv).
 		fmt.Fprintf(w, "environment:   %s (values not shown)\n", strings.Join(slices.Sorted(maps.Keys(spec.Env)), " "))
 	}
+	if l, err := launchedLine(c, core, tr); err != nil {
+		return err
+	} else if l != "" {
+		fmt.Fprintf(w, "launched:      %s\n", l)
+	}
 	fmt.Fprintf(w, "nodes:         %d %s (bounds %d..%d)\n", len(tr.Nodes), names.CompressHostlist(alloc.Names(tr.Nodes)), tr.Min, tr.Max)
 	given := formatCurve(tr.Curve)
 	if given == "" {
@@ -150,6 +155,27 @@ func modelLine(ctx context.Context, core *sidecar.Core, tr store.Trainer) (strin
 // of the Trainer by their source (the history's curve rows since its
 // submission): "report" (bftrainer progress), "log" (its progress log, read
 // by the runner).
+// launchedLine is the last command line the Trainer's launcher started
+// for the whole Trainer (trainer.LaunchedMark in an action's note: MPI's
+// mpirun), "" when there is none.
+func launchedLine(c *cli.Context, core *sidecar.Core, tr store.Trainer) (string, error) {
+	evs, err := core.Events(c.Context, store.Filter{Kinds: []store.Kind{store.KindAction}, Trainer: tr.ID, Since: tr.Submit})
+	if err != nil {
+		return "", err
+	}
+	for i := len(evs) - 1; i >= 0; i-- {
+		var d struct {
+			Note string `json:"note"`
+		}
+		if json.Unmarshal(evs[i].Detail, &d) == nil {
+			if _, l, ok := strings.Cut(d.Note, trainer.LaunchedMark); ok {
+				return l, nil
+			}
+		}
+	}
+	return "", nil
+}
+
 func observedFrom(c *cli.Context, core *sidecar.Core, tr store.Trainer) (map[int]map[string]int, error) {
 	evs, err := core.Events(c.Context, store.Filter{Kinds: []store.Kind{store.KindCurve}, Trainer: tr.ID, Since: tr.Submit})
 	if err != nil {

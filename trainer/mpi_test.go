@@ -1,0 +1,185 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bftrainer/bftrainer/trainer/wire"
+)
+
+// TestMPIArgs: ranks fill each host's slots in the order of the hosts,
+// with bftrainer's remote shell, for both flavours.
+func TestMPIArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name, flavor string
+		want         []string
+	}{
+		{"openmpi", FlavorOpenMPI, []string{"mpirun", "--mca", "plm_rsh_agent", "/s/rsh", "--mca", "plm_rsh_no_tree_spawn", "1",
+			"--host", "n2:2,n1:2", "-np", "4", "--map-by", "slot", "--bind-to", "none", "python3", "t.py"}},
+		{"hydra", FlavorHydra, []string{"mpirun", "-launcher", "ssh", "-launcher-exec", "/s/rsh", "-genvnone",
+			"-hosts", "n2:2,n1:2", "-n", "4", "--bind-to", "none", "python3", "t.py"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := MPIArgs(tc.flavor, []string{"mpirun"}, []string{"/s/rsh"}, []string{"--bind-to", "none"}, []string{"n2", "n1"}, 2, []string{"python3", "t.py"})
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("MPIArgs:\n got %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestMPIRsh: the remote shell turns what Open MPI and Hydra pass to ssh
+// into the owner's ssh running mpi-exec on the node, the command joined
+// as ssh joins it (for the remote shell to read).
+func TestMPIRsh(t *testing.T) {
+	env := map[string]string{"BFTRAINER_TRAINER": "tr1", MPISSHEnv: `["ssh","-F","/c"]`, MPIRemoteEnv: `["/usr/bin/bftrainer"]`, MPIExecWaitEnv: "30s"}
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"openmpi", []string{"n2", "orted", "-mca", "ess", `"env"`}},
+		{"hydra", []string{"-x", "n2", `"/usr/bin/hydra_pmi_proxy" --control-port vm:1 --proxy-id 0`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := MPIRsh(tc.args, func(k string) string { return env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := strings.Join(tc.args[slices.Index(tc.args, "n2")+1:], " ")
+			want := []string{"ssh", "-F", "/c", "-o", "BatchMode=yes", "-T", "n2", "--",
+				wire.ShellJoin([]string{"/usr/bin/bftrainer", "mpi-exec", "--wait", "30s", "tr1", "n2", "--", "/bin/sh", "-c", cmd})}
+			if !slices.Equal(got, want) {
+				t.Fatalf("MPIRsh:\n got %q\nwant %q", got, want)
+			}
+		})
+	}
+	local := map[string]string{"BFTRAINER_TRAINER": "tr1", MPISSHEnv: "[]", MPIRemoteEnv: `["/b"]`}
+	if got, err := MPIRsh([]string{"n2", "orted"}, func(k string) string { return local[k] }); err != nil || !slices.Equal(got, []string{"/b", "mpi-exec", "tr1", "n2", "--", "/bin/sh", "-c", "orted"}) {
+		t.Errorf("MPIRsh with ssh = []: %q, %v", got, err)
+	}
+	for _, bad := range [][]string{{"n2"}, {"-x"}, {"-bad host", "cmd"}, {"--", "cmd"}} {
+		if _, err := MPIRsh(bad, func(k string) string { return env[k] }); err == nil {
+			t.Errorf("MPIRsh(%q): no error", bad)
+		}
+	}
+}
+
+// TestMPIDirection: a host of the job that is gone or taken makes a
+// reclaim; otherwise the size says up or down.
+func TestMPIDirection(t *testing.T) {
+	l := map[string]*Launched{"n1": {}, "n2": {}, "n3": {}}
+	for _, tc := range []struct {
+		name               string
+		hosts, want, taken []string
+		launched           map[string]*Launched
+		direction          string
+	}{
+		{"first start", nil, []string{"n1"}, nil, nil, ""},
+		{"grow", []string{"n1"}, []string{"n1", "n2"}, nil, l, Up},
+		{"planned shrink", []string{"n1", "n2", "n3"}, []string{"n1", "n2"}, nil, l, Down},
+		{"taken", []string{"n1", "n2", "n3"}, []string{"n1", "n2"}, []string{"n3"}, l, Reclaim},
+		{"killed by a prolog", []string{"n1", "n2", "n4"}, []string{"n1", "n2"}, nil, l, Reclaim},
+	} {
+		if got := mpiDirection(tc.hosts, tc.want, tc.taken, tc.launched); got != tc.direction {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.direction)
+		}
+	}
+}
+
+// TestMPIProgram: the installed launchers are found and told apart by
+// their --version.
+func TestMPIProgram(t *testing.T) {
+	for _, tc := range []struct{ cmd, flavor string }{{"mpirun.openmpi", FlavorOpenMPI}, {"mpiexec.hydra", FlavorHydra}} {
+		t.Run(tc.cmd, func(t *testing.T) {
+			if _, err := exec.LookPath(tc.cmd); err != nil {
+				t.Skipf("needs %s (apt-get install openmpi-bin mpich)", tc.cmd)
+			}
+			cmd, fl, ver, err := MPIProgram(context.Background(), []string{tc.cmd}, FlavorAuto)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fl != tc.flavor || !filepath.IsAbs(cmd[0]) || ver == "" {
+				t.Fatalf("MPIProgram(%s) = %q %q %q", tc.cmd, cmd, fl, ver)
+			}
+			t.Logf("%s: %s", cmd[0], ver)
+		})
+	}
+	if _, _, _, err := MPIProgram(context.Background(), []string{"/bin/true"}, FlavorAuto); err == nil {
+		t.Error("/bin/true taken for an MPI launcher")
+	}
+}
+
+// TestMPILanding: mpi-exec hands a command with its standard streams to
+// the landing, which runs it as its child and returns its status; a
+// client that goes away takes its command with it.
+func TestMPILanding(t *testing.T) {
+	trainer, node := "land-"+wire.NewRun()[:8], "n1"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- MPILand(ctx, trainer, node) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		os.Remove(LandSocket(os.Getuid(), trainer, node))
+	})
+	out := filepath.Join(t.TempDir(), "out")
+	f, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// MPIExec passes its own 0, 1, 2: run it in a child whose stdout is f.
+	if os.Getenv("BFTRAINER_TEST_MPIEXEC") != "" {
+		t.Skip("child")
+	}
+	code, err := runExecChild(t, f, trainer, node, "echo hello from $BFTRAINER_NODE_X; exit 3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(out); code != 3 || strings.TrimSpace(string(b)) != "hello from" {
+		t.Fatalf("exit %d, output %q", code, b)
+	}
+	// A second landing on the same socket refuses.
+	if err := MPILand(context.Background(), trainer, node); err == nil || !strings.Contains(err.Error(), "served already") {
+		t.Fatalf("a second landing: %v", err)
+	}
+}
+
+// runExecChild runs MPIExec in this test binary's child (TestMPIExecChild)
+// with stdout f, and returns its exit status.
+func runExecChild(t *testing.T, f *os.File, trainer, node, script string) (int, error) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestMPIExecChild$")
+	cmd.Env = append(os.Environ(), "BFTRAINER_TEST_MPIEXEC="+trainer+" "+node, "BFTRAINER_TEST_SCRIPT="+script)
+	cmd.Stdout = f
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		return 0, err
+	}
+	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return ws.ExitStatus(), nil
+}
+
+// TestMPIExecChild is MPIExec in a child process (runExecChild).
+func TestMPIExecChild(t *testing.T) {
+	v := os.Getenv("BFTRAINER_TEST_MPIEXEC")
+	if v == "" {
+		t.Skip("run by TestMPILanding")
+	}
+	tr, node, _ := strings.Cut(v, " ")
+	code, err := MPIExec(context.Background(), tr, node, []string{"/bin/sh", "-c", os.Getenv("BFTRAINER_TEST_SCRIPT")}, 10*time.Second)
+	if err != nil {
+		os.Stderr.WriteString(err.Error() + "\n")
+		os.Exit(125)
+	}
+	os.Exit(code)
+}
