@@ -42,6 +42,10 @@ func (r *SubmitRequest) spec(owner string, at time.Time) pool.Spec {
 type exitDetail struct {
 	Status pool.Status `json:"status"`
 	Note   string      `json:"note,omitempty"`
+	// Progress, on an end row: "measured" when the Trainer reported its
+	// progress (or its log was read), "modelled" when the row's value is
+	// the pool's model of it.
+	Progress string `json:"progress,omitempty"`
 }
 
 // progressDetail is the detail of a progress event.

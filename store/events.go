@@ -32,6 +32,10 @@ const (
 	KindProgress      = pool.Reported  // a Trainer's own progress report (value: samples)
 	KindExit     Kind = "exit"         // a Trainer's processes ended (detail: status)
 	KindCost     Kind = "cost"         // a rescale's cost measured by its launcher (value: seconds lost; detail: direction, from, to)
+	// KindStart is a round's start of a Trainer, as its runner reported
+	// it: error set when it failed (nodes: those it gives back), empty
+	// when a start ran (its failures in a row are forgotten).
+	KindStart Kind = "start"
 
 	// History.
 	KindHook    Kind = "hook"            // a scheduler hook call (context, job, nodes, ms, error)
@@ -49,17 +53,18 @@ const (
 	KindIdle    Kind = "idle"            // released nodes found exactly idle: they joined
 	KindError   Kind = "error"           // an error swallowed (hooks fail open)
 	KindCurve        = pool.CurveUpdated // the curve learner took an observation (value: samples/s; detail: nodes, seconds, since)
+	KindStartFailed  = pool.StartFailed  // a failed start gave a Trainer's nodes back (context: the reason and its back-off)
 )
 
 // inputKinds are folded into the pool state.
-var inputKinds = []Kind{KindJoin, KindLeave, KindRelease, KindSubmit, KindCancel, KindProgress, KindExit, KindCost}
+var inputKinds = []Kind{KindJoin, KindLeave, KindRelease, KindSubmit, KindCancel, KindProgress, KindExit, KindCost, KindStart}
 
 // Kinds returns every event kind the history records, inputs first: what
 // a filter by kind may name. A new kind is added to the constants above
 // and here.
 func Kinds() []Kind {
 	return append(slices.Clone(inputKinds), KindHook, KindKill, KindAdmit, KindRescale, KindPreempt, KindMove, KindEnd,
-		KindStale, KindSolve, KindKept, KindCurve, KindAction, KindSync, KindIdle, KindError)
+		KindStale, KindSolve, KindKept, KindCurve, KindStartFailed, KindAction, KindSync, KindIdle, KindError)
 }
 
 // Event is one row of the history.
