@@ -250,7 +250,9 @@ func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 	}
 	if r.Runner != nil {
 		acts := r.apply(ctx, st, snap.Launch, launches)
-		if starts := startEvents(snap.State, st, acts, r.Now()); len(starts) > 0 {
+		// Timed at the decision: the nodes a failed start gives back
+		// were never used, not even while the start was tried.
+		if starts := startEvents(snap.State, st, acts, now); len(starts) > 0 {
 			if st, err = r.giveBack(ctx, p, applied, starts); err != nil {
 				return false, err
 			}

@@ -103,6 +103,11 @@ func (c *Core) Submit(ctx context.Context, req SubmitRequest) (Receipt, error) {
 	if err := checkSubmit(c.o.Pool, c.o.Launchers, req.ID, &req); err != nil {
 		return Receipt{}, invalid(err)
 	}
+	if c.o.Start != nil {
+		if err := c.o.Start.check(c.o.User(), req.Launch); err != nil {
+			return Receipt{}, fmt.Errorf("trainer %q can never start: %w", req.ID, err)
+		}
+	}
 	detail, err := json.Marshal(req)
 	if err != nil {
 		return Receipt{}, err
