@@ -42,7 +42,7 @@ type Status struct {
 	// answers; otherwise they count as completing.
 	Planned      int    `json:"planned"`
 	PlannedNodes string `json:"planned_nodes"` // as a hostlist
-	Busy            int    `json:"busy"`             // the scheduler's
+	Busy         int    `json:"busy"`          // the scheduler's
 	// Containment is how this machine contains Trainer processes:
 	// "cgroup", or "degraded (why)"; "" when the core has no local killer.
 	Containment     string `json:"containment,omitempty"`

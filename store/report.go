@@ -11,17 +11,17 @@ import (
 
 // Report is the harvest summary over a time window.
 type Report struct {
-	Since              string  `json:"since,omitempty"`
-	Until              string  `json:"until,omitempty"`
-	IdleNodeHours      float64 `json:"idle_node_hours"`
-	UsedNodeHours      float64 `json:"used_node_hours"`
-	Utilisation        float64 `json:"utilisation"`
-	TrainersFinished   int     `json:"trainers_finished"`
-	TrainersFailed     int     `json:"trainers_failed"`
-	TrainersCancelled  int     `json:"trainers_cancelled"`
-	TrainersRunning    int     `json:"trainers_running"` // admitted and holding nodes
-	TrainersWaiting    int     `json:"trainers_waiting"` // admitted, holding no node
-	TrainersQueued     int     `json:"trainers_queued"`
+	Since             string  `json:"since,omitempty"`
+	Until             string  `json:"until,omitempty"`
+	IdleNodeHours     float64 `json:"idle_node_hours"`
+	UsedNodeHours     float64 `json:"used_node_hours"`
+	Utilisation       float64 `json:"utilisation"`
+	TrainersFinished  int     `json:"trainers_finished"`
+	TrainersFailed    int     `json:"trainers_failed"`
+	TrainersCancelled int     `json:"trainers_cancelled"`
+	TrainersRunning   int     `json:"trainers_running"` // admitted and holding nodes
+	TrainersWaiting   int     `json:"trainers_waiting"` // admitted, holding no node
+	TrainersQueued    int     `json:"trainers_queued"`
 	// Samples are the samples the Trainers measured (their progress
 	// reports, or their progress logs' readings): processed.
 	Samples float64 `json:"samples"`

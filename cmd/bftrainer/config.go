@@ -57,8 +57,8 @@ type Config struct {
 		StartRetries int      `toml:"start_retries"`
 		StartBackoff Duration `toml:"start_backoff"`
 		Poll         Duration `toml:"poll"`
-		MaxRounds  int      `toml:"max_rounds"`
-		Interval   Duration `toml:"interval"`
+		MaxRounds    int      `toml:"max_rounds"`
+		Interval     Duration `toml:"interval"`
 		// The scheduler's plan (squeue --start, Grid Engine's
 		// reservations): read at most every plan_every, each read within
 		// plan_timeout; Trainers move off planned nodes plan_lead before
