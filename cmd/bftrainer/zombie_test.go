@@ -98,7 +98,7 @@ func TestKilledTrainerZombies(t *testing.T) {
 		e.run(t, "reconcile", "--no-scheduler")
 	}
 	slices.Sort(zombies)
-	t.Logf("zombies visible after the prolog returned, 5 kills of a 3-process Trainer, PID 1 %q: min %v, median %v, max %v",
+	t.Logf("zombies visible after the prolog returned, 5 kills of a 3-process Trainer (reaped by the nearest subreaper, else PID 1, here %q): min %v, median %v, max %v",
 		readComm(1), zombies[0].Round(time.Millisecond), zombies[len(zombies)/2].Round(time.Millisecond), zombies[len(zombies)-1].Round(time.Millisecond))
 }
 
