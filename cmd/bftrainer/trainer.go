@@ -26,7 +26,11 @@ func trainerCommand() *cli.Command {
 		Usage: "submit, list, show and cancel Trainers (elastic training jobs)",
 		Subcommands: []*cli.Command{
 			submitCommand(),
-			{Name: "list", Usage: "list Trainers", Description: `The active Trainers (queued and running), or every one ever submitted:
+			{Name: "list", Usage: "list Trainers", Description: `The active Trainers (queued, running, or waiting: admitted but holding no
+node), or every one ever submitted. PROGRESS says where DONE comes from:
+"measured" (the Trainer's progress reports or its progress log) or
+"modelled" (its curve over the time it held nodes: it reported nothing,
+so nothing says the samples were processed):
 
   bftrainer trainer list
   bftrainer trainer list --all --format csv`, Flags: []cli.Flag{
