@@ -285,6 +285,9 @@ func (b *timelineBuilder) apply(ev store.Event) {
 			b.admitted(ev.Trainer)
 			b.sizes[ev.Trainer] = d.To
 		}
+	case store.KindStartFailed:
+		// A failed start gave these nodes back: the Trainer never used them.
+		b.sizes[ev.Trainer] = max(0, b.sizes[ev.Trainer]-len(ev.Nodes))
 	case store.KindEnd:
 		delete(b.sizes, ev.Trainer)
 	}
