@@ -159,6 +159,17 @@ func TestViews(t *testing.T) {
 			}
 		})
 	}
+	// The report over the same Trainers: processed are ta's measured
+	// 2400.6 (its last report, not the pool's 2500.4), and tb's 777.6,
+	// modelled, are apart; tb holds 2 nodes: running, not waiting.
+	rep, err := db.Report(ctx, time.Time{}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Samples != 2400.6 || rep.ModelledSamples != 777.6 || rep.ModelledTrainers != 1 || rep.TrainersRunning != 1 || rep.TrainersWaiting != 0 {
+		t.Fatalf("report: samples %v, modelled %v of %d, running %d, waiting %d; want 2400.6, 777.6 of 1, 1, 0",
+			rep.Samples, rep.ModelledSamples, rep.ModelledTrainers, rep.TrainersRunning, rep.TrainersWaiting)
+	}
 }
 
 // queryRows runs q and prints each row as sqlite3 does: columns joined by

@@ -183,3 +183,44 @@ func TestFailedStartGivesBack(t *testing.T) {
 		}
 	}
 }
+
+// TestExecProgressModelled reproduces issue 27's exec Trainer (/bin/sleep,
+// no progress reports) shown at its curve's rate with samples "done" and
+// summed into report's samples processed: its samples are the pool's
+// model, labelled modelled in trainer list, trainer show and the
+// trainer_progress view, and report keeps them out of samples processed.
+func TestExecProgressModelled(t *testing.T) {
+	e := newTrainerEnv(t, "local", 0, "allow_root_owner = true\n")
+	id := uniq("modelled")
+	killLeftovers(t, id)
+	e.run(t, "node", "join", "n1")
+	e.run(t, "trainer", "submit", "--name", id, "--launcher", "exec", "--min", "1", "--max", "1", "--curve", "1:156",
+		"--workdir", e.work, "--", "/bin/sleep", "1000")
+	e.run(t, "reconcile", "--no-scheduler")
+	re := regexp.MustCompile(`(?m)^` + id + `,root,running,exec,1,1,1,([0-9]+),modelled,`)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		m := re.FindStringSubmatch(e.run(t, "trainer", "list", "--format", "csv"))
+		if m != nil && m[1] != "0" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no modelled progress shown:\n%s", e.run(t, "trainer", "list", "--format", "csv"))
+		}
+		time.Sleep(200 * time.Millisecond)
+		e.run(t, "reconcile", "--no-scheduler")
+	}
+	if show := e.run(t, "trainer", "show", id); !strings.Contains(show, "samples modelled from its curve") || !strings.Contains(show, "nothing measured") {
+		t.Fatalf("trainer show does not say modelled:\n%s", show)
+	}
+	rep := e.run(t, "report", "--format", "json")
+	if !strings.Contains(rep, `"samples": 0,`) || !strings.Contains(rep, `"modelled_trainers": 1,`) {
+		t.Fatalf("report counts modelled samples as processed:\n%s", rep)
+	}
+	var prog string
+	if err := e.openDB(t).SQL().QueryRow(`SELECT progress FROM trainer_progress WHERE id = ?`, id).Scan(&prog); err != nil || prog != "modelled" {
+		t.Fatalf("trainer_progress.progress = %q, %v; want modelled", prog, err)
+	}
+	e.run(t, "trainer", "cancel", id)
+	e.run(t, "reconcile", "--no-scheduler")
+}
