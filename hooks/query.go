@@ -22,6 +22,11 @@ type Listing struct {
 	// except that "idle" means exactly idle: usable now, no job, no epilog
 	// still running, not drained, responding.
 	Parse func(out []byte) (map[string]string, error)
+	// Planned reports whether a state Parse returned means the scheduler
+	// holds the node for a pending job's planned start (Slurm's backfill
+	// reservation, "plnd"): not completing, and no job on it yet; nil:
+	// the listing shows no such state.
+	Planned func(state string) bool
 }
 
 // Query is a Listing with the program to run: the scheduler's view of node

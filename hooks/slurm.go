@@ -40,6 +40,10 @@ var slurm = Scheduler{
 			return args
 		},
 		Parse: parseSinfo,
+		// PLANNED (compact "plnd", with a suffix such as "*" when not
+		// responding): the backfill scheduler holds the node for a
+		// pending job's planned start.
+		Planned: func(state string) bool { return strings.HasPrefix(state, "plnd") || state == "planned" },
 	},
 	// The backfill scheduler's plan: pending jobs' expected start and
 	// SchedNodes.

@@ -345,6 +345,13 @@ func (p *Pool) Problem() *alloc.Problem {
 			ID: t.ID, Min: t.Min, Max: t.Max, Curve: p.planCurve(t), Weight: t.Weight,
 			RUp: t.RescaleUp(), RDown: t.RescaleDown(), Held: held(i), Remaining: remaining(t),
 		}
+		if t.backingOff(p.now) {
+			// Its last start failed: it takes no node before RetryAt
+			// (starts.go), and keeps at most those it holds.
+			a := &pr.Trainers[i]
+			a.Max = len(a.Held)
+			a.Min = min(a.Min, a.Max)
+		}
 	}
 	return pr
 }

@@ -84,6 +84,8 @@ type Trainer struct {
 	Measured Costs
 	// Learn is what the pool learns of its scaling curve (learn.go).
 	Learn Learning
+	// Starts are its failed starts in a row (starts.go).
+	Starts Starts
 }
 
 // NodeState is where a node is, as far as the pool knows.
@@ -141,6 +143,12 @@ type Config struct {
 	// Learner holds the curve learner's settings; the zero value is its
 	// default.
 	Learner alloc.CurveLearner
+	// StartRetries is how many failed starts in a row end a Trainer
+	// failed, StartBackoff how long it waits after its first (doubling
+	// after each further one); 0: DefaultStartRetries, DefaultStartBackoff
+	// (starts.go).
+	StartRetries int
+	StartBackoff time.Duration
 }
 
 // State is the pool's whole state as plain data, for the store.

@@ -70,6 +70,10 @@ type Options struct {
 	SolverSettings SolverSettings
 
 	Launchers trainer.Kinds // nil: trainer.Builtin
+	// Start is what a submission is checked against, that its Trainer
+	// could ever start here; nil: no check (nothing is started:
+	// trainer.transport = "none").
+	Start *StartOptions
 
 	Schedulers hooks.Registry    // nil: hooks.Builtin
 	Scheduler  string            // hooks.scheduler: "" detects it in hooks, the registry's default for listings

@@ -70,6 +70,13 @@ func (r *Reconciler) writeMetrics(ctx context.Context, st pool.State, now time.T
 	for _, s := range trainerStates {
 		e.sample("bftrainer_trainers", `state="`+string(s)+`"`, float64(tl.Trainers[string(s)]))
 	}
+	waiting := 0
+	for _, t := range st.Trainers {
+		if t.Waiting() {
+			waiting++
+		}
+	}
+	e.gauge("bftrainer_waiting_trainers", "Admitted Trainers holding no node: nothing of them runs (of state=\"running\" above).", float64(waiting))
 	e.gauge("bftrainer_max_trainers", "Trainers that may run at once (pool.max_trainers).", float64(r.Pool.MaxTrainers))
 	t := st.Totals
 	e.counter("bftrainer_reclaims_total", "Reclaims: a Trainer losing nodes to the scheduler (each Trainer once per event).", float64(t.Preemptions))
@@ -77,7 +84,7 @@ func (r *Reconciler) writeMetrics(ctx context.Context, st pool.State, now time.T
 	e.family("bftrainer_lost_samples_total", "Samples of progress lost, by cause.", "counter")
 	e.sample("bftrainer_lost_samples_total", `cause="rescale"`, t.RescaleLoss)
 	e.sample("bftrainer_lost_samples_total", `cause="reclaim"`, t.PreemptLoss)
-	e.counter("bftrainer_samples_total", "Samples processed by Trainers, net of losses.", t.Samples)
+	e.counter("bftrainer_samples_total", "Samples as the pool counts them, net of losses: measured where Trainers report (or log) their progress, modelled from their curves where they do not; bftrainer report sums the measured ones only.", t.Samples)
 	e.counter("bftrainer_idle_node_seconds_total", "Node-seconds of idle nodes offered to the pool.", t.IdleNodeSeconds)
 	e.counter("bftrainer_used_node_seconds_total", "Node-seconds of idle nodes held by Trainers.", t.UsedNodeSeconds)
 	e.histogram("bftrainer_hook_duration_seconds", "Scheduler hook calls: wall time from the hook's start to its event recorded.", tl.Histograms[store.KindHook])

@@ -249,7 +249,15 @@ func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 		r.Log.Printf("%v", err)
 	}
 	if r.Runner != nil {
-		r.apply(ctx, st, snap.Launch, launches)
+		acts := r.apply(ctx, st, snap.Launch, launches)
+		// Timed at the decision: the nodes a failed start gives back
+		// were never used, not even while the start was tried.
+		if starts := startEvents(snap.State, st, acts, now); len(starts) > 0 {
+			if st, err = r.giveBack(ctx, p, applied, starts); err != nil {
+				return false, err
+			}
+			more = true // the nodes given back are decided on at once
+		}
 	}
 	if r.Metrics != "" {
 		// Monitoring is not the round's purpose: a failure is logged.
@@ -536,8 +544,102 @@ func (r *Reconciler) decide(ctx context.Context, p *pool.Pool, now time.Time) *s
 	return ev
 }
 
-// apply hands the desired state to the runner and records what it did.
-func (r *Reconciler) apply(ctx context.Context, st pool.State, saved, fresh map[string]store.Launch) {
+// giveBack records the round's starts (startEvents) and folds them at
+// once, with any input recorded since the round's fold, into the round's
+// pool, and saves it again: a start that failed gives its nodes back in
+// the round that tried it, and its Trainer backs off or ends (pool's
+// StartFailed). Recorded as inputs first, so that a reconciler that dies
+// before the save leaves them to the next round's fold. It returns the
+// pool's state as saved.
+func (r *Reconciler) giveBack(ctx context.Context, p *pool.Pool, applied int64, starts []store.Event) (pool.State, error) {
+	before := p.State()
+	if _, err := r.DB.Append(ctx, starts...); err != nil {
+		return before, fmt.Errorf("record starts: %w", err)
+	}
+	evs, err := r.DB.Events(ctx, store.Filter{AfterID: applied, InputsOnly: true})
+	if err != nil {
+		return before, err
+	}
+	launches := map[string]store.Launch{}
+	var history []store.Event
+	for _, ev := range evs {
+		if e := r.foldEvent(p, ev, launches); e != nil {
+			history = append(history, *e)
+		}
+		applied = ev.ID
+	}
+	changes, ended := changeEvents(p.Changes(), r.Now())
+	st := p.State()
+	err = r.DB.Save(ctx, &store.Round{State: st, Ended: ended, Launch: launches, AppliedID: applied,
+		PrevNow: before.Now, PrevTotal: before.Totals, Events: append(history, changes...)})
+	return st, err
+}
+
+// startOps are the runner's operations that start a Trainer's processes.
+var startOps = []string{"start", "store-start", "driver-start"}
+
+// startEvents are the round's starts as the runner reported them (acts),
+// one input event per Trainer: a failure (error: the first reason) with
+// the nodes it gives back — all it holds when it held none before the
+// round (nothing of it runs), else the new nodes that failed (all new
+// ones for a failure on no node) — or, for a Trainer with failures in a
+// row whose start ran, a success that forgets them.
+func startEvents(before, after pool.State, acts []trainer.Action, now time.Time) []store.Event {
+	held := map[string][]string{}
+	for _, t := range before.Trainers {
+		held[t.ID] = alloc.Names(t.Nodes)
+	}
+	failed := map[string][]trainer.Action{}
+	ran := map[string]bool{}
+	for _, a := range acts {
+		if !slices.Contains(startOps, a.Op) || a.Trainer == "" {
+			continue
+		}
+		if a.Err != nil {
+			failed[a.Trainer] = append(failed[a.Trainer], a)
+		} else {
+			ran[a.Trainer] = true
+		}
+	}
+	var evs []store.Event
+	for _, t := range after.Trainers {
+		if t.Status != pool.Running {
+			continue
+		}
+		fs := failed[t.ID]
+		if len(fs) == 0 {
+			if ran[t.ID] && t.Starts.Failures > 0 {
+				evs = append(evs, store.Event{At: now, Kind: store.KindStart, Source: "reconciler", Trainer: t.ID})
+			}
+			continue
+		}
+		nodes := alloc.Names(t.Nodes)
+		if old := held[t.ID]; len(old) > 0 {
+			fresh := slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return slices.Contains(old, n) })
+			named := fresh
+			if !slices.ContainsFunc(fs, func(a trainer.Action) bool { return a.Node == "" }) {
+				named = slices.DeleteFunc(slices.Clone(fresh), func(n string) bool {
+					return !slices.ContainsFunc(fs, func(a trainer.Action) bool { return a.Node == n })
+				})
+			}
+			nodes = named
+		}
+		if len(nodes) == 0 {
+			continue
+		}
+		reason := fs[0].Err.Error()
+		if fs[0].Node != "" {
+			reason = fmt.Sprintf("on %s: %s", fs[0].Node, reason)
+		}
+		evs = append(evs, store.Event{At: now, Kind: store.KindStart, Source: "reconciler", Context: fs[0].Op,
+			Trainer: t.ID, Nodes: nodes, Error: reason})
+	}
+	return evs
+}
+
+// apply hands the desired state to the runner, records what it did and
+// returns it.
+func (r *Reconciler) apply(ctx context.Context, st pool.State, saved, fresh map[string]store.Launch) []trainer.Action {
 	var want []trainer.Want
 	taken := takenNodes(st)
 	for _, t := range st.Trainers {
@@ -555,11 +657,13 @@ func (r *Reconciler) apply(ctx context.Context, st pool.State, saved, fresh map[
 		}
 		want = append(want, w)
 	}
-	evs := r.actionEvents(r.Runner.Apply(ctx, want))
+	acts := r.Runner.Apply(ctx, want)
+	evs := r.actionEvents(acts)
 	if len(evs) == 0 {
-		return
+		return acts
 	}
 	if _, err := r.DB.Append(ctx, evs...); err != nil {
 		r.Log.Printf("record actions: %v", err)
 	}
+	return acts
 }

@@ -42,6 +42,10 @@ func (r *SubmitRequest) spec(owner string, at time.Time) pool.Spec {
 type exitDetail struct {
 	Status pool.Status `json:"status"`
 	Note   string      `json:"note,omitempty"`
+	// Progress, on an end row: "measured" when the Trainer reported its
+	// progress (or its log was read), "modelled" when the row's value is
+	// the pool's model of it.
+	Progress string `json:"progress,omitempty"`
 }
 
 // progressDetail is the detail of a progress event.
@@ -98,6 +102,11 @@ func (c *Core) Submit(ctx context.Context, req SubmitRequest) (Receipt, error) {
 	}
 	if err := checkSubmit(c.o.Pool, c.o.Launchers, req.ID, &req); err != nil {
 		return Receipt{}, invalid(err)
+	}
+	if c.o.Start != nil {
+		if err := c.o.Start.check(c.o.User(), req.Launch); err != nil {
+			return Receipt{}, fmt.Errorf("trainer %q can never start: %w", req.ID, err)
+		}
 	}
 	detail, err := json.Marshal(req)
 	if err != nil {

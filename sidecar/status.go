@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/bftrainer/bftrainer/alloc"
+	"github.com/bftrainer/bftrainer/hooks"
 	"github.com/bftrainer/bftrainer/journal"
 	"github.com/bftrainer/bftrainer/names"
 	"github.com/bftrainer/bftrainer/pool"
@@ -33,11 +35,19 @@ type Status struct {
 	Free            int    `json:"free"`             // idle nodes held by none
 	Completing      int    `json:"completing"`       // released, not yet exactly idle
 	CompletingNodes string `json:"completing_nodes"` // as a hostlist
-	Busy            int    `json:"busy"`             // the scheduler's
+	// Planned are released nodes the scheduler holds for a pending
+	// job's planned start (Slurm's "plnd", a backfill reservation): not
+	// completing, and they join no pool until the scheduler lets them go
+	// or the job lands. Asked of the scheduler's listing, when it
+	// answers; otherwise they count as completing.
+	Planned      int    `json:"planned"`
+	PlannedNodes string `json:"planned_nodes"` // as a hostlist
+	Busy         int    `json:"busy"`          // the scheduler's
 	// Containment is how this machine contains Trainer processes:
 	// "cgroup", or "degraded (why)"; "" when the core has no local killer.
 	Containment     string `json:"containment,omitempty"`
-	TrainersRunning int    `json:"trainers_running"`
+	TrainersRunning int    `json:"trainers_running"` // admitted and holding nodes
+	TrainersWaiting int    `json:"trainers_waiting"` // admitted, holding no node: nothing of them runs
 	TrainersQueued  int    `json:"trainers_queued"`
 	MaxTrainers     int    `json:"max_trainers"`
 	// Starts is false when rounds start no Trainer process
@@ -59,18 +69,30 @@ type Status struct {
 	// Stale says, one sentence each, what makes this view out of date or
 	// the system unwell; empty when all is well.
 	Stale    []string        `json:"stale"`
-	Trainers []StatusTrainer `json:"trainers"` // running, in admission order
+	Trainers []StatusTrainer `json:"trainers"` // running and waiting, in admission order
 
 	// Pool is the folded pool itself, for Go callers.
 	Pool *pool.Pool `json:"-"`
 }
 
-// StatusTrainer is one running Trainer in a Status.
+// StatusTrainer is one admitted Trainer in a Status.
 type StatusTrainer struct {
 	Trainer string `json:"trainer"`
 	Owner   string `json:"owner"`
+	State   string `json:"state"` // running, or waiting: it holds no node (ShownStatus)
 	Nodes   int    `json:"nodes"`
 	Names   string `json:"names"` // as a hostlist
+}
+
+// ShownStatus is a Trainer's status as users read it: "waiting" for an
+// admitted Trainer that holds no node (it runs nothing: none given yet,
+// all reclaimed, or backing off after a failed start), its pool status
+// otherwise.
+func ShownStatus(t pool.Trainer) string {
+	if t.Waiting() {
+		return "waiting"
+	}
+	return string(t.Status)
 }
 
 // Backlog is the journal's waiting records.
@@ -129,10 +151,18 @@ func (c *Core) Status(ctx context.Context) (*Status, error) {
 	}
 	st.Idle, st.IdleNodes = len(idle), names.CompressHostlist(idle)
 	st.Free = st.Idle - st.Lent
+	planned := c.plannedOf(ctx, completing)
+	completing = slices.DeleteFunc(completing, func(n string) bool { return slices.Contains(planned, n) })
 	st.Completing, st.CompletingNodes = len(completing), names.CompressHostlist(completing)
-	st.TrainersRunning, st.TrainersQueued = len(p.Running()), len(p.Queued())
+	st.Planned, st.PlannedNodes = len(planned), names.CompressHostlist(planned)
+	st.TrainersQueued = len(p.Queued())
 	for _, t := range p.Running() {
-		st.Trainers = append(st.Trainers, StatusTrainer{Trainer: t.ID, Owner: t.Owner, Nodes: len(t.Nodes),
+		if t.Waiting() {
+			st.TrainersWaiting++
+		} else {
+			st.TrainersRunning++
+		}
+		st.Trainers = append(st.Trainers, StatusTrainer{Trainer: t.ID, Owner: t.Owner, State: ShownStatus(*t), Nodes: len(t.Nodes),
 			Names: names.CompressHostlist(alloc.Names(t.Nodes))})
 	}
 	st.Journal.Records, st.Journal.Oldest, st.Journal.Err = c.journal.Backlog()
@@ -146,6 +176,37 @@ func (c *Core) Status(ctx context.Context) (*Status, error) {
 	st.Writable = c.writable()
 	st.Stale = c.stale(st, now)
 	return st, nil
+}
+
+// plannedTimeout bounds status's question to the scheduler's listing.
+const plannedTimeout = 5 * time.Second
+
+// plannedOf returns the nodes of released that the scheduler's listing
+// says it holds for a planned start (hooks.Listing.Planned); none when
+// it has no such state, is turned off, or does not answer in time.
+func (c *Core) plannedOf(ctx context.Context, released []string) []string {
+	if len(released) == 0 {
+		return nil
+	}
+	q, _ := c.listing("")
+	hq, ok := q.(hooks.Query)
+	if !ok || hq.Listing == nil || hq.Listing.Planned == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, plannedTimeout)
+	defer cancel()
+	states, err := hq.NodeStates(ctx, released)
+	if err != nil {
+		c.o.Log.Printf("status: %v", err)
+		return nil
+	}
+	var out []string
+	for _, n := range released {
+		if hq.Listing.Planned(states[n]) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // Starts reports whether rounds start Trainer processes: false when the

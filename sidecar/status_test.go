@@ -195,3 +195,40 @@ func TestSpoolFlood(t *testing.T) {
 		t.Fatalf("an hour later: %+v, want one row counting the 50 and the 20", got)
 	}
 }
+
+// TestStatusNamesPlanned reproduces issue 27's node that Slurm showed
+// PLANNED (a backfill reservation) filed under "completing": released
+// nodes the scheduler's listing says it holds for a planned start are
+// named planned; those still completing stay completing. The listing is
+// a script printing what `sinfo -h -N -o '%N %t'` prints.
+func TestStatusNamesPlanned(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	sinfo := filepath.Join(dir, "sinfo")
+	if err := os.WriteFile(sinfo, []byte("#!/bin/sh\nprintf 'n1 plnd\\nn2 comp\\nn3 idle\\nn4 plnd*\\n'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	clock := time.Now()
+	c, db := openCore(t, Options{Scheduler: "slurm", Listings: map[string]string{"sinfo": sinfo}, Now: func() time.Time { return clock }})
+	if _, err := db.Append(ctx,
+		store.Event{At: clock, Kind: store.KindJoin, Source: "test", Nodes: []string{"n1", "n2", "n3", "n4"}},
+		// Job 5 ran on three of them and ended: released, pending until
+		// the scheduler lists them exactly idle.
+		store.Event{At: clock, Kind: store.KindLeave, Source: "slurm", Job: "5", Nodes: []string{"n1", "n2", "n4"}},
+		store.Event{At: clock.Add(time.Second), Kind: store.KindRelease, Source: "slurm", Job: "5", Nodes: []string{"n1", "n2", "n4"}}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Planned != 2 || st.PlannedNodes != "n[1,4]" || st.Completing != 1 || st.CompletingNodes != "n2" || st.Idle != 1 {
+		t.Fatalf("planned %d %q, completing %d %q, idle %d; want 2 n[1,4], 1 n2, 1",
+			st.Planned, st.PlannedNodes, st.Completing, st.CompletingNodes, st.Idle)
+	}
+	// A listing that cannot answer: they are counted completing, as before.
+	c.o.Listings["sinfo"] = filepath.Join(dir, "missing")
+	if st, err = c.Status(ctx); err != nil || st.Planned != 0 || st.Completing != 3 {
+		t.Fatalf("no listing: %v, planned %d, completing %d; want 0, 3", err, st.Planned, st.Completing)
+	}
+}

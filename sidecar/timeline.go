@@ -32,7 +32,7 @@ type TimelineShare struct {
 // timelineKinds are the events the timeline is rebuilt from: the nodes'
 // comings and goings, and the Trainers' sizes.
 var timelineKinds = []store.Kind{store.KindJoin, store.KindLeave, store.KindRelease, store.KindIdle,
-	store.KindAdmit, store.KindRescale, store.KindPreempt, store.KindEnd}
+	store.KindAdmit, store.KindRescale, store.KindPreempt, store.KindStartFailed, store.KindEnd}
 
 // Timeline rebuilds node use between since and until (zero: the first
 // event; now) at samples instants evenly spread, each the state in force

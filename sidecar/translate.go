@@ -12,6 +12,7 @@ package sidecar
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -132,6 +133,14 @@ func (r *Reconciler) foldEvent(p *pool.Pool, ev store.Event, launches map[string
 		if err := foldCost(p, ev); err != nil {
 			return reject(err)
 		}
+	case store.KindStart:
+		if ev.Error == "" {
+			p.StartRan(ev.Trainer)
+			break
+		}
+		if _, err := p.StartFailed(ev.At, ev.Trainer, ev.Nodes, ev.Error); err != nil && !errors.Is(err, pool.ErrUnknownTrainer) {
+			return reject(err)
+		}
 	}
 	return skipped
 }
@@ -190,7 +199,17 @@ func changeEvents(cs []pool.Change, now time.Time) (out []store.Event, ended []p
 			}
 			e.Detail, _ = json.Marshal(d)
 		case pool.Ended:
-			e.Detail, _ = json.Marshal(exitDetail{Status: c.Status, Note: c.Note})
+			d := exitDetail{Status: c.Status, Note: c.Note}
+			if c.Final != nil {
+				// Its samples, and whether it measured them: a
+				// model's samples are never processed ones.
+				e.Value, e.HasVal = c.Final.Done, true
+				d.Progress = "modelled"
+				if _, ok := c.Final.MeasuredDone(); ok {
+					d.Progress = "measured"
+				}
+			}
+			e.Detail, _ = json.Marshal(d)
 			if c.Final != nil {
 				ended = append(ended, *c.Final)
 			}
@@ -199,7 +218,7 @@ func changeEvents(cs []pool.Change, now time.Time) (out []store.Event, ended []p
 			e.Detail, _ = json.Marshal(map[string]any{"from": c.From, "to": c.To, "planned": c.Note})
 		case pool.Stale:
 			e.Context = c.Note
-		case pool.Undecided:
+		case pool.Undecided, pool.StartFailed:
 			e.Context = c.Note
 		default:
 			continue // join, leave, release, submit, progress: the input row says it
@@ -270,6 +289,9 @@ func (b *timelineBuilder) apply(ev store.Event) {
 			b.admitted(ev.Trainer)
 			b.sizes[ev.Trainer] = d.To
 		}
+	case store.KindStartFailed:
+		// A failed start gave these nodes back: the Trainer never used them.
+		b.sizes[ev.Trainer] = max(0, b.sizes[ev.Trainer]-len(ev.Nodes))
 	case store.KindEnd:
 		delete(b.sizes, ev.Trainer)
 	}

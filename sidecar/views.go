@@ -259,7 +259,30 @@ func (c *Core) Report(ctx context.Context, since, until time.Time) (*store.Repor
 	was, is := f.snap.State.Totals, f.pool.Totals()
 	rep.IdleNodeHours += (is.IdleNodeSeconds - was.IdleNodeSeconds) / 3600
 	rep.UsedNodeHours += (is.UsedNodeSeconds - was.UsedNodeSeconds) / 3600
-	rep.Samples += is.Samples - was.Samples
+	// Brought to now Trainer by Trainer: measured samples to processed,
+	// the model's to modelled (pool.Trainer.MeasuredDone).
+	saved := map[string]pool.Trainer{}
+	for _, t := range f.snap.State.Trainers {
+		saved[t.ID] = t
+	}
+	for _, t := range f.pool.State().Trainers {
+		old := saved[t.ID]
+		if done, ok := t.MeasuredDone(); ok {
+			before, _ := old.MeasuredDone()
+			rep.Samples += done - before
+			if _, was := old.MeasuredDone(); !was {
+				rep.ModelledSamples -= old.Done // it measured since: its model is no longer counted
+				if old.Done > 0 {
+					rep.ModelledTrainers--
+				}
+			}
+			continue
+		}
+		rep.ModelledSamples += t.Done - old.Done
+		if old.Done == 0 && t.Done > 0 {
+			rep.ModelledTrainers++
+		}
+	}
 	rep.Utilisation = 0
 	if rep.IdleNodeHours > 0 {
 		rep.Utilisation = rep.UsedNodeHours / rep.IdleNodeHours

@@ -32,34 +32,39 @@ const (
 	KindProgress      = pool.Reported  // a Trainer's own progress report (value: samples)
 	KindExit     Kind = "exit"         // a Trainer's processes ended (detail: status)
 	KindCost     Kind = "cost"         // a rescale's cost measured by its launcher (value: seconds lost; detail: direction, from, to)
+	// KindStart is a round's start of a Trainer, as its runner reported
+	// it: error set when it failed (nodes: those it gives back), empty
+	// when a start ran (its failures in a row are forgotten).
+	KindStart Kind = "start"
 
 	// History.
-	KindHook    Kind = "hook"            // a scheduler hook call (context, job, nodes, ms, error)
-	KindKill    Kind = "kill"            // processes killed on a node by a hook (reclaim fast path)
-	KindAdmit        = pool.Admitted     // a Trainer got a slot
-	KindRescale      = pool.Rescaled     // a Trainer's nodes changed by a decision (value: cost)
-	KindPreempt      = pool.Preempted    // a reclaim took nodes from a Trainer (value: cost)
-	KindMove         = pool.Moved        // a Trainer shrunk gracefully off nodes planned for a main job, before it landed (value: cost; job; detail: from, to, planned start)
-	KindEnd          = pool.Ended        // a Trainer ended (detail: status)
-	KindStale        = pool.Stale        // an event ignored: the node is held by another job
-	KindSolve   Kind = "solve"           // a decision (detail: solver, trainers, status; value: objective; ms)
-	KindKept         = pool.Undecided    // a decision that kept the allocation (solver not optimal)
-	KindAction  Kind = "action"          // a Trainer process started or stopped (detail)
-	KindSync    Kind = "sync"            // a reconciliation with the scheduler's own view
-	KindIdle    Kind = "idle"            // released nodes found exactly idle: they joined
-	KindError   Kind = "error"           // an error swallowed (hooks fail open)
-	KindCurve        = pool.CurveUpdated // the curve learner took an observation (value: samples/s; detail: nodes, seconds, since)
+	KindHook        Kind = "hook"            // a scheduler hook call (context, job, nodes, ms, error)
+	KindKill        Kind = "kill"            // processes killed on a node by a hook (reclaim fast path)
+	KindAdmit            = pool.Admitted     // a Trainer got a slot
+	KindRescale          = pool.Rescaled     // a Trainer's nodes changed by a decision (value: cost)
+	KindPreempt          = pool.Preempted    // a reclaim took nodes from a Trainer (value: cost)
+	KindMove             = pool.Moved        // a Trainer shrunk gracefully off nodes planned for a main job, before it landed (value: cost; job; detail: from, to, planned start)
+	KindEnd              = pool.Ended        // a Trainer ended (detail: status)
+	KindStale            = pool.Stale        // an event ignored: the node is held by another job
+	KindSolve       Kind = "solve"           // a decision (detail: solver, trainers, status; value: objective; ms)
+	KindKept             = pool.Undecided    // a decision that kept the allocation (solver not optimal)
+	KindAction      Kind = "action"          // a Trainer process started or stopped (detail)
+	KindSync        Kind = "sync"            // a reconciliation with the scheduler's own view
+	KindIdle        Kind = "idle"            // released nodes found exactly idle: they joined
+	KindError       Kind = "error"           // an error swallowed (hooks fail open)
+	KindCurve            = pool.CurveUpdated // the curve learner took an observation (value: samples/s; detail: nodes, seconds, since)
+	KindStartFailed      = pool.StartFailed  // a failed start gave a Trainer's nodes back (context: the reason and its back-off)
 )
 
 // inputKinds are folded into the pool state.
-var inputKinds = []Kind{KindJoin, KindLeave, KindRelease, KindSubmit, KindCancel, KindProgress, KindExit, KindCost}
+var inputKinds = []Kind{KindJoin, KindLeave, KindRelease, KindSubmit, KindCancel, KindProgress, KindExit, KindCost, KindStart}
 
 // Kinds returns every event kind the history records, inputs first: what
 // a filter by kind may name. A new kind is added to the constants above
 // and here.
 func Kinds() []Kind {
 	return append(slices.Clone(inputKinds), KindHook, KindKill, KindAdmit, KindRescale, KindPreempt, KindMove, KindEnd,
-		KindStale, KindSolve, KindKept, KindCurve, KindAction, KindSync, KindIdle, KindError)
+		KindStale, KindSolve, KindKept, KindCurve, KindStartFailed, KindAction, KindSync, KindIdle, KindError)
 }
 
 // Event is one row of the history.

@@ -11,17 +11,25 @@ import (
 
 // Report is the harvest summary over a time window.
 type Report struct {
-	Since              string  `json:"since,omitempty"`
-	Until              string  `json:"until,omitempty"`
-	IdleNodeHours      float64 `json:"idle_node_hours"`
-	UsedNodeHours      float64 `json:"used_node_hours"`
-	Utilisation        float64 `json:"utilisation"`
-	TrainersFinished   int     `json:"trainers_finished"`
-	TrainersFailed     int     `json:"trainers_failed"`
-	TrainersCancelled  int     `json:"trainers_cancelled"`
-	TrainersRunning    int     `json:"trainers_running"`
-	TrainersQueued     int     `json:"trainers_queued"`
-	Samples            float64 `json:"samples"`
+	Since             string  `json:"since,omitempty"`
+	Until             string  `json:"until,omitempty"`
+	IdleNodeHours     float64 `json:"idle_node_hours"`
+	UsedNodeHours     float64 `json:"used_node_hours"`
+	Utilisation       float64 `json:"utilisation"`
+	TrainersFinished  int     `json:"trainers_finished"`
+	TrainersFailed    int     `json:"trainers_failed"`
+	TrainersCancelled int     `json:"trainers_cancelled"`
+	TrainersRunning   int     `json:"trainers_running"` // admitted and holding nodes
+	TrainersWaiting   int     `json:"trainers_waiting"` // admitted, holding no node
+	TrainersQueued    int     `json:"trainers_queued"`
+	// Samples are the samples the Trainers measured (their progress
+	// reports, or their progress logs' readings): processed.
+	Samples float64 `json:"samples"`
+	// ModelledSamples are those of Trainers that measured nothing: the
+	// pool's model of them (their curve over the time they held nodes),
+	// never counted as processed.
+	ModelledSamples    float64 `json:"modelled_samples"`
+	ModelledTrainers   int     `json:"modelled_trainers"`
 	RescaleLossSamples float64 `json:"rescale_loss_samples"`
 	PreemptLossSamples float64 `json:"preempt_loss_samples"`
 	Rescales           int     `json:"rescales"`
@@ -45,8 +53,9 @@ func (r *Report) Rows() [][2]string {
 		{"node-hours used by Trainers", h(r.UsedNodeHours)},
 		{"utilisation", fmt.Sprintf("%.4f", r.Utilisation)},
 		{"Trainers finished / failed / cancelled", fmt.Sprintf("%d / %d / %d", r.TrainersFinished, r.TrainersFailed, r.TrainersCancelled)},
-		{"Trainers running / queued", fmt.Sprintf("%d / %d", r.TrainersRunning, r.TrainersQueued)},
-		{"samples processed (Trainers in window)", n(r.Samples)},
+		{"Trainers running / waiting / queued", fmt.Sprintf("%d / %d / %d", r.TrainersRunning, r.TrainersWaiting, r.TrainersQueued)},
+		{"samples processed (measured, Trainers in window)", n(r.Samples)},
+		{"samples modelled (not processed: no progress measured)", fmt.Sprintf("%s of %d Trainers", n(r.ModelledSamples), r.ModelledTrainers)},
 		{"samples lost to rescales", fmt.Sprintf("%s in %d rescales", n(r.RescaleLossSamples), r.Rescales)},
 		{"samples lost to reclaims", fmt.Sprintf("%s in %d reclaims", n(r.PreemptLossSamples), r.Preemptions)},
 		{"hook calls", fmt.Sprintf("%d (p50 %.3f ms, p99 %.3f ms)", r.HookCalls, r.HookMsP50, r.HookMsP99)},
@@ -84,12 +93,21 @@ func (s *DB) Report(ctx context.Context, since, until time.Time) (*Report, error
 		if !since.IsZero() {
 			tw, targs = " AND (ended = '' OR ended >= ?)", append(targs, formatTime(since))
 		}
+		// A Trainer's measured samples are its last report's, else its
+		// last progress-log reading's (pool.Trainer.MeasuredDone); the
+		// done column is the pool's estimate between them.
 		if err := tx.QueryRowContext(ctx, `SELECT
 			coalesce(sum(status = 'finished'), 0), coalesce(sum(status = 'failed'), 0), coalesce(sum(status = 'cancelled'), 0),
-			coalesce(sum(status = 'running'), 0), coalesce(sum(status = 'queued'), 0),
-			coalesce(sum(done), 0), coalesce(sum(rescale_loss), 0), coalesce(sum(preempt_loss), 0),
+			coalesce(sum(status = 'running' AND node_count > 0), 0), coalesce(sum(status = 'running' AND node_count = 0), 0),
+			coalesce(sum(status = 'queued'), 0),
+			coalesce(sum(CASE WHEN `+reportsSQL+` > 0 THEN `+reportDoneSQL+`
+				WHEN `+readingsSQL+` > 0 THEN `+readDoneSQL+` ELSE 0 END), 0),
+			coalesce(sum(CASE WHEN `+reportsSQL+` > 0 OR `+readingsSQL+` > 0 THEN 0 ELSE done END), 0),
+			coalesce(sum(`+reportsSQL+` = 0 AND `+readingsSQL+` = 0 AND done > 0), 0),
+			coalesce(sum(rescale_loss), 0), coalesce(sum(preempt_loss), 0),
 			coalesce(sum(rescales), 0), coalesce(sum(preemptions), 0) FROM trainers WHERE 1=1`+tw, targs...).
-			Scan(&r.TrainersFinished, &r.TrainersFailed, &r.TrainersCancelled, &r.TrainersRunning, &r.TrainersQueued, &r.Samples, &r.RescaleLossSamples, &r.PreemptLossSamples, &r.Rescales, &r.Preemptions); err != nil {
+			Scan(&r.TrainersFinished, &r.TrainersFailed, &r.TrainersCancelled, &r.TrainersRunning, &r.TrainersWaiting, &r.TrainersQueued,
+				&r.Samples, &r.ModelledSamples, &r.ModelledTrainers, &r.RescaleLossSamples, &r.PreemptLossSamples, &r.Rescales, &r.Preemptions); err != nil {
 			return err
 		}
 		var err error
@@ -106,6 +124,14 @@ func (s *DB) Report(ctx context.Context, since, until time.Time) (*Report, error
 	}
 	return r, nil
 }
+
+// The trainers.spec column's progress measurements (pool.Learning).
+const (
+	reportsSQL    = `coalesce(json_extract(spec, '$.learn.reports'), 0)`
+	reportDoneSQL = `coalesce(json_extract(spec, '$.learn.report_done'), 0)`
+	readingsSQL   = `coalesce(json_extract(spec, '$.learn.readings'), 0)`
+	readDoneSQL   = `coalesce(json_extract(spec, '$.learn.read_done'), 0)`
+)
 
 func window(since, until time.Time) (string, []any) {
 	var w []string

@@ -36,6 +36,8 @@ type specJSON struct {
 	// Learn is what the pool learnt of its curve (the curve above is
 	// the user's, a prior; empty when none was given).
 	Learn pool.Learning `json:"learn,omitzero"`
+	// Starts are its failed starts in a row.
+	Starts pool.Starts `json:"starts,omitzero"`
 }
 
 // Snapshot is the pool state as saved by the last reconciler round.
@@ -186,7 +188,7 @@ func queryTrainers(ctx context.Context, tx *sql.Tx, where string, args ...any) (
 		if err := json.Unmarshal([]byte(spec), &sj); err != nil {
 			return nil, fmt.Errorf("trainer %q spec: %w", t.ID, err)
 		}
-		t.Curve, t.Weight, t.RUp, t.RDown, t.Launch, t.Measured, t.Learn, t.Model = sj.Curve, sj.Weight, sj.RUp, sj.RDown, sj.Launch, sj.Measured, sj.Learn, sj.Model
+		t.Curve, t.Weight, t.RUp, t.RDown, t.Launch, t.Measured, t.Learn, t.Model, t.Starts = sj.Curve, sj.Weight, sj.RUp, sj.RDown, sj.Launch, sj.Measured, sj.Learn, sj.Model, sj.Starts
 		out = append(out, t)
 	}
 	return out, rows.Err()
@@ -356,7 +358,7 @@ func saveTrainers(ctx context.Context, tx *sql.Tx, r *Round) error {
 		if !ok {
 			launch = existing[t.ID]
 		}
-		spec, err := json.Marshal(specJSON{Curve: t.Curve, Weight: t.Weight, RUp: t.RUp, RDown: t.RDown, Launch: launch, Measured: t.Measured, Learn: t.Learn, Model: t.Model})
+		spec, err := json.Marshal(specJSON{Curve: t.Curve, Weight: t.Weight, RUp: t.RUp, RDown: t.RDown, Launch: launch, Measured: t.Measured, Learn: t.Learn, Model: t.Model, Starts: t.Starts})
 		if err != nil {
 			return err
 		}

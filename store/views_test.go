@@ -95,7 +95,8 @@ func TestViews(t *testing.T) {
 		 ('tb', 'bob', 'running', 'torchrun', 2, 8, 0, 777.6, 3.14159, 2, 10.5, 50.2, 1, 1, 900,
 		   '2026-11-29T09:00:01.000000Z', '2026-11-29T09:00:02.000000Z', '', 2, '{}'),
 		 ('ta', 'alice', 'finished', 'exec', 1, 4, 10000, 2500.4, 12.34567, 0, 0.4, 100.4, 3, 1, 5400,
-		   '2026-11-29T09:00:00.000000Z', '2026-11-29T09:00:00.500000Z', '2026-11-29T11:00:00.000000Z', 1, '{}')`,
+		   '2026-11-29T09:00:00.000000Z', '2026-11-29T09:00:00.500000Z', '2026-11-29T11:00:00.000000Z', 1,
+		   '{"learn": {"reports": 4, "report_done": 2400.6}}')`,
 	} {
 		if _, err := raw.Exec(q); err != nil {
 			t.Fatal(err)
@@ -114,10 +115,12 @@ func TestViews(t *testing.T) {
 			"2026-12-01|0.5|0.343|0.6858",
 		}},
 		{"trainer_progress", `SELECT * FROM trainer_progress`, []string{
-			// In submission order; 100·2500.4/10000 = 25.004 → 25.0; 5400 s = 1.5 h.
-			"ta|alice|finished|exec|0|1|4|2500|10000|25|12.346|0|3|100|1|1.5|2026-11-29T09:00:00.000000Z|2026-11-29T09:00:00.500000Z|2026-11-29T11:00:00.000000Z",
-			// No target: no percent; 777.6 → 778; 900 s = 0.25 h.
-			"tb|bob|running|torchrun|2|2|8|778|0|NULL|3.142|11|1|50|1|0.25|2026-11-29T09:00:01.000000Z|2026-11-29T09:00:02.000000Z|",
+			// In submission order; 100·2500.4/10000 = 25.004 → 25.0; 5400 s = 1.5 h;
+			// it reported (2400.6 → 2401 measured, the pool's 2500 beside it).
+			"ta|alice|finished|exec|0|1|4|2500|measured|2401|10000|25|12.346|0|3|100|1|1.5|2026-11-29T09:00:00.000000Z|2026-11-29T09:00:00.500000Z|2026-11-29T11:00:00.000000Z",
+			// No target: no percent; 777.6 → 778; 900 s = 0.25 h; it
+			// never reported: its 778 are the pool's model, none measured.
+			"tb|bob|running|torchrun|2|2|8|778|modelled|0|0|NULL|3.142|11|1|50|1|0.25|2026-11-29T09:00:01.000000Z|2026-11-29T09:00:02.000000Z|",
 		}},
 		{"reclaims_per_job", `SELECT * FROM reclaims_per_job ORDER BY job`, []string{
 			// Job 7: from its leave (its hook is not counted), 2 idle nodes;
@@ -155,6 +158,17 @@ func TestViews(t *testing.T) {
 				t.Fatalf("%s:\n got %q\nwant %q", c.query, got, c.want)
 			}
 		})
+	}
+	// The report over the same Trainers: processed are ta's measured
+	// 2400.6 (its last report, not the pool's 2500.4), and tb's 777.6,
+	// modelled, are apart; tb holds 2 nodes: running, not waiting.
+	rep, err := db.Report(ctx, time.Time{}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Samples != 2400.6 || rep.ModelledSamples != 777.6 || rep.ModelledTrainers != 1 || rep.TrainersRunning != 1 || rep.TrainersWaiting != 0 {
+		t.Fatalf("report: samples %v, modelled %v of %d, running %d, waiting %d; want 2400.6, 777.6 of 1, 1, 0",
+			rep.Samples, rep.ModelledSamples, rep.ModelledTrainers, rep.TrainersRunning, rep.TrainersWaiting)
 	}
 }
 

@@ -51,9 +51,14 @@ type Config struct {
 	Reconciler struct {
 		IdleWait   Duration `toml:"idle_wait"`
 		StartCheck Duration `toml:"start_check"`
-		Poll       Duration `toml:"poll"`
-		MaxRounds  int      `toml:"max_rounds"`
-		Interval   Duration `toml:"interval"`
+		// StartRetries failed starts of a Trainer in a row end it
+		// failed; after each it takes no node for StartBackoff, doubled
+		// after each further one (pool.Config.StartRetries).
+		StartRetries int      `toml:"start_retries"`
+		StartBackoff Duration `toml:"start_backoff"`
+		Poll         Duration `toml:"poll"`
+		MaxRounds    int      `toml:"max_rounds"`
+		Interval     Duration `toml:"interval"`
 		// The scheduler's plan (squeue --start, Grid Engine's
 		// reservations): read at most every plan_every, each read within
 		// plan_timeout; Trainers move off planned nodes plan_lead before
@@ -179,6 +184,8 @@ func defaults() Config {
 	c.Hooks.Log = builtinHookLog()
 	c.Hooks.SpawnReconciler = "auto"
 	c.Reconciler.IdleWait = Duration{60 * time.Second}
+	c.Reconciler.StartRetries = pool.DefaultStartRetries
+	c.Reconciler.StartBackoff = Duration{pool.DefaultStartBackoff}
 	c.Reconciler.Poll = Duration{time.Second}
 	c.Reconciler.MaxRounds = 100
 	c.Reconciler.Interval = Duration{5 * time.Second}
@@ -367,6 +374,9 @@ func (c *Config) validate() error {
 	}
 	if c.Reconciler.Interval.Duration <= 0 || c.Reconciler.Poll.Duration < 0 || c.Reconciler.IdleWait.Duration < 0 {
 		errs = append(errs, errors.New("reconciler: interval must be > 0, poll and idle_wait ≥ 0"))
+	}
+	if c.Reconciler.StartRetries < 1 || c.Reconciler.StartBackoff.Duration <= 0 {
+		errs = append(errs, errors.New("reconciler: start_retries must be ≥ 1 and start_backoff > 0"))
 	}
 	if c.DatabaseMode.FileMode&0o200 == 0 || c.DatabaseMode.FileMode&0o022 != 0 {
 		errs = append(errs, fmt.Errorf("database_mode: %04o: the owner must write it, group and others must not", uint32(c.DatabaseMode.FileMode)))

@@ -45,7 +45,7 @@ func options(cfg Config, log *log.Logger) sidecar.Options {
 		Spool:           cfg.Spool,
 		RunnerState:     cfg.Trainer.StateDir,
 		Pool: pool.Config{MaxTrainers: cfg.Pool.MaxTrainers, TFwd: cfg.Pool.TFwd, Objective: obj, Semantics: sem, Learner: cfg.learner(),
-			PlanHorizon: planHorizon(cfg.Reconciler.PlanHorizon)},
+			PlanHorizon: planHorizon(cfg.Reconciler.PlanHorizon), StartRetries: cfg.Reconciler.StartRetries, StartBackoff: cfg.Reconciler.StartBackoff.Duration},
 		Solvers:   solvers(),
 		Launchers: launchers(),
 		Solver:    cfg.Pool.Solver,
@@ -56,6 +56,7 @@ func options(cfg Config, log *log.Logger) sidecar.Options {
 		Listings:   cfg.Scheduler,
 		Admins:     cfg.isAdmin,
 		Runner:     func() (sidecar.Runner, error) { return newRunner(cfg) },
+		Start:      startOptions(cfg),
 		Trigger:    reconcilerTrigger(cfg),
 		Hook: sidecar.HookOptions{
 			Killer:       localKiller(cfg),
@@ -96,6 +97,7 @@ func coreAction(fn func(c *cli.Context, core *sidecar.Core, cfg Config) error) c
 // explain adds what the user can do about a core error: the hint, and
 // exit status 2 for a request refused as given.
 func explain(cfg Config, err error) error {
+	var cannot *sidecar.CannotStart
 	switch {
 	case err == nil:
 		return nil
@@ -112,6 +114,8 @@ func explain(cfg Config, err error) error {
 		return withHint(err, "only root (or the database's group) may write %s", cfg.Database)
 	case errors.Is(err, sidecar.ErrSpool):
 		return withHint(err, "%s", spoolHint(cfg, err))
+	case errors.As(err, &cannot):
+		return withHint(err, "%s", cannot.Hint)
 	case errors.Is(err, sidecar.ErrNoListing):
 		return withHint(err, "set its program in the [scheduler] table of %s", configFile(cfg))
 	}
@@ -155,6 +159,21 @@ func currentUser() string {
 		return u.Username
 	}
 	return fmt.Sprint(os.Getuid())
+}
+
+// startOptions is what a submission is checked against, that its Trainer
+// could ever start with this configuration; nil where nothing starts
+// (trainer.transport = "none").
+func startOptions(cfg Config) *sidecar.StartOptions {
+	t := cfg.Trainer
+	if t.Transport == "none" {
+		return nil
+	}
+	built := t.launchers
+	if built == nil { // a Config not from loadConfig
+		built, _ = t.buildLaunchers(nil)
+	}
+	return &sidecar.StartOptions{AllowRootOwner: t.AllowRootOwner, Local: t.Transport != "ssh", Launchers: built}
 }
 
 // reconcilerTrigger starts a detached reconciler when allowed: it runs

@@ -12,7 +12,9 @@ func statusCommand() *cli.Command {
 		Usage: "show the idle pool and the Trainers now",
 		Description: `The pool as the next round will see it (events recorded since the last
 round included, counted as unfolded events): idle nodes, free or lent to
-Trainers, nodes completing their last job, and the running Trainers —
+Trainers, nodes completing their last job (or, as Slurm's sinfo says,
+planned: held for a pending job's planned start), and the admitted
+Trainers, running or waiting (holding no node, so nothing of them runs) —
 and how far to trust it: a "stale" line each for hook records not yet in
 the history, events no reconciler has folded, no reconciler running
 while work waits, hooks failing in the last hour, a database that cannot

@@ -26,7 +26,11 @@ func trainerCommand() *cli.Command {
 		Usage: "submit, list, show and cancel Trainers (elastic training jobs)",
 		Subcommands: []*cli.Command{
 			submitCommand(),
-			{Name: "list", Usage: "list Trainers", Description: `The active Trainers (queued and running), or every one ever submitted:
+			{Name: "list", Usage: "list Trainers", Description: `The active Trainers (queued, running, or waiting: admitted but holding no
+node), or every one ever submitted. PROGRESS says where DONE comes from:
+"measured" (the Trainer's progress reports or its progress log) or
+"modelled" (its curve over the time it held nodes: it reported nothing,
+so nothing says the samples were processed):
 
   bftrainer trainer list
   bftrainer trainer list --all --format csv`, Flags: []cli.Flag{
@@ -51,17 +55,38 @@ func listAction(c *cli.Context, core *sidecar.Core, _ Config) error {
 	if err != nil {
 		return err
 	}
-	t := table{header: []string{"NAME", "OWNER", "STATUS", "LAUNCHER", "NODES", "MIN", "MAX", "DONE", "TARGET", "PCT", "RATE", "SUBMITTED"}}
+	t := table{header: []string{"NAME", "OWNER", "STATUS", "LAUNCHER", "NODES", "MIN", "MAX", "DONE", "PROGRESS", "TARGET", "PCT", "RATE", "SUBMITTED"}}
 	starts := core.Starts()
 	for _, tr := range ts {
 		pct := "-"
 		if tr.Samples > 0 {
 			pct = fmt.Sprintf("%.1f%%", 100*tr.Done/tr.Samples)
 		}
-		t.add(tr.ID, tr.Owner, shownStatus(starts, tr.Status), tr.Launch.Launcher, len(tr.Nodes), tr.Min, tr.Max, fmt.Sprintf("%.0f", tr.Done),
-			fmt.Sprintf("%.0f", tr.Samples), pct, fmt.Sprintf("%.4g", tr.Rate), tr.Submit.UTC().Format(time.RFC3339))
+		t.add(tr.ID, tr.Owner, shownStatus(starts, tr.Trainer), tr.Launch.Launcher, len(tr.Nodes), tr.Min, tr.Max, fmt.Sprintf("%.0f", tr.Done),
+			progressSource(tr.Trainer), fmt.Sprintf("%.0f", tr.Samples), pct, fmt.Sprintf("%.4g", tr.Rate), tr.Submit.UTC().Format(time.RFC3339))
 	}
 	return t.write(c.App.Writer, c.String("format"))
+}
+
+// progressSource says where a Trainer's DONE comes from: "measured" (its
+// progress reports or its progress log) or "modelled" (the pool's curve
+// over the time it held nodes: nothing it said).
+func progressSource(t pool.Trainer) string {
+	if _, ok := t.MeasuredDone(); ok {
+		return "measured"
+	}
+	return "modelled"
+}
+
+// progressLine is trainer show's progress: what the Trainer measured, or
+// the pool's model, labelled as such.
+func progressLine(t pool.Trainer) string {
+	if _, ok := t.MeasuredDone(); ok {
+		return fmt.Sprintf("%.0f of %.0f samples (measured: %d progress reports, %d progress-log readings), %.4g samples/s now",
+			t.Done, t.Samples, t.Learn.Reports, t.Learn.Readings, t.Rate)
+	}
+	return fmt.Sprintf("%.0f of %.0f samples modelled from its curve, %.4g samples/s modelled now (it has reported no progress: nothing measured)",
+		t.Done, t.Samples, t.Rate)
 }
 
 func showAction(c *cli.Context, core *sidecar.Core, cfg Config) error {
@@ -79,9 +104,18 @@ func showAction(c *cli.Context, core *sidecar.Core, cfg Config) error {
 	var spec trainer.Spec
 	json.Unmarshal(tr.Launch.Spec, &spec)
 	w := c.App.Writer
-	status := string(tr.Status)
-	if st := shownStatus(core.Starts(), tr.Status); st != status {
+	status := sidecar.ShownStatus(tr.Trainer)
+	if st := shownStatus(core.Starts(), tr.Trainer); st != status {
 		status = st + ` (trainer.transport = "none": nothing is started)`
+	}
+	if status == "waiting" {
+		status += " (admitted, holding no node: nothing of it runs)"
+	}
+	if f := tr.Starts; f.Failures > 0 {
+		status += fmt.Sprintf("; %d failed start(s) in a row, last: %s", f.Failures, f.Last)
+		if tr.Status.Active() && !f.RetryAt.IsZero() {
+			status += fmt.Sprintf("; no node before %s", f.RetryAt.UTC().Format(time.RFC3339))
+		}
 	}
 	fmt.Fprintf(w, "name:          %s\nowner:         %s\nstatus:        %s\nlauncher:      %s\n", tr.ID, tr.Owner, status, tr.Launch.Launcher)
 	fmt.Fprintf(w, "command:       %s\nworkdir:       %s\n", strings.Join(spec.Argv, " "), spec.Workdir)
@@ -110,7 +144,7 @@ func showAction(c *cli.Context, core *sidecar.Core, cfg Config) error {
 		fmt.Fprintf(w, "model:         %s\n", line)
 	}
 	fmt.Fprintf(w, "rescale cost:  %s\n", formatCosts(tr.Trainer))
-	fmt.Fprintf(w, "progress:      %.0f of %.0f samples, %.4g samples/s now\n", tr.Done, tr.Samples, tr.Rate)
+	fmt.Fprintf(w, "progress:      %s\n", progressLine(tr.Trainer))
 	fmt.Fprintf(w, "losses:        %.0f samples in %d rescales, %.0f in %d reclaims\n", tr.RescaleLoss, tr.Rescales, tr.PreemptLoss, tr.Preemptions)
 	fmt.Fprintf(w, "node-hours:    %.3f\n", tr.NodeSeconds/3600)
 	fmt.Fprintf(w, "submitted:     %s\n", tr.Submit.UTC().Format(time.RFC3339))
@@ -257,12 +291,13 @@ func formatCosts(t pool.Trainer) string {
 }
 
 // shownStatus is a Trainer's status as users read it: where rounds start
-// nothing (trainer.transport = "none"), a running Trainer is planned only.
-func shownStatus(starts bool, s pool.Status) string {
-	if s == pool.Running && !starts {
+// nothing (trainer.transport = "none"), a running Trainer is planned only;
+// one holding no node is waiting (sidecar.ShownStatus).
+func shownStatus(starts bool, t pool.Trainer) string {
+	if t.Status == pool.Running && !starts && len(t.Nodes) > 0 {
 		return "planned"
 	}
-	return string(s)
+	return sidecar.ShownStatus(t)
 }
 
 func formatCurve(c alloc.Curve) string {
