@@ -111,6 +111,7 @@ type Cell struct {
 	addr    map[string]string
 	ns      map[string]*exec.Cmd // host → its namespaces' holder
 	made    []string             // mount points Start created on the machine
+	stopped bool
 	jobSeq  int
 	jobLock sync.Mutex
 }
@@ -395,8 +396,13 @@ func (c *Cell) IdleHosts(ctx context.Context) ([]string, error) {
 }
 
 // Stop stops the daemons and removes everything Start made. It may be
-// called on a partly started cell.
+// called on a partly started cell, and more than once (the later calls do
+// nothing).
 func (c *Cell) Stop(ctx context.Context) error {
+	if c.stopped {
+		return nil
+	}
+	c.stopped = true
 	var errs []error
 	if c.ns[Server] != nil {
 		var wg sync.WaitGroup
