@@ -145,8 +145,12 @@ idle_wait = "60s"
 poll = "200ms"
 interval = "1s"
 
+plan_every = "1s"
+plan_lead = "10m"
+
 [scheduler]
 pbsnodes = %q
+qstat = %q
 
 [trainer]
 transport = "local"
@@ -158,7 +162,7 @@ command_timeout = "30s"
 kill_wait = "5s"
 cgroup_root = %q
 allow_root_owner = true
-`, in.db, filepath.Join(in.dir, "spool"), in.hooksLog, in.cell.Bin("pbsnodes"), in.registry, filepath.Join(in.dir, "log", "trainers"), filepath.Join(in.dir, "runner"), in.cgroups)
+`, in.db, filepath.Join(in.dir, "spool"), in.hooksLog, in.cell.Bin("pbsnodes"), in.cell.Bin("qstat"), in.registry, filepath.Join(in.dir, "log", "trainers"), filepath.Join(in.dir, "runner"), in.cgroups)
 }
 
 // run runs the CLI as root on the server's host.
@@ -645,6 +649,91 @@ func TestBftrainer(t *testing.T) {
 		}
 		j, hosts := in.reclaim(t, ctx, 3, "prologue")
 		in.ret(t, ctx, j, hosts, "epilogue", true)
+	})
+
+	// The plan: under strict ordering, job B (3 nodes, exclusive) queues
+	// behind job A (1 node, exclusive, walltime 3 minutes); PBS estimates
+	// B's start at A's end on all three nodes. With a 10-minute lead the
+	// reconciler (reading qstat every second) moves the Trainers off B's
+	// two idle nodes at once and lends them to no one; when A ends, B starts
+	// and finds nothing of them, its prologue kills nothing, and those
+	// Trainers are never preempted.
+	t.Run("plan", func(t *testing.T) {
+		if err := in.waitAgree(ctx, 90*time.Second, c.Hosts...); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.strictOrdering(); err != nil {
+			t.Fatal(err)
+		}
+		a := must[*Job](t)(c.Submit(ctx, "first", 1, true, "place=scatter:excl", "walltime=00:03:00"))
+		t.Cleanup(func() { a.End() })
+		ra := must[lab.Report](t)(a.WaitChecked(ctx, 90*time.Second))
+		var others []string
+		for _, h := range c.Hosts {
+			if h != ra.Host {
+				others = append(others, h)
+			}
+		}
+		if err := in.waitAgree(ctx, 90*time.Second, others...); err != nil {
+			t.Fatal(err)
+		}
+		lent := map[string]string{}
+		for _, h := range others {
+			lent[h] = must[string](t)(in.held(ctx, h))
+		}
+		b := must[*Job](t)(c.Submit(ctx, "planned", 3, true, "place=scatter:excl", "walltime=00:05:00"))
+		t.Cleanup(func() { b.End() })
+		var moves []store.Event
+		if err := in.poll(ctx, 60*time.Second, func() (bool, error) {
+			var err error
+			moves, err = in.events(ctx, store.Filter{Kinds: []store.Kind{store.KindMove}, Job: b.ID})
+			var moved []string
+			for _, m := range moves {
+				moved = append(moved, m.Nodes...)
+			}
+			return slices.Equal(sorted(moved), others), err
+		}); err != nil {
+			out, _ := c.On(ctx, Server, "env", "TZ=UTC", c.Bin("qstat"), "-T")
+			t.Fatalf("no moves off %v for job %s (%+v): %v\n%s", others, b.ID, moves, err, out)
+		}
+		for _, m := range moves {
+			if m.Trainer != lent[m.Nodes[0]] {
+				t.Errorf("move of %s off %v, the node was lent to %s", m.Trainer, m.Nodes, lent[m.Nodes[0]])
+			}
+			t.Logf("move: %s off %v for job %s, %.1f s after its qsub", m.Trainer, m.Nodes, b.ID, m.At.Sub(b.Submitted).Seconds())
+		}
+		if err := in.poll(ctx, 60*time.Second, func() (bool, error) {
+			procs := in.trainerProcs()
+			for _, h := range others {
+				if held, err := in.held(ctx, h); err != nil || held != "" || len(procs[h]) > 0 {
+					return false, err
+				}
+			}
+			return true, nil
+		}); err != nil {
+			t.Fatalf("the Trainers are not off %v after their moves: %v", others, err)
+		}
+		if err := a.End(); err != nil {
+			t.Fatal(err)
+		}
+		rb := must[lab.Report](t)(b.WaitChecked(ctx, 90*time.Second))
+		for _, h := range c.Hosts {
+			if p := rb.Procs[h]; p != "none" {
+				t.Errorf("job %s found Trainer processes on %s: %s", b.ID, h, p)
+			}
+		}
+		for _, k := range must[[]store.Event](t)(in.events(ctx, store.Filter{Kinds: []store.Kind{store.KindKill}, Job: b.ID})) {
+			if k.Value > 0 && k.Nodes[0] != ra.Host {
+				t.Errorf("job %s's prologue killed %v processes on %v: want nothing left there", b.ID, k.Value, k.Nodes)
+			}
+		}
+		for _, h := range others {
+			if pre := must[[]store.Event](t)(in.events(ctx, store.Filter{Kinds: []store.Kind{store.KindPreempt}, Trainer: lent[h], Since: b.Submitted})); len(pre) > 0 {
+				t.Errorf("%s was preempted (%d rows): want only the move", lent[h], len(pre))
+			}
+		}
+		t.Logf("job %s began %.1f s after the last move (A ended early: the plan assumed its 3-minute walltime)", b.ID, rb.First.Sub(moves[len(moves)-1].At).Seconds())
+		in.ret(t, ctx, b, c.Hosts, "epilogue", true)
 	})
 
 	if l, err := os.ReadFile(in.hooksLog); err == nil && len(l) > 0 {

@@ -34,9 +34,10 @@ type Job struct {
 }
 
 // Submit submits a main job as root holding n nodes, one CPU each, one
-// per host (select=n:ncpus=1, place=scatter). A held job runs until
-// Release is called.
-func (c *Cell) Submit(ctx context.Context, name string, n int, held bool) (*Job, error) {
+// per host (select=n:ncpus=1, place=scatter unless resources has another
+// place=), with more resources (-l, e.g. "walltime=00:05:00"). A held job
+// runs until End is called.
+func (c *Cell) Submit(ctx context.Context, name string, n int, held bool, resources ...string) (*Job, error) {
 	c.jobLock.Lock()
 	c.jobSeq++
 	seq := c.jobSeq
@@ -58,9 +59,19 @@ func (c *Cell) Submit(ctx context.Context, name string, n int, held bool) (*Job,
 	} else {
 		vars += ",BFT_HOLD=0"
 	}
+	args := []string{"-N", name, "-j", "oe", "-o", filepath.Join(c.JobsDir(), fmt.Sprintf("%s.%d.pbs", name, seq)),
+		"-l", fmt.Sprintf("select=%d:ncpus=1", n), "-v", vars}
+	place := "place=scatter"
+	for _, r := range resources {
+		if strings.HasPrefix(r, "place=") {
+			place = r
+		} else {
+			args = append(args, "-l", r)
+		}
+	}
+	args = append(args, "-l", place, script)
 	j.Submitted = time.Now()
-	out, err := c.On(ctx, Server, c.Bin("qsub"), "-N", name, "-j", "oe", "-o", filepath.Join(c.JobsDir(), fmt.Sprintf("%s.%d.pbs", name, seq)),
-		"-l", fmt.Sprintf("select=%d:ncpus=1", n), "-l", "place=scatter", "-v", vars, script)
+	out, err := c.On(ctx, Server, c.Bin("qsub"), args...)
 	if err != nil {
 		return nil, err
 	}
