@@ -370,7 +370,7 @@ var pbsVnode = regexp.MustCompile(`\(([^:+)]+)`)
 // does); Duration is Resource_List.walltime (0 when not stated).
 // A job whose estimate does not parse is an error: a changed format
 // should be noticed, not read as "no plan".
-// Observed on OpenPBS 23.06.06 (internal/lab/pbs, TestPlannedStart).
+// Observed on OpenPBS 23.06.06 (internal/lab/pbs, TestBftrainer/plan).
 func PBSPlan(out []byte, loc *time.Location) ([]PlannedStart, error) {
 	var doc struct {
 		Jobs map[string]struct {

@@ -11,9 +11,9 @@ import (
 )
 
 // TestPBSPlanReal reads `qstat -f -F json` as a real OpenPBS cell printed
-// it (internal/lab/pbs, TestPlannedStart -update): a job running on the
-// three nodes with walltime 10 minutes, a 2-node job queued behind it
-// under strict_ordering. Its one planned start is checked against what
+// it (internal/lab/pbs, TestBftrainer/plan with -update): a job running
+// exclusively on one node with walltime 3 minutes, a 3-node exclusive job
+// queued behind it under strict_ordering. Its one planned start is checked against what
 // the same cell's `qstat -T` printed (estimated start time, nodes,
 // requested time) and against the running job's end (stime + walltime).
 func TestPBSPlanReal(t *testing.T) {

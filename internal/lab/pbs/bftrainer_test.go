@@ -217,10 +217,12 @@ func eachProc(fn func(pid int, env []byte)) {
 }
 
 // watchStray notes every live `bftrainer reconcile` other than the
-// service (a reconciler a MoM's hook would have spawned, as root).
+// service (a reconciler a MoM's hook would have spawned, as root). A child
+// the service has forked and not yet exec'd shares its binary and its
+// command line: those (parent the service) are not strays.
 func (in *install) watchStray() {
 	eachProc(func(pid int, _ []byte) {
-		if pid == in.service.Process.Pid {
+		if pid == in.service.Process.Pid || ppid(pid) == in.service.Process.Pid {
 			return
 		}
 		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
@@ -228,10 +230,29 @@ func (in *install) watchStray() {
 		if exe == in.bin && slices.Contains(strings.Split(string(cmd), "\x00"), "reconcile") {
 			host, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/uts", pid))
 			in.mu.Lock()
-			in.stray = append(in.stray, fmt.Sprintf("pid %d (%s)", pid, host))
+			in.stray = append(in.stray, fmt.Sprintf("pid %d (parent %d, %s): %q", pid, ppid(pid), host, cmd))
 			in.mu.Unlock()
 		}
 	})
+}
+
+// ppid returns a process's parent's pid (0 when it is gone).
+func ppid(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) S ppid …: comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
 }
 
 // trainerProcs returns, per node, the live processes of the install's
@@ -696,6 +717,8 @@ func TestBftrainer(t *testing.T) {
 			out, _ := c.On(ctx, Server, "env", "TZ=UTC", c.Bin("qstat"), "-T")
 			t.Fatalf("no moves off %v for job %s (%+v): %v\n%s", others, b.ID, moves, err, out)
 		}
+		// What the reconciler read: B's estimate, through hooks.PBSPlan.
+		checkEstimate(t, ctx, c, a.ID, b.ID, 3, 3*time.Minute, 5*time.Minute)
 		for _, m := range moves {
 			if m.Trainer != lent[m.Nodes[0]] {
 				t.Errorf("move of %s off %v, the node was lent to %s", m.Trainer, m.Nodes, lent[m.Nodes[0]])
