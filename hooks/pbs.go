@@ -3,13 +3,20 @@ package hooks
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/bftrainer/bftrainer/names"
 )
@@ -33,6 +40,7 @@ var pbs = Scheduler{
 	Parse: func(in Input) (Call, error) { return parsePBS(in.Env, in.Args, in.ReadFile, in.Hostname) },
 	Listing: &Listing{Key: "pbsnodes", Program: "pbsnodes",
 		Args: func([]string) []string { return []string{"-a", "-F", "json"} }, Parse: parsePbsnodes},
+	Plan: &Planner{Key: "qstat", Program: "qstat", Read: readPBSPlan},
 }
 
 // pbsAction maps the name a PBS hook runs under to what it means for us.
@@ -327,4 +335,132 @@ func parsePbsnodesText(out []byte) (map[string]string, error) {
 	}
 	flush()
 	return states, sc.Err()
+}
+
+// readPBSPlan runs `qstat -f -F json` (PBSPlan). qstat prints times in the
+// local zone: TZ is fixed to UTC for it.
+func readPBSPlan(ctx context.Context, program string) ([]PlannedStart, error) {
+	cmd := exec.CommandContext(ctx, program, "-f", "-F", "json")
+	cmd.Env = append(os.Environ(), "TZ=UTC")
+	cmd.WaitDelay = time.Second
+	out, err := cmd.Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok && len(ee.Stderr) > 0 {
+			return nil, fmt.Errorf("%s: %w: %s", program, err, strings.TrimSpace(string(ee.Stderr)))
+		}
+		return nil, fmt.Errorf("%s: %w", program, err)
+	}
+	return PBSPlan(out, time.UTC)
+}
+
+// pbsTimeLayout is how `qstat -f -F json` prints times (ctime(3)).
+const pbsTimeLayout = "Mon Jan _2 15:04:05 2006"
+
+// pbsVnode is a vnode's name in an exec_vnode chunk "(NAME:res=…)".
+var pbsVnode = regexp.MustCompile(`\(([^:+)]+)`)
+
+// PBSPlan reads `qstat -f -F json` (times in loc): one PlannedStart per
+// queued job ("job_state": "Q") for which the scheduler has estimated a
+// start and the vnodes ("estimated": {"start_time", "exec_vnode"}), in
+// start order. OpenPBS's scheduler estimates them for the jobs it
+// calendars: the top jobs under strict_ordering (sched_config), as many as
+// the server's backfill_depth (1 by default), and help_starving_jobs'.
+// Nodes are exec_vnode's vnode names, first appearance first (a host with
+// several vnodes needs them mapped to its name, as BFTRAINER_PBS_NODES
+// does); Duration is Resource_List.walltime (0 when not stated).
+// A job whose estimate does not parse is an error: a changed format
+// should be noticed, not read as "no plan".
+// Observed on OpenPBS 23.06.06 (internal/lab/pbs, TestBftrainer/plan).
+func PBSPlan(out []byte, loc *time.Location) ([]PlannedStart, error) {
+	var doc struct {
+		Jobs map[string]struct {
+			State     string `json:"job_state"`
+			Estimated struct {
+				StartTime json.RawMessage `json:"start_time"`
+				ExecVnode string          `json:"exec_vnode"`
+			} `json:"estimated"`
+			ResourceList struct {
+				Walltime json.RawMessage `json:"walltime"`
+			} `json:"Resource_List"`
+		} `json:"Jobs"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		return nil, fmt.Errorf("qstat -f -F json: %w", err)
+	}
+	var plan []PlannedStart
+	for id, j := range doc.Jobs {
+		if j.State != "Q" || len(j.Estimated.StartTime) == 0 || j.Estimated.ExecVnode == "" {
+			continue
+		}
+		if err := names.ValidateJob(id); err != nil {
+			return nil, fmt.Errorf("qstat: %w", err)
+		}
+		at, err := pbsTime(j.Estimated.StartTime, loc)
+		if err != nil {
+			return nil, fmt.Errorf("qstat: job %s: estimated.start_time: %w", id, err)
+		}
+		var nodes []string
+		for _, m := range pbsVnode.FindAllStringSubmatch(j.Estimated.ExecVnode, -1) {
+			if n := strings.TrimSpace(m[1]); !slices.Contains(nodes, n) {
+				if err := names.ValidateNode(n); err != nil {
+					return nil, fmt.Errorf("qstat: job %s: estimated.exec_vnode: %w", id, err)
+				}
+				nodes = append(nodes, n)
+			}
+		}
+		if len(nodes) == 0 {
+			return nil, fmt.Errorf("qstat: job %s: estimated.exec_vnode %q names no vnode", id, j.Estimated.ExecVnode)
+		}
+		plan = append(plan, PlannedStart{Job: id, Nodes: nodes, Start: at, Duration: pbsDuration(j.ResourceList.Walltime)})
+	}
+	slices.SortFunc(plan, func(a, b PlannedStart) int {
+		if c := a.Start.Compare(b.Start); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Job, b.Job)
+	})
+	return plan, nil
+}
+
+// pbsTime reads a qstat JSON time: a ctime(3) string in loc, or seconds
+// since the epoch (a number or a string of digits).
+func pbsTime(raw json.RawMessage, loc *time.Location) (time.Time, error) {
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		var n int64
+		if err := json.Unmarshal(raw, &n); err != nil {
+			return time.Time{}, fmt.Errorf("%s: neither a string nor seconds", raw)
+		}
+		return time.Unix(n, 0), nil
+	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return time.Unix(n, 0), nil
+	}
+	return time.ParseInLocation(pbsTimeLayout, s, loc)
+}
+
+// pbsDuration reads a walltime: "H:M:S", "M:S", or seconds, as a string or
+// a number; 0 for anything else.
+func pbsDuration(raw json.RawMessage) time.Duration {
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		var n int64
+		if json.Unmarshal(raw, &n) != nil || n < 0 {
+			return 0
+		}
+		return time.Duration(n) * time.Second
+	}
+	total := 0
+	parts := strings.Split(s, ":")
+	if len(parts) > 3 {
+		return 0
+	}
+	for _, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return 0
+		}
+		total = total*60 + n
+	}
+	return time.Duration(total) * time.Second
 }
