@@ -180,9 +180,18 @@ func TestMakeInstall(t *testing.T) {
 // TestContribNamesInstalledPath: the hooks' snippets and guides (contrib/,
 // docs/, and each scheduler's usage as `bftrainer hook --help` shows it)
 // call the binary where `make install` puts it by default, $(PREFIX)/bin,
-// so that a sysadmin who copies them gets a hook that exists.
+// or where the packages put it (contrib/packaging/nfpm.yaml), so that a
+// sysadmin who copies them gets a hook that exists.
 func TestContribNamesInstalledPath(t *testing.T) {
 	const installed = "/usr/local/bin/bftrainer" // the Makefile's PREFIX and BINDIR
+	const packaged = "/usr/bin/bftrainer"        // the packages' dst
+	nfpm, err := os.ReadFile(filepath.Join(trainertest.RepoRoot(t), "contrib", "packaging", "nfpm.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(nfpm), "dst: "+packaged+"\n") {
+		t.Fatalf("contrib/packaging/nfpm.yaml no longer installs %s: update this test and the paths it checks", packaged)
+	}
 	mk, err := os.ReadFile(filepath.Join(trainertest.RepoRoot(t), "Makefile"))
 	if err != nil {
 		t.Fatal(err)
@@ -215,8 +224,8 @@ func TestContribNamesInstalledPath(t *testing.T) {
 			if loc[1] < len(text) && strings.ContainsRune("-_.", rune(text[loc[1]])) {
 				continue // bftrainer-highs, bftrainer.toml, …
 			}
-			if got := text[loc[0]:loc[1]]; got != installed {
-				t.Errorf("%s calls %s; make install puts bftrainer in %s", name, got, installed)
+			if got := text[loc[0]:loc[1]]; got != installed && got != packaged {
+				t.Errorf("%s calls %s; make install puts bftrainer in %s, the packages in %s", name, got, installed, packaged)
 			}
 		}
 	}
