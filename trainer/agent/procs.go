@@ -70,6 +70,10 @@ type scanner struct {
 	env  []byte
 	st   syscall.Stat_t
 	jobs [][]byte // "MARKER=" of every job marker
+	// envEmpty: the last environ read found nothing (unreadable, or a
+	// process in the middle of an exec, whose new environment is not
+	// mapped yet)
+	envEmpty bool
 }
 
 // newScanner returns a scanner that takes a process carrying one of
@@ -137,6 +141,7 @@ func (s *scanner) read(pid int, p *Proc) bool {
 func (s *scanner) environ(p *Proc) bool {
 	var ok bool
 	s.env, ok = readInto(procRoot+"/"+strconv.Itoa(p.PID)+"/environ", s.env[:0])
+	s.envEmpty = !ok || len(s.env) == 0
 	if !ok {
 		return false
 	}

@@ -117,7 +117,12 @@ func (k *killing) scan() {
 			if t, ok := notOurs[pr.PID]; ok && t == pr.Ticks {
 				return true
 			}
-			if !k.judge(p, &s, pr) {
+			// A process whose environment read empty is judged again
+			// next pass: caught in the middle of an exec (the launch's
+			// sh exec'ing its program), it carries its token a moment
+			// later, with the same pid and start time.
+			s.envEmpty = false
+			if !k.judge(p, &s, pr) && !s.envEmpty {
 				notOurs[pr.PID] = pr.Ticks
 			}
 			return time.Now().Before(k.deadline)
