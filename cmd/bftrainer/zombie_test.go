@@ -45,7 +45,7 @@ func TestKilledTrainerZombies(t *testing.T) {
 	e := newTrainerEnv(t, "local", 0, "allow_root_owner = true\n")
 	node := "zn-" + wire.NewRun()[:6] // no other test's node: its prolog kills all on it
 	e.run(t, "node", "join", node)
-	var tails, zombies []time.Duration
+	var zombies []time.Duration
 	for round := range 5 {
 		id := uniq("zombie")
 		killLeftovers(t, id)
@@ -90,7 +90,6 @@ func TestKilledTrainerZombies(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
-		tails = append(tails, time.Since(returned))
 		zombies = append(zombies, zombie)
 		e.hook(t, "epilog_slurmd", node, job) // the job ended: its epilog lifts the node's fence
 		e.run(t, "node", "join", node)        // and the node is back for the next round
