@@ -2,8 +2,11 @@ package lab
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/bftrainer/bftrainer/journal"
@@ -63,4 +66,34 @@ func PoolNodes(ctx context.Context, path string) (map[string]pool.Node, error) {
 		out[n.Name] = n
 	}
 	return out, nil
+}
+
+// Mismatch says how a scheduler's hosts, the pool and the Trainers'
+// processes disagree, "" when they agree: a host the scheduler reports
+// exactly idle (idle) is idle in the pool and the other way round; a host
+// the pool lends to a Trainer runs that Trainer's processes and no
+// other's; a host it does not lend runs none. procs is host → Trainer →
+// pids; query names the scheduler's command in the message (qhost,
+// pbsnodes).
+func Mismatch(hosts []string, nodes map[string]pool.Node, idle []string, procs map[string]map[string][]int, query string) string {
+	var diff []string
+	for _, h := range hosts {
+		n := nodes[h]
+		if inPool := n.State == pool.Idle; inPool != slices.Contains(idle, h) {
+			diff = append(diff, fmt.Sprintf("%s: pool %q, %s idle %v", h, n.State, query, !inPool))
+		}
+		want := ""
+		if n.State == pool.Idle {
+			want = n.Trainer
+		}
+		for tr := range procs[h] {
+			if tr != want {
+				diff = append(diff, fmt.Sprintf("%s runs %s, the pool says %q", h, tr, want))
+			}
+		}
+		if want != "" && len(procs[h][want]) == 0 {
+			diff = append(diff, fmt.Sprintf("%s should run %s", h, want))
+		}
+	}
+	return strings.Join(diff, "; ")
 }

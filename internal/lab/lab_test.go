@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/bftrainer/bftrainer/pool"
 )
 
 // TestMainJob runs the main script for real, with a launch that runs the
@@ -115,5 +117,26 @@ func TestLookPath(t *testing.T) {
 	}
 	if _, err := LookPath("no-such-program-bft"); err == nil {
 		t.Error("LookPath found a program that does not exist")
+	}
+}
+
+// TestMismatch: agreement is ""; each kind of disagreement is named.
+func TestMismatch(t *testing.T) {
+	nodes := map[string]pool.Node{"a": {State: pool.Idle, Trainer: "t1"}, "b": {State: pool.Busy}}
+	if got := Mismatch([]string{"a", "b"}, nodes, []string{"a"}, map[string]map[string][]int{"a": {"t1": {10}}}, "qhost"); got != "" {
+		t.Errorf("agreeing: %q", got)
+	}
+	for _, c := range []struct {
+		idle  []string
+		procs map[string]map[string][]int
+		want  string
+	}{
+		{[]string{"a", "b"}, map[string]map[string][]int{"a": {"t1": {10}}}, `b: pool "busy", qhost idle true`},
+		{[]string{"a"}, map[string]map[string][]int{"a": {"t1": {10}}, "b": {"t2": {11}}}, `b runs t2, the pool says ""`},
+		{[]string{"a"}, nil, "a should run t1"},
+	} {
+		if got := Mismatch([]string{"a", "b"}, nodes, c.idle, c.procs, "qhost"); got != c.want {
+			t.Errorf("got %q, want %q", got, c.want)
+		}
 	}
 }

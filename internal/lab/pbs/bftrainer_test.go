@@ -309,26 +309,7 @@ func (in *install) mismatch(ctx context.Context) (string, error) {
 		return "", err
 	}
 	procs := in.trainerProcs()
-	var diff []string
-	for _, h := range in.cell.Hosts {
-		n := nodes[h]
-		if inPool := n.State == pool.Idle; inPool != slices.Contains(idle, h) {
-			diff = append(diff, fmt.Sprintf("%s: pool %q, pbsnodes idle %v", h, n.State, !inPool))
-		}
-		want := ""
-		if n.State == pool.Idle {
-			want = n.Trainer
-		}
-		for tr := range procs[h] {
-			if tr != want {
-				diff = append(diff, fmt.Sprintf("%s runs %s, the pool says %q", h, tr, want))
-			}
-		}
-		if want != "" && len(procs[h][want]) == 0 {
-			diff = append(diff, fmt.Sprintf("%s should run %s", h, want))
-		}
-	}
-	return strings.Join(diff, "; "), nil
+	return lab.Mismatch(in.cell.Hosts, nodes, idle, procs, "pbsnodes"), nil
 }
 
 // poll is lab.Poll that fails once the service has exited and watches for
