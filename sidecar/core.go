@@ -152,6 +152,7 @@ type Core struct {
 	// fallback's grace at a hook's deadline (0: Hook.Deadline).
 	write, writeFallback func(journal.Record) (journal.Written, error)
 	fallbackGrace        time.Duration
+	afterDeadline        func() // tests: rescue has begun
 }
 
 // New builds the core; it fails only on an unknown solver.

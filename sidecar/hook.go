@@ -41,10 +41,10 @@ type Killer interface {
 // is the event lost: when the deadline passes after the call's record is
 // prepared but before the journal took it (its filesystem hung, the
 // process starved), Hook writes the same record (same ID) to the fallback
-// before it returns, and when the fallback does not take it within a
-// second Hook.Deadline (none configured, full, hung too) logs it whole,
-// to be put back by hand; the hung write may still land, and the record
-// is ingested once, by its ID. So Hook returns within Hook.Deadline, twice
+// before it returns, unless the call's own write takes it first; when
+// neither takes it within a second Hook.Deadline (no fallback configured,
+// full, hung too) it logs it whole, to be put back by hand; the hung
+// write may still land, and the record is ingested once, by its ID. So Hook returns within Hook.Deadline, twice
 // it at most when the record is still to be saved at the deadline. A
 // hook never opens the database: no reader of it can delay a hook. env
 // is the hook's environment; args are its arguments after `bftrainer hook`
@@ -85,7 +85,7 @@ func (c *Core) Hook(ctx context.Context, env hooks.Env, args []string) {
 		err   error
 	}
 	done := make(chan result, 1)
-	p := new(progress)
+	p := newProgress()
 	go func() {
 		defer func() {
 			if r := recover(); r != nil {
@@ -117,8 +117,11 @@ func (c *Core) Hook(ctx context.Context, env hooks.Env, args []string) {
 		case r := <-done:
 			report(r)
 		default:
-			if !p.quiet.Load() {
-				c.o.Hook.Log.Printf("%s: deadline %v exceeded; exiting 0 to leave the scheduler's job alone", label, c.o.Hook.Deadline)
+			if p.rec.Load() == nil || p.written.Load() {
+				if !p.quiet.Load() {
+					c.o.Hook.Log.Printf("%s: deadline %v exceeded; exiting 0 to leave the scheduler's job alone", label, c.o.Hook.Deadline)
+				}
+				return
 			}
 			c.rescue(label, p)
 		}
@@ -129,22 +132,34 @@ func (c *Core) Hook(ctx context.Context, env hooks.Env, args []string) {
 type progress struct {
 	rec     atomic.Pointer[journal.Record] // the call's record, once prepared (events built, ID chosen)
 	written atomic.Bool                    // the journal (or its fallback) took rec
+	wrote   chan struct{}                  // closed once written is set
 	quiet   atomic.Bool                    // rec is written and nothing is left to log
+}
+
+func newProgress() *progress { return &progress{wrote: make(chan struct{})} }
+
+// markWritten says the call's own write took its record.
+func (p *progress) markWritten() {
+	if p.written.CompareAndSwap(false, true) {
+		close(p.wrote)
+	}
 }
 
 // rescue saves the call's record at the deadline when it is prepared but
 // its write has not returned (the journal's filesystem hung, the process
-// starved): the same record, same ID, goes to the fallback, and when the
-// fallback cannot take it within the grace (Hook.Deadline again) — none
-// configured, full, hung too — the whole record goes to the hook log, to
-// be put back by hand. The write still under way may land too: ingestion
-// is by ID, and the record is recorded once. A call with no record
-// prepared yet has no event to save: the deadline's line says so.
+// starved): the same record, same ID, goes to the fallback, while the
+// call's own write may still return. Whichever takes the record first
+// within the grace (Hook.Deadline again) ends the call, with one line
+// that says where the record is; when neither does — no fallback
+// configured, full, hung too, and the journal still hung — the whole
+// record goes to the hook log, to be put back by hand. The write still
+// under way may land later too: ingestion is by ID, and the record is
+// recorded once. A call starved past its deadline just before its write
+// (1,000 hook processes on two busy cores) so ends a little late with its
+// record in the journal, not in the log to be restored by hand.
 func (c *Core) rescue(label string, p *progress) {
 	rec := p.rec.Load()
-	if rec == nil || p.written.Load() {
-		return
-	}
+	deadline := c.o.Now()
 	write := c.writeFallback
 	if write == nil {
 		write = c.journal.WriteFallback
@@ -157,25 +172,40 @@ func (c *Core) rescue(label string, p *progress) {
 		w   journal.Written
 		err error
 	}
-	done := make(chan result, 1)
+	fell := make(chan result, 1)
 	go func() {
 		w, err := write(*rec)
-		done <- result{w, err}
+		fell <- result{w, err}
 	}()
+	if c.afterDeadline != nil {
+		c.afterDeadline()
+	}
 	t := time.NewTimer(grace)
 	defer t.Stop()
-	var err error
-	select {
-	case r := <-done:
-		if r.err == nil {
-			c.o.Hook.Log.Printf("%s: record hook: the journal had not taken the record by the deadline; recorded in the fallback, %s", label, r.w.Path)
+	var ferr error
+	for {
+		select {
+		case <-p.wrote:
+			c.o.Hook.Log.Printf("%s: deadline %v exceeded; the record was written %v after it; exiting 0 to leave the scheduler's job alone",
+				label, c.o.Hook.Deadline, c.o.Now().Sub(deadline).Round(time.Millisecond))
+			return
+		case r := <-fell:
+			fell = nil
+			if r.err == nil {
+				c.o.Hook.Log.Printf("%s: deadline %v exceeded; the journal had not taken the record; recorded in the fallback, %s; exiting 0 to leave the scheduler's job alone",
+					label, c.o.Hook.Deadline, r.w.Path)
+				return
+			}
+			ferr = r.err // the journal's own write may still take it
+		case <-t.C:
+			err := fmt.Errorf("the journal had not taken the record by the deadline, nor the fallback %v later", grace)
+			if ferr != nil {
+				err = fmt.Errorf("the journal had not taken the record %v after the deadline %v; the fallback: %w", grace, c.o.Hook.Deadline, ferr)
+			}
+			c.o.Hook.Log.Printf("%s: %v", label, lostRecord(*rec, err))
 			return
 		}
-		err = r.err
-	case <-t.C:
-		err = fmt.Errorf("the journal had not taken the record by the deadline, nor the fallback %v later", grace)
 	}
-	c.o.Hook.Log.Printf("%s: %v", label, lostRecord(*rec, err))
 }
 
 // hook is Hook's work: decode, act, record, trigger. label names the call
@@ -451,7 +481,7 @@ func (c *Core) record(evs []store.Event, started time.Time, create bool, p *prog
 	if err != nil {
 		return lostRecord(rec, err)
 	}
-	p.written.Store(true)
+	p.markWritten()
 	if w.Primary != nil {
 		c.o.Hook.Log.Printf("record hook: %v; recorded in the fallback, %s", w.Primary, w.Path)
 	}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log"
 	"os"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bftrainer/bftrainer/hooks"
+	"github.com/bftrainer/bftrainer/internal/lab/hookburst"
 	"github.com/bftrainer/bftrainer/journal"
 	"github.com/bftrainer/bftrainer/store"
 )
@@ -209,8 +212,8 @@ func TestHookDeadlineLogsRecord(t *testing.T) {
 			s := newRescue(t, tc.fallback)
 			hang := make(chan struct{})
 			defer close(hang)
+			s.c.fallbackGrace = 50 * time.Millisecond
 			if tc.fallback {
-				s.c.fallbackGrace = 50 * time.Millisecond
 				s.c.writeFallback = func(journal.Record) (journal.Written, error) {
 					<-hang
 					return journal.Written{}, nil
@@ -245,6 +248,50 @@ func TestHookDeadlineLogsRecord(t *testing.T) {
 				t.Fatalf("ingest of the late write: %+v, want 1 record found recorded, no event added", res)
 			}
 			s.once(t, "4")
+		})
+	}
+}
+
+// TestHookDeadlineWaitsForStarvedWrite: a call starved past its deadline
+// just before its write (the write returns within the grace, as when
+// 1,000 hook processes share two busy cores) ends with its record in the
+// journal and one line saying so, not the record logged to be put back
+// by hand; with a fallback, the record is in the journal or the
+// fallback, ingested once.
+func TestHookDeadlineWaitsForStarvedWrite(t *testing.T) {
+	for _, fallback := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fallback=%t", fallback), func(t *testing.T) {
+			s := newRescue(t, fallback)
+			hang := make(chan struct{})
+			if fallback {
+				// The fallback hangs too: only the call's own write can end it.
+				s.c.writeFallback = func(journal.Record) (journal.Written, error) {
+					<-hang
+					return journal.Written{}, errors.New("hung")
+				}
+			}
+			defer close(hang)
+			rescued := make(chan struct{})
+			s.c.afterDeadline = func() { close(rescued) }
+			go func() {
+				<-rescued
+				close(s.release)
+			}()
+			s.hook(t, "5")
+			if err := <-s.wrote; err != nil {
+				t.Fatalf("the late primary write: %v", err)
+			}
+			l := s.logs.String()
+			if !hookburst.IsLate(l) || strings.Contains(l, "to save as") {
+				t.Fatalf("hook log %q: want the deadline and the record written, not the record to restore", l)
+			}
+			if got := dirNames(t, s.jdir); len(got) != 1 || !strings.HasSuffix(got[0], ".ev") {
+				t.Fatalf("journal holds %v, want the call's record", got)
+			}
+			if res := s.ingest(t); res.Records != 1 || res.Added != 2 {
+				t.Fatalf("ingest: %+v, want 1 record, 2 events", res)
+			}
+			s.once(t, "5")
 		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,18 +47,22 @@ type Result struct {
 	CPU           []time.Duration // each hook process's CPU time, user and system
 	HookMs        []float64       // each recorded hook event's own time (from main to its events, before the write)
 	Lost, Dup     int             // calls with no hook or leave event; recorded more than once
-	Logged        string          // what the hooks wrote to their log
-	Reconcile     time.Duration   // the one reconciler run afterwards
+	Logged        string          // what the hooks wrote to their log, but Late's lines
+	// Late are the log's lines of calls starved past their deadline whose
+	// record their own write still took within the grace (sidecar's
+	// rescue): late, nothing lost, nothing to restore by hand.
+	Late      []string
+	Reconcile time.Duration // the one reconciler run afterwards
 }
 
 // Line is the bench line: hook context=prolog_slurmctld callers=… load=…
-// lost=… dup=… median_ms=… p99_ms=… — each hook process from exec to
+// lost=… dup=… late=… median_ms=… p99_ms=… — each hook process from exec to
 // exit, as the scheduler waits for it (with every process started at
 // once on busy cores, mostly the wait for a core) — then its CPU time and
 // the time inside bftrainer its event records.
 func (r Result) Line() string {
-	return fmt.Sprintf("hook context=prolog_slurmctld callers=%d load=%d lost=%d dup=%d median_ms=%.1f p99_ms=%.1f cpu_median_ms=%.1f cpu_p99_ms=%.1f in_hook_median_ms=%.2f in_hook_p99_ms=%.2f reconcile_ms=%.0f",
-		r.Callers, r.Load, r.Lost, r.Dup, quantile(ms(r.Wall), 0.5), quantile(ms(r.Wall), 0.99),
+	return fmt.Sprintf("hook context=prolog_slurmctld callers=%d load=%d lost=%d dup=%d late=%d median_ms=%.1f p99_ms=%.1f cpu_median_ms=%.1f cpu_p99_ms=%.1f in_hook_median_ms=%.2f in_hook_p99_ms=%.2f reconcile_ms=%.0f",
+		r.Callers, r.Load, r.Lost, r.Dup, len(r.Late), quantile(ms(r.Wall), 0.5), quantile(ms(r.Wall), 0.99),
 		quantile(ms(r.CPU), 0.5), quantile(ms(r.CPU), 0.99), quantile(r.HookMs, 0.5), quantile(r.HookMs, 0.99),
 		float64(r.Reconcile.Microseconds())/1000)
 }
@@ -130,9 +135,28 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return res, err
 	}
 	if b, err := os.ReadFile(o.Log); err == nil && int64(len(b)) > logBefore {
-		res.Logged = string(b[logBefore:])
+		res.Logged, res.Late = splitLate(string(b[logBefore:]))
 	}
 	return res, nil
+}
+
+// IsLate says whether line is the hook log's line of a call whose
+// record its own write took after its deadline, within the grace.
+func IsLate(line string) bool { return lateLine.MatchString(line) }
+
+var lateLine = regexp.MustCompile(`hook: deadline \S+ exceeded; the record was written \S+ after it; exiting 0`)
+
+// splitLate takes Late's lines out of a hook log.
+func splitLate(log string) (rest string, late []string) {
+	var b strings.Builder
+	for line := range strings.Lines(log) {
+		if IsLate(line) {
+			late = append(late, strings.TrimSpace(line))
+			continue
+		}
+		b.WriteString(line)
+	}
+	return b.String(), late
 }
 
 // count reads each job's hook and leave events.
