@@ -40,7 +40,7 @@ func learnsCurve(t *testing.T, fromLog bool) {
 	trainertest.NeedTorch(t)
 	root := trainertest.RepoRoot(t)
 	const settle, sample = 8.0, 2.0
-	e := newTrainerEnv(t, "ssh", 2, fmt.Sprintf("allow_root_owner = true\nprogress_log_every = \"1s\"\n[trainer.launcher.torchrun]\ncommand = [\"/usr/bin/python3\", %q]\nstore_ports = \"@STORE_PORTS@\"\n[pool]\ncurve_settle = %g\ncurve_sample = %g\n",
+	e := newTrainerEnv(t, "ssh", 2, fmt.Sprintf("allow_root_owner = true\nprogress_log_every = \"1s\"\nprogress_log_timeout = \"20s\"\n[trainer.launcher.torchrun]\ncommand = [\"/usr/bin/python3\", %q]\nstore_ports = \"@STORE_PORTS@\"\n[pool]\ncurve_settle = %g\ncurve_sample = %g\n",
 		filepath.Join(root, "contrib/trainer/fast_torchrun.py"), settle, sample))
 	tr := uniq("lc")
 	killLeftovers(t, tr)
@@ -204,25 +204,36 @@ func checkSources(t *testing.T, db *store.DB, tr string, row store.Trainer, from
 }
 
 // waitSettled waits, running a reconciler round a second, until the
-// learner holds k settled samples of the Trainer at n nodes (at most 60 s).
+// learner holds k settled samples of the Trainer at n nodes. It fails
+// when 60 s pass without a new reading of the log or a new sample (on a
+// loaded machine the owner's ssh reads fail and back off, the restart
+// takes long), or after 5 minutes in all.
 func waitSettled(t *testing.T, e trainerEnv, db *store.DB, tr string, n, k int) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	start := time.Now()
+	deadline := start.Add(60 * time.Second)
+	seen := -1
 	for {
 		e.run(t, "reconcile", "--no-scheduler")
 		row, ok, err := db.Trainer(context.Background(), tr)
 		if err != nil || !ok {
 			t.Fatal(ok, err)
 		}
+		moved := row.Learn.Readings
 		if s := row.Learn.Curve; s != nil {
 			for _, c := range s.Counts {
 				if c.Nodes == n && !c.Unsettled && len(c.Rates) >= k {
 					return
 				}
+				moved += len(c.Rates)
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %d settled samples at %d nodes within 60 s; learned %s", k, n, row.Learn)
+		if moved != seen {
+			seen, deadline = moved, time.Now().Add(60*time.Second)
+		}
+		if time.Now().After(deadline) || time.Since(start) > 5*time.Minute {
+			t.Fatalf("no %d settled samples at %d nodes after %.0f s (the last reading or sample %.0f s ago); learned %s",
+				k, n, time.Since(start).Seconds(), time.Since(deadline.Add(-60*time.Second)).Seconds(), row.Learn)
 		}
 		time.Sleep(time.Second)
 	}

@@ -21,7 +21,7 @@ import (
 // from the log.
 func TestExecLearnsFromLog(t *testing.T) {
 	const settle, sample = 2.0, 1.0
-	e := newTrainerEnv(t, "ssh", 2, fmt.Sprintf("allow_root_owner = true\nprogress_log_every = \"1s\"\n[pool]\ncurve_settle = %g\ncurve_sample = %g\n", settle, sample))
+	e := newTrainerEnv(t, "ssh", 2, fmt.Sprintf("allow_root_owner = true\nprogress_log_every = \"1s\"\nprogress_log_timeout = \"20s\"\n[pool]\ncurve_settle = %g\ncurve_sample = %g\n", settle, sample))
 	tr := uniq("pl")
 	killLeftovers(t, tr)
 	log := filepath.Join(e.work, "p.log")

@@ -303,7 +303,7 @@ func (k *killing) wait() {
 	if len(k.rep.Survivors) > 0 {
 		slices.Sort(k.rep.Survivors)
 		k.rep.Survivors = slices.Compact(k.rep.Survivors)
-		k.errs = append(k.errs, fmt.Errorf("node %s: %w after %v: pids %v", k.node, ErrSurvivors, k.a.killWait(), k.rep.Survivors))
+		k.errs = append(k.errs, fmt.Errorf("node %s: %w within %v of the kill's start: pids %v", k.node, ErrSurvivors, k.deadline.Sub(k.start).Round(time.Millisecond), k.rep.Survivors))
 		var held []string
 		for _, h := range k.rep.Holders {
 			if slices.Contains(k.rep.Survivors, h.PID) {
