@@ -365,28 +365,49 @@ func optimalCounts(p *Problem, val valueFunc, linear bool) ([]int, bool) {
 	}
 	// Walk back: at each stage pick a count that attains the stage's
 	// value (within the tolerance), keeping the current size on a tie,
-	// then preferring fewer nodes.
+	// then preferring fewer nodes. So the current size is tried first,
+	// then the counts upwards until one attains: only counts whose
+	// remainder c−k lies in the previous stage's window can, and the
+	// counts scanned are at most the chosen one's, O(N + J) values in all
+	// (every count up to the stage's capacity was valued before, O(J·N)
+	// at N_max = N, issue 23).
 	counts := make([]int, J)
 	c := U[J]
 	for j := J; j >= 1; j-- {
 		ch := &chs[j-1]
 		target := at(j, c)
-		best := -1
-		consider := func(k int, v float64) {
-			switch {
-			case v < target-tol || math.IsInf(v, -1):
-			case best < 0, k == ch.cur && best != ch.cur:
-				best = k
-			case best == ch.cur:
-			case k < best:
-				best = k
+		attains := func(k int) bool {
+			prev := at(j-1, c-k)
+			if math.IsInf(prev, -1) {
+				return false
 			}
+			v := prev
+			if k == 0 {
+				v += ch.zeroV
+			} else {
+				v += val(j-1, k)
+			}
+			return !(v < target-tol || math.IsInf(v, -1))
 		}
-		if ch.zero {
-			consider(0, at(j-1, c)+ch.zeroV)
-		}
-		for k := ch.lo; k <= min(ch.maxK, c); k++ {
-			consider(k, at(j-1, c-k)+val(j-1, k))
+		best := -1
+		switch {
+		case ch.cur > 0 && ch.cur <= c && attains(ch.cur):
+			best = ch.cur
+		case ch.zero && attains(0):
+			best = 0
+		default:
+			// c−k ≥ F[j−1], and c−k ≤ T[j−1] unless the previous
+			// stage's window reaches U[j−1] (above it, its value there).
+			from, to := ch.lo, min(ch.maxK, c, c-F[j-1])
+			if T[j-1] < U[j-1] {
+				from = max(from, c-T[j-1])
+			}
+			for k := from; k <= to; k++ {
+				if attains(k) {
+					best = k
+					break
+				}
+			}
 		}
 		if best < 0 {
 			panic(fmt.Sprintf("alloc: exact: no count attains stage %d value %v at capacity %d", j, target, c))
