@@ -132,8 +132,17 @@ func (s *stage) run(d *deques, c0, c1 int) {
 		}
 		if tab := ch.table; tab != nil {
 			// Every count its own value: max over k of dp(c−k) + v(k).
-			for k := max(ch.lo, c-s.top); k <= min(ch.maxK, c-base); k++ {
-				bv = max(bv, ext[c-k-base]+tab[k-ch.lo])
+			// A compare, not max: the builtin's NaN and signed-zero rules
+			// cost more than the addition in this, the tabled DP's
+			// innermost loop; the values are never NaN.
+			k0, k1 := max(ch.lo, c-s.top), min(ch.maxK, c-base)
+			if k0 <= k1 {
+				e, t := ext[c-k1-base:c-k0-base+1], tab[k0-ch.lo:k1-ch.lo+1]
+				for i, n := 0, len(t); i < n; i++ {
+					if v := e[n-1-i] + t[i]; v > bv {
+						bv = v
+					}
+				}
 			}
 		}
 		for q := range np {
