@@ -161,7 +161,9 @@ func (s *stage) run(d *deques, c0, c1 int) {
 				w.head++
 			}
 			if w.tail > w.head {
-				bv = max(bv, pc.alpha+beta*float64(c)+dqH[w.head])
+				if v := pc.alpha + beta*float64(c) + dqH[w.head]; v > bv {
+					bv = v
+				}
 			}
 		}
 		s.cur[c-s.lo] = bv
