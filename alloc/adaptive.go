@@ -143,10 +143,11 @@ type adaptiveModel struct {
 	// i-th starting at position freeStart[i].
 	freeBlocks []block
 	freeStart  []int
+	size       int // p.Size()
 }
 
 func newAdaptiveModel(p *Problem) *adaptiveModel {
-	m := &adaptiveModel{p: p, now: p.Now, gap: p.Idle.FreeGap(), before: make([]int, len(p.Trainers))}
+	m := &adaptiveModel{p: p, now: p.Now, gap: p.Idle.FreeGap(), before: make([]int, len(p.Trainers)), size: p.Size()}
 	if m.now.IsZero() {
 		// Without a clock, the youngest node has just become idle.
 		for i := range p.Free {
@@ -278,7 +279,7 @@ func (m *adaptiveModel) sets(j, hi int) trainerSets {
 // priced past the free pool (all on the youngest node: one block), that
 // is a few blocks where k is thousands of nodes.
 func (m *adaptiveModel) gains(j int) []float64 {
-	_, hi := m.p.bounds(j)
+	_, hi := m.p.boundsIn(j, m.size)
 	hi = max(hi, len(m.p.Trainers[j].Held))
 	rates, speed := m.rates(j, hi)
 	out := make([]float64, hi+1)

@@ -191,10 +191,10 @@ type valueFunc func(j, k int) float64
 // With linear set, val is linear between the curve's breakpoints and on
 // either side of the current size (Problem.Value is), so runs of counts
 // become pieces; otherwise the value of every count is kept in a table.
-func trainerChoices(p *Problem, j, step int, val valueFunc, linear bool) choices {
+func trainerChoices(p *Problem, j, n, step int, val valueFunc, linear bool) choices {
 	t := &p.Trainers[j]
 	c := len(t.Held)
-	lo, hi := p.bounds(j)
+	lo, hi := p.boundsIn(j, n)
 	lo, hi = max(lo, c-step), min(hi, c+step)
 	ch := choices{cur: -1, lo: 1}
 	if c <= step {
@@ -261,11 +261,11 @@ func optimalCounts(p *Problem, val valueFunc, linear bool) ([]int, bool) {
 	work := 0
 	if !linear {
 		for j := range chs {
-			_, hi := p.bounds(j)
+			_, hi := p.boundsIn(j, N)
 			work += hi
 		}
 	}
-	perTrainer(J, work, func(j int) { chs[j] = trainerChoices(p, j, step, val, linear) })
+	perTrainer(J, work, func(j int) { chs[j] = trainerChoices(p, j, N, step, val, linear) })
 	scale := 1.0
 	for j := range chs {
 		scale += math.Abs(chs[j].zeroV) + math.Abs(chs[j].curV)
