@@ -132,8 +132,17 @@ func (s *stage) run(d *deques, c0, c1 int) {
 		}
 		if tab := ch.table; tab != nil {
 			// Every count its own value: max over k of dp(c−k) + v(k).
-			for k := max(ch.lo, c-s.top); k <= min(ch.maxK, c-base); k++ {
-				bv = max(bv, ext[c-k-base]+tab[k-ch.lo])
+			// A compare, not max: the builtin's NaN and signed-zero rules
+			// cost more than the addition in this, the tabled DP's
+			// innermost loop; the values are never NaN.
+			k0, k1 := max(ch.lo, c-s.top), min(ch.maxK, c-base)
+			if k0 <= k1 {
+				e, t := ext[c-k1-base:c-k0-base+1], tab[k0-ch.lo:k1-ch.lo+1]
+				for i, n := 0, len(t); i < n; i++ {
+					if v := e[n-1-i] + t[i]; v > bv {
+						bv = v
+					}
+				}
 			}
 		}
 		for q := range np {
@@ -152,7 +161,9 @@ func (s *stage) run(d *deques, c0, c1 int) {
 				w.head++
 			}
 			if w.tail > w.head {
-				bv = max(bv, pc.alpha+beta*float64(c)+dqH[w.head])
+				if v := pc.alpha + beta*float64(c) + dqH[w.head]; v > bv {
+					bv = v
+				}
 			}
 		}
 		s.cur[c-s.lo] = bv
@@ -180,10 +191,10 @@ type valueFunc func(j, k int) float64
 // With linear set, val is linear between the curve's breakpoints and on
 // either side of the current size (Problem.Value is), so runs of counts
 // become pieces; otherwise the value of every count is kept in a table.
-func trainerChoices(p *Problem, j, step int, val valueFunc, linear bool) choices {
+func trainerChoices(p *Problem, j, n, step int, val valueFunc, linear bool) choices {
 	t := &p.Trainers[j]
 	c := len(t.Held)
-	lo, hi := p.bounds(j)
+	lo, hi := p.boundsIn(j, n)
 	lo, hi = max(lo, c-step), min(hi, c+step)
 	ch := choices{cur: -1, lo: 1}
 	if c <= step {
@@ -250,11 +261,11 @@ func optimalCounts(p *Problem, val valueFunc, linear bool) ([]int, bool) {
 	work := 0
 	if !linear {
 		for j := range chs {
-			_, hi := p.bounds(j)
+			_, hi := p.boundsIn(j, N)
 			work += hi
 		}
 	}
-	perTrainer(J, work, func(j int) { chs[j] = trainerChoices(p, j, step, val, linear) })
+	perTrainer(J, work, func(j int) { chs[j] = trainerChoices(p, j, N, step, val, linear) })
 	scale := 1.0
 	for j := range chs {
 		scale += math.Abs(chs[j].zeroV) + math.Abs(chs[j].curV)
@@ -365,28 +376,49 @@ func optimalCounts(p *Problem, val valueFunc, linear bool) ([]int, bool) {
 	}
 	// Walk back: at each stage pick a count that attains the stage's
 	// value (within the tolerance), keeping the current size on a tie,
-	// then preferring fewer nodes.
+	// then preferring fewer nodes. So the current size is tried first,
+	// then the counts upwards until one attains: only counts whose
+	// remainder c−k lies in the previous stage's window can, and the
+	// counts scanned are at most the chosen one's, O(N + J) values in all
+	// (every count up to the stage's capacity was valued before, O(J·N)
+	// at N_max = N, issue 23).
 	counts := make([]int, J)
 	c := U[J]
 	for j := J; j >= 1; j-- {
 		ch := &chs[j-1]
 		target := at(j, c)
-		best := -1
-		consider := func(k int, v float64) {
-			switch {
-			case v < target-tol || math.IsInf(v, -1):
-			case best < 0, k == ch.cur && best != ch.cur:
-				best = k
-			case best == ch.cur:
-			case k < best:
-				best = k
+		attains := func(k int) bool {
+			prev := at(j-1, c-k)
+			if math.IsInf(prev, -1) {
+				return false
 			}
+			v := prev
+			if k == 0 {
+				v += ch.zeroV
+			} else {
+				v += val(j-1, k)
+			}
+			return !(v < target-tol || math.IsInf(v, -1))
 		}
-		if ch.zero {
-			consider(0, at(j-1, c)+ch.zeroV)
-		}
-		for k := ch.lo; k <= min(ch.maxK, c); k++ {
-			consider(k, at(j-1, c-k)+val(j-1, k))
+		best := -1
+		switch {
+		case ch.cur > 0 && ch.cur <= c && attains(ch.cur):
+			best = ch.cur
+		case ch.zero && attains(0):
+			best = 0
+		default:
+			// c−k ≥ F[j−1], and c−k ≤ T[j−1] unless the previous
+			// stage's window reaches U[j−1] (above it, its value there).
+			from, to := ch.lo, min(ch.maxK, c, c-F[j-1])
+			if T[j-1] < U[j-1] {
+				from = max(from, c-T[j-1])
+			}
+			for k := from; k <= to; k++ {
+				if attains(k) {
+					best = k
+					break
+				}
+			}
 		}
 		if best < 0 {
 			panic(fmt.Sprintf("alloc: exact: no count attains stage %d value %v at capacity %d", j, target, c))

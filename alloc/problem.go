@@ -492,7 +492,25 @@ func (p *Problem) Prices(pr Pricing) func(j, k int) float64 {
 		return p.Value
 	}
 	gain := pr.Gains(p)
-	return func(j, k int) float64 { return p.price(j, k, gain(j, k)) }
+	// Each Trainer's current rate and weight, found once (price's
+	// arithmetic, without an interpolation per count).
+	rate, weight := make([]float64, len(p.Trainers)), make([]float64, len(p.Trainers))
+	for j := range p.Trainers {
+		t := &p.Trainers[j]
+		rate[j], weight[j] = t.Rate(p.Goal(), len(t.Held)), t.Priority()
+	}
+	return func(j, k int) float64 {
+		t := &p.Trainers[j]
+		c := len(t.Held)
+		v := gain(j, k)
+		switch {
+		case k > c:
+			v -= t.RUp * rate[j]
+		case k < c:
+			v -= t.RDown * rate[j]
+		}
+		return weight[j] * v
+	}
 }
 
 // Goal is the objective the Problem maximises: Objective, with "" read as
@@ -519,9 +537,15 @@ func (p *Problem) Feasible(j, k int) bool {
 // bounds returns the count range [lo, hi] (besides 0) Trainer j may take,
 // before the step limit. hi < lo when only 0 is possible.
 func (p *Problem) bounds(j int) (lo, hi int) {
+	return p.boundsIn(j, p.Size())
+}
+
+// boundsIn is bounds for a pool of n nodes (p.Size(), which costs O(J):
+// callers that ask for every Trainer compute it once).
+func (p *Problem) boundsIn(j, n int) (lo, hi int) {
 	t := &p.Trainers[j]
 	lo = max(t.Min, 1)
-	hi = min(t.MaxNodes(), p.Size())
+	hi = min(t.MaxNodes(), n)
 	return lo, hi
 }
 
