@@ -159,7 +159,7 @@ func TestMPILanding(t *testing.T) {
 // TestMPIWorkerLanding: a worker landing (launcher mpi-elastic) runs the
 // program mpi-rank hands it as its own child, with the rank's
 // environment, refuses a second one, and returns the worker's exit
-// status; one whose daemon ended without handing a rank over gives up.
+// status; one that no rank reached in time gives up.
 func TestMPIWorkerLanding(t *testing.T) {
 	if os.Getenv("BFTRAINER_TEST_MPIEXEC") != "" {
 		t.Skip("child")
@@ -206,18 +206,11 @@ func TestMPIWorkerLanding(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(dir, "out")); strings.TrimSpace(string(b)) != "rank 2 in "+dir {
 		t.Fatalf("the worker wrote %q", b)
 	}
-	// A daemon that ends without handing a rank over: the landing gives up.
+	// No rank handed over in time: the landing gives up.
 	trainer = "wland-" + wire.NewRun()[:8]
-	done = land(trainer)
-	f, err := os.Create(filepath.Join(dir, "daemon.out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code, err := runExecChild(t, f, trainer, "n1", "exit 0"); err != nil || code != 0 {
-		t.Fatalf("the daemon: %d %v", code, err)
-	}
-	if r := <-done; r.code == 0 || r.err == nil || !strings.Contains(r.err.Error(), "without handing") {
-		t.Fatalf("the landing returned %d, %v; want a failure", r.code, r.err)
+	t.Cleanup(func() { os.Remove(LandSocket(os.Getuid(), trainer, "n1")) })
+	if code, err := MPILand(context.Background(), trainer, "n1", 100*time.Millisecond); code == 0 || err == nil || !strings.Contains(err.Error(), "no rank handed over") {
+		t.Fatalf("the landing returned %d, %v; want a failure", code, err)
 	}
 }
 

@@ -103,7 +103,8 @@ func landDir(dir string) error {
 // (Detach), out of the MPI job, and returns that worker's exit status
 // when it ends — the node's launch is then the worker, as for the
 // elastic launcher. It gives up (status 1) when no rank was handed over
-// within worker, or when its daemon ended without handing one.
+// within worker. (Its daemon's session ending says nothing: Open MPI's
+// orted daemonizes, and its ssh session ends at once.)
 func MPILand(ctx context.Context, trainer, node string, worker time.Duration) (int, error) {
 	if err := names.ValidateNode(node); err != nil {
 		return 0, err
@@ -130,7 +131,7 @@ func MPILand(ctx context.Context, trainer, node string, worker time.Duration) (i
 		return 0, fmt.Errorf("mpi landing: %w", err)
 	}
 	fmt.Fprintf(os.Stderr, "bftrainer: mpi landing of %s on %s listens on %s\n", trainer, node, path)
-	l := &landing{worker: worker > 0, done: make(chan int, 1), ended: make(chan int, 16)}
+	l := &landing{worker: worker > 0, done: make(chan int, 1)}
 	accepted := make(chan error, 1)
 	go func() {
 		for {
@@ -159,10 +160,6 @@ func MPILand(ctx context.Context, trainer, node string, worker time.Duration) (i
 		case code := <-l.done:
 			fmt.Fprintf(os.Stderr, "bftrainer: mpi landing: the worker exited %d\n", code)
 			return code, nil
-		case code := <-l.ended:
-			if !l.adopted() {
-				return max(1, code), fmt.Errorf("mpi landing: the MPI daemon on %s exited %d without handing a rank's program over (was it started through mpi-rank?)", node, code)
-			}
 		case <-giveUp:
 			if !l.adopted() {
 				return 1, fmt.Errorf("mpi landing: no rank handed over within %v (see the driver's log: did mpirun start?)", worker)
@@ -178,7 +175,6 @@ type landing struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd // the adopted worker
 	done   chan int  // its exit status
-	ended  chan int  // exit statuses of daemons (worker landings only)
 }
 
 func (l *landing) adopted() bool {
@@ -286,21 +282,13 @@ func (l *landing) serve(c *net.UnixConn) {
 	}()
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	code := 0
 	select {
 	case err := <-done:
-		code = exitStatus(cmd.ProcessState, err)
+		code := exitStatus(cmd.ProcessState, err)
 		answer(landAnswer{Exit: &code})
 	case <-gone:
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-done
-		code = 128 + int(syscall.SIGKILL)
-	}
-	if l.worker {
-		select {
-		case l.ended <- code:
-		default:
-		}
 	}
 }
 
