@@ -206,6 +206,29 @@ func TestMPIWorkerLanding(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(dir, "out")); strings.TrimSpace(string(b)) != "rank 2 in "+dir {
 		t.Fatalf("the worker wrote %q", b)
 	}
+	// Stopped (its context ends: SIGTERM), it kills its worker and never
+	// exits 0 (which would say the worker finished).
+	trainer = "wland-" + wire.NewRun()[:8]
+	t.Cleanup(func() { os.Remove(LandSocket(os.Getuid(), trainer, "n1")) })
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan result, 1)
+	go func() {
+		code, err := MPILand(ctx, trainer, "n1", time.Minute)
+		stopped <- result{code, err}
+	}()
+	pid, err = MPIRank(context.Background(), []string{"/bin/sleep", "300"}, func(k string) string {
+		return map[string]string{"BFTRAINER_TRAINER": trainer, "BFTRAINER_NODE": "n1"}[k]
+	}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if r := <-stopped; r.code == 0 || r.err != nil {
+		t.Fatalf("the stopped landing returned %d, %v; want a non-zero status", r.code, r.err)
+	}
+	if err := syscall.Kill(pid, 0); err == nil {
+		t.Fatalf("the worker %d survives its stopped landing", pid)
+	}
 	// No rank handed over in time: the landing gives up.
 	trainer = "wland-" + wire.NewRun()[:8]
 	t.Cleanup(func() { os.Remove(LandSocket(os.Getuid(), trainer, "n1")) })

@@ -155,7 +155,14 @@ func MPILand(ctx context.Context, trainer, node string, worker time.Duration) (i
 			}
 			return 0, fmt.Errorf("mpi landing: %w", err)
 		case <-ctx.Done():
-			l.kill()
+			if worker > 0 {
+				// Stopped (SIGTERM): the worker with it, and never an
+				// exit 0, which says the worker finished or left.
+				if l.kill() {
+					<-l.done
+				}
+				return 128 + int(syscall.SIGTERM), nil
+			}
 			return 0, nil
 		case code := <-l.done:
 			fmt.Fprintf(os.Stderr, "bftrainer: mpi landing: the worker exited %d\n", code)
@@ -183,13 +190,16 @@ func (l *landing) adopted() bool {
 	return l.cmd != nil
 }
 
-// kill kills the adopted worker's process group, if any.
-func (l *landing) kill() {
+// kill kills the adopted worker's process group; false when there is
+// none.
+func (l *landing) kill() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.cmd != nil {
-		syscall.Kill(-l.cmd.Process.Pid, syscall.SIGKILL)
+	if l.cmd == nil {
+		return false
 	}
+	syscall.Kill(-l.cmd.Process.Pid, syscall.SIGKILL)
+	return true
 }
 
 // adopt starts a rank's program as the landing's child: its process
