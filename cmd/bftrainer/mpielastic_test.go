@@ -29,7 +29,9 @@ import (
 // landing (its id from its MPI rank, the MPI job gone once it was handed
 // over); 1 → 3 nodes (workers the node agent starts, admitted at a step
 // boundary); a planned shrink to 2; the reclaim of rank 0's node (the
-// MPI-started worker) by its Slurm prolog; a regrowth to 3. After each
+// MPI-started worker) by its Slurm prolog; a regrowth to 3; every worker
+// lost at once, and a new MPI generation over three hosts, each worker's
+// first rank its MPI rank, from the runtime's checkpoint. After each
 // change every worker steps at the new world size with ranks 0…n-1 on n
 // distinct nodes, survivors keeping their order (rank 0 stays until its
 // node goes) and their process (no restart); nothing of the Trainer is
@@ -198,6 +200,29 @@ func testMPIElastic(t *testing.T, command, rankEnv string) {
 	e.run(t, "trainer", "cancel", b)
 	again := settled("grow again", 3, at)
 	kept(after, again)
+	// Every worker lost at once (their nodes' prologs): the next start is
+	// a new MPI generation, over three hosts, from the runtime's
+	// checkpoint; each worker's rank in the first group is its MPI rank.
+	at = time.Now()
+	for _, n := range again.nodes {
+		e.hook(t, "prolog_slurmd", n, "201")
+		noneLeft(n)
+	}
+	e.run(t, append([]string{"node", "leave", "--job", "201"}, again.nodes...)...)
+	// The jobs end (their epilogs lift the fences) and three nodes join
+	// again.
+	e.hook(t, "epilog_slurmd", rank0, "101")
+	for _, n := range again.nodes[:2] {
+		e.hook(t, "epilog_slurmd", n, "201")
+	}
+	e.run(t, "node", "join", "--no-reconcile", "--job", "101", rank0)
+	e.run(t, append([]string{"node", "join", "--job", "201"}, again.nodes[:2]...)...)
+	fresh := settled("a new MPI generation", 3, at)
+	for r, n := range fresh.nodes {
+		if got := procEnv(fresh.pids[n], rankEnv); got != fmt.Sprint(r) {
+			t.Fatalf("a new MPI generation: rank %d on %s has %s=%q, want its MPI rank %d", r, n, rankEnv, got, r)
+		}
+	}
 
 	if err := os.WriteFile(finish, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -206,17 +231,25 @@ func testMPIElastic(t *testing.T, command, rankEnv string) {
 	if procs := tokenProcs(t, func(tk wire.Token, _ agent.Proc) bool { return tk.Trainer == a }); len(procs) > 0 {
 		t.Fatalf("processes of the finished Trainer survive: %+v", procs)
 	}
-	// Every step trained once, in order, by a whole group.
+	// Every step trained, in order, by a whole group (those after the
+	// checkpoint the new generation resumed from, twice).
+	// The run ended at the step of its "done" lines (the steps after the
+	// checkpoint the new generation resumed from were trained twice: the
+	// log's highest step may be beyond it).
 	steps := readSteps(t, log)
-	last := 0
+	last, high := -1, 0
 	for _, s := range steps {
 		if s.Done {
+			last = s.Step
 			continue
 		}
-		if s.Step > last+1 {
-			t.Fatalf("step %d follows step %d: a step was skipped", s.Step, last)
+		if s.Step > high+1 {
+			t.Fatalf("step %d follows step %d: a step was skipped", s.Step, high)
 		}
-		last = max(last, s.Step)
+		high = max(high, s.Step)
+	}
+	if last < 0 {
+		t.Fatal("no done line in the progress log")
 	}
 
 	// The model equals a run at a fixed size of one rank, no bftrainer, to
