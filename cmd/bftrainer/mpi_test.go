@@ -250,10 +250,16 @@ func testMPITrainer(t *testing.T, c mpiCase) {
 	}
 
 	// The model equals a run at a fixed size (one rank, the same launcher,
-	// no bftrainer) to the same step.
-	steps := 0
+	// no bftrainer) to the same step: its "done" lines' (steps redone
+	// after a reclaim may have gone beyond it before).
+	steps := -1
 	for _, s := range readSteps(t, log) {
-		steps = max(steps, s.Step)
+		if s.Done {
+			steps = s.Step
+		}
+	}
+	if steps < 0 {
+		t.Fatal("no done line in the progress log")
 	}
 	ref := filepath.Join(t.TempDir(), "ref.txt")
 	refArgs := append([]string{"-n", "1", "/usr/bin/python3"}, append(slices.Clone(args), "--steps", fmt.Sprint(steps), "--ckpt-dir", filepath.Dir(ref), "--out", ref)...)
