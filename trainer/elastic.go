@@ -113,6 +113,9 @@ type elastic struct {
 	s                                    ElasticSettings
 	ports                                [2]int
 	ready, form, grace, collective, join time.Duration
+	// mpi, for launcher mpi-elastic (mpielastic.go): start the workers
+	// of a Trainer that has none with this MPI's mpirun.
+	mpi *mpiLauncher
 }
 
 // checkElasticSpec: a Spec with one worker per node (the node agent keeps
@@ -150,6 +153,8 @@ type elasticState struct {
 	// Exited is when a worker was first seen to have exited 0 (the job
 	// completed) while others still ran.
 	Exited time.Time `json:"exited,omitempty"`
+	// MPIGen counts the generations started with mpirun (mpi-elastic).
+	MPIGen int `json:"mpi_gen,omitempty"`
 }
 
 // elasticChange is a published change of membership.
@@ -401,14 +406,16 @@ func (r *elasticRound) grow(spec Spec, added []string) {
 	if st.Workers == nil {
 		st.Workers = map[string]string{}
 	}
-	ids := map[string]string{}
-	r.acts = append(r.acts, t.StartNodes(r.ctx, "start", added, func(n string) wire.Launch {
-		id := n + "@" + wire.NewRun()[:8]
-		ids[n] = id
-		st.Workers[n] = id
-		t.SaveState(st) // saved with the pending launch: a start is never unnamed
-		return wire.Launch{Argv: spec.Argv, Workdir: spec.Workdir, Env: r.l.workerEnv(t, spec, n, id, st.Store, st.Secret)}
-	})...)
+	if r.mpiFresh() {
+		r.mpiStart(spec, added)
+	} else {
+		r.acts = append(r.acts, t.StartNodes(r.ctx, "start", added, func(n string) wire.Launch {
+			id := n + "@" + wire.NewRun()[:8]
+			st.Workers[n] = id
+			t.SaveState(st) // saved with the pending launch: a start is never unnamed
+			return wire.Launch{Argv: spec.Argv, Workdir: spec.Workdir, Env: r.l.workerEnv(t, spec, n, id, st.Store, st.Secret)}
+		})...)
+	}
 	for _, n := range added {
 		if _, ok := t.Rec.Nodes[n]; !ok {
 			delete(st.Workers, n) // the start failed (a fenced node): nothing runs there
@@ -763,8 +770,12 @@ func (l *elastic) startStore(ctx context.Context, t *Run, st *elasticState) Acti
 			act.Err, act.Took = err, time.Since(begin)
 			return act
 		}
-		a, ok := t.StartRole(ctx, storeRole, "store-start", wire.Launch{Workdir: "/",
-			Argv: StoreArgs(l.s.Python, t.Address(), st.Store, st.Control), Env: env})
+		launch, err := l.storeLaunch(t, st, env)
+		if err != nil {
+			act.Err, act.Took = err, time.Since(begin)
+			return act
+		}
+		a, ok := t.StartRole(ctx, storeRole, "store-start", launch)
 		if !ok {
 			act.Err, act.Took = a.Err, time.Since(begin)
 			return act

@@ -46,6 +46,9 @@ const (
 	Horovod  = "horovod"
 	Elastic  = "elastic"
 	MPI      = "mpi"
+	// MPIElastic is the MPI fast path: the elastic runtime, its first
+	// workers started by mpirun.
+	MPIElastic = "mpi-elastic"
 )
 
 // Kinds is the launchers one bftrainer knows, in the order help texts
@@ -57,7 +60,7 @@ type Kinds []Kind
 // Builtin returns the launchers bftrainer ships. Adding one: its file (a
 // Kind and its Launcher), its tests, its docs, and one line here.
 func Builtin() Kinds {
-	return Kinds{execKind, torchrunKind, horovodKind, elasticKind, mpiKind}
+	return Kinds{execKind, torchrunKind, horovodKind, elasticKind, mpiKind, mpiElasticKind}
 }
 
 // Names returns the launchers' names, in order.

@@ -125,7 +125,10 @@ func TestMPILanding(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- MPILand(ctx, trainer, node) }()
+	go func() {
+		_, err := MPILand(ctx, trainer, node, 0)
+		done <- err
+	}()
 	t.Cleanup(func() {
 		cancel()
 		<-done
@@ -148,8 +151,89 @@ func TestMPILanding(t *testing.T) {
 		t.Fatalf("exit %d, output %q", code, b)
 	}
 	// A second landing on the same socket refuses.
-	if err := MPILand(context.Background(), trainer, node); err == nil || !strings.Contains(err.Error(), "served already") {
+	if _, err := MPILand(context.Background(), trainer, node, 0); err == nil || !strings.Contains(err.Error(), "served already") {
 		t.Fatalf("a second landing: %v", err)
+	}
+}
+
+// TestMPIWorkerLanding: a worker landing (launcher mpi-elastic) runs the
+// program mpi-rank hands it as its own child, with the rank's
+// environment, refuses a second one, and returns the worker's exit
+// status; one that no rank reached in time gives up.
+func TestMPIWorkerLanding(t *testing.T) {
+	if os.Getenv("BFTRAINER_TEST_MPIEXEC") != "" {
+		t.Skip("child")
+	}
+	type result struct {
+		code int
+		err  error
+	}
+	land := func(trainer string) chan result {
+		done := make(chan result, 1)
+		go func() {
+			code, err := MPILand(context.Background(), trainer, "n1", time.Minute)
+			done <- result{code, err}
+		}()
+		t.Cleanup(func() { os.Remove(LandSocket(os.Getuid(), trainer, "n1")) })
+		return done
+	}
+	trainer := "wland-" + wire.NewRun()[:8]
+	done := land(trainer)
+	dir := t.TempDir()
+	gate := filepath.Join(dir, "gate")
+	if err := syscall.Mkfifo(gate, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("OMPI_COMM_WORLD_RANK", "2")
+	env := func(k string) string {
+		return map[string]string{"BFTRAINER_TRAINER": trainer, "BFTRAINER_NODE": "n1"}[k]
+	}
+	script := `echo "rank $OMPI_COMM_WORLD_RANK in $(pwd)" > out; read x < gate; exit 7`
+	t.Chdir(dir)
+	pid, err := MPIRank(context.Background(), []string{"/bin/sh", "-c", script}, env, 10*time.Second)
+	if err != nil || pid <= 0 {
+		t.Fatalf("MPIRank: pid %d, %v", pid, err)
+	}
+	if _, err := MPIRank(context.Background(), []string{"/bin/true"}, env, 10*time.Second); err == nil || !strings.Contains(err.Error(), "runs a worker already") {
+		t.Fatalf("a second rank on the node: %v", err)
+	}
+	if err := os.WriteFile(gate, []byte("go\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.code != 7 || r.err != nil {
+		t.Fatalf("the landing returned %d, %v; want the worker's 7", r.code, r.err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "out")); strings.TrimSpace(string(b)) != "rank 2 in "+dir {
+		t.Fatalf("the worker wrote %q", b)
+	}
+	// Stopped (its context ends: SIGTERM), it kills its worker and never
+	// exits 0 (which would say the worker finished).
+	trainer = "wland-" + wire.NewRun()[:8]
+	t.Cleanup(func() { os.Remove(LandSocket(os.Getuid(), trainer, "n1")) })
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan result, 1)
+	go func() {
+		code, err := MPILand(ctx, trainer, "n1", time.Minute)
+		stopped <- result{code, err}
+	}()
+	pid, err = MPIRank(context.Background(), []string{"/bin/sleep", "300"}, func(k string) string {
+		return map[string]string{"BFTRAINER_TRAINER": trainer, "BFTRAINER_NODE": "n1"}[k]
+	}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if r := <-stopped; r.code == 0 || r.err != nil {
+		t.Fatalf("the stopped landing returned %d, %v; want a non-zero status", r.code, r.err)
+	}
+	if err := syscall.Kill(pid, 0); err == nil {
+		t.Fatalf("the worker %d survives its stopped landing", pid)
+	}
+	// No rank handed over in time: the landing gives up.
+	trainer = "wland-" + wire.NewRun()[:8]
+	t.Cleanup(func() { os.Remove(LandSocket(os.Getuid(), trainer, "n1")) })
+	if code, err := MPILand(context.Background(), trainer, "n1", 100*time.Millisecond); code == 0 || err == nil || !strings.Contains(err.Error(), "no rank handed over") {
+		t.Fatalf("the landing returned %d, %v; want a failure", code, err)
 	}
 }
 

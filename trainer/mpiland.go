@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -43,10 +44,14 @@ const (
 )
 
 // landRequest is what mpi-exec sends the landing, with its standard
-// input, output and error as SCM_RIGHTS.
+// input, output and error as SCM_RIGHTS; or what mpi-rank sends a
+// worker landing (Detach, no descriptors): a rank's program to run as
+// the landing's own child, out of the MPI job.
 type landRequest struct {
-	Argv []string `json:"argv"`
-	Env  []string `json:"env"`
+	Argv   []string `json:"argv"`
+	Env    []string `json:"env"`
+	Detach bool     `json:"detach,omitempty"`
+	Dir    string   `json:"dir,omitempty"`
 }
 
 // landAnswer is the landing's word back: the child's pid once started,
@@ -84,54 +89,153 @@ func landDir(dir string) error {
 	return nil
 }
 
-// MPILand is `bftrainer mpi-land TRAINER NODE`, the node agent's launch
-// of an MPI Trainer on a node: it listens on LandSocket and runs each
-// daemon command an mpi-exec hands it, as its child (so in its cgroup),
-// in its directory, with its environment (the run token first, the
-// Trainer's variables) completed by the ssh session's. A daemon whose
-// mpi-exec went away (mpirun was killed, its ssh with it) is killed with
-// its process group. It runs until it is killed.
-func MPILand(ctx context.Context, trainer, node string) error {
+// MPILand is `bftrainer mpi-land [--worker-wait D] TRAINER NODE`, the
+// node agent's launch of an MPI Trainer on a node: it listens on
+// LandSocket and runs each daemon command an mpi-exec hands it, as its
+// child (so in its cgroup), in its directory, with its environment (the
+// run token first, the Trainer's variables) completed by the ssh
+// session's. A daemon whose mpi-exec went away (mpirun was killed, its
+// ssh with it) is killed with its process group. It runs until it is
+// killed.
+//
+// With worker > 0 it is a worker landing (launcher mpi-elastic): it also
+// takes one rank's program from mpi-rank and runs it as its own child
+// (Detach), out of the MPI job, and returns that worker's exit status
+// when it ends — the node's launch is then the worker, as for the
+// elastic launcher. It gives up (status 1) when no rank was handed over
+// within worker. (Its daemon's session ending says nothing: Open MPI's
+// orted daemonizes, and its ssh session ends at once.)
+func MPILand(ctx context.Context, trainer, node string, worker time.Duration) (int, error) {
 	if err := names.ValidateNode(node); err != nil {
-		return err
+		return 0, err
 	}
 	path := LandSocket(os.Getuid(), trainer, node)
 	if len(path) > 107 {
-		return fmt.Errorf("mpi landing: socket path %s longer than 107 bytes", path)
+		return 0, fmt.Errorf("mpi landing: socket path %s longer than 107 bytes", path)
 	}
 	if err := landDir(filepath.Dir(path)); err != nil {
-		return fmt.Errorf("mpi landing: %w", err)
+		return 0, fmt.Errorf("mpi landing: %w", err)
 	}
 	// A socket left by a landing that was killed: nobody answers on it.
 	if c, err := net.Dial("unixpacket", path); err == nil {
 		c.Close()
-		return fmt.Errorf("mpi landing: %s is served already", path)
+		return 0, fmt.Errorf("mpi landing: %s is served already", path)
 	}
 	os.Remove(path)
 	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
 	if err != nil {
-		return fmt.Errorf("mpi landing: %w", err)
+		return 0, fmt.Errorf("mpi landing: %w", err)
 	}
 	defer ln.Close()
 	if err := os.Chmod(path, 0o600); err != nil {
-		return fmt.Errorf("mpi landing: %w", err)
+		return 0, fmt.Errorf("mpi landing: %w", err)
 	}
 	fmt.Fprintf(os.Stderr, "bftrainer: mpi landing of %s on %s listens on %s\n", trainer, node, path)
-	go func() { <-ctx.Done(); ln.Close() }()
-	for {
-		c, err := ln.AcceptUnix()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+	l := &landing{worker: worker > 0, done: make(chan int, 1)}
+	accepted := make(chan error, 1)
+	go func() {
+		for {
+			c, err := ln.AcceptUnix()
+			if err != nil {
+				accepted <- err
+				return
 			}
-			return fmt.Errorf("mpi landing: %w", err)
+			go l.serve(c)
 		}
-		go serveLand(c)
+	}()
+	var giveUp <-chan time.Time
+	if worker > 0 {
+		giveUp = time.After(worker)
+	}
+	for {
+		select {
+		case err := <-accepted:
+			if ctx.Err() != nil {
+				return 0, nil
+			}
+			return 0, fmt.Errorf("mpi landing: %w", err)
+		case <-ctx.Done():
+			if worker > 0 {
+				// Stopped (SIGTERM): the worker with it, and never an
+				// exit 0, which says the worker finished or left.
+				if l.kill() {
+					<-l.done
+				}
+				return 128 + int(syscall.SIGTERM), nil
+			}
+			return 0, nil
+		case code := <-l.done:
+			fmt.Fprintf(os.Stderr, "bftrainer: mpi landing: the worker exited %d\n", code)
+			return code, nil
+		case <-giveUp:
+			if !l.adopted() {
+				return 1, fmt.Errorf("mpi landing: no rank handed over within %v (see the driver's log: did mpirun start?)", worker)
+			}
+		}
 	}
 }
 
-// serveLand runs one daemon command.
-func serveLand(c *net.UnixConn) {
+// landing is what a landing's connections share: in a worker landing,
+// the worker it adopted.
+type landing struct {
+	worker bool
+	mu     sync.Mutex
+	cmd    *exec.Cmd // the adopted worker
+	done   chan int  // its exit status
+}
+
+func (l *landing) adopted() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cmd != nil
+}
+
+// kill kills the adopted worker's process group; false when there is
+// none.
+func (l *landing) kill() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cmd == nil {
+		return false
+	}
+	syscall.Kill(-l.cmd.Process.Pid, syscall.SIGKILL)
+	return true
+}
+
+// adopt starts a rank's program as the landing's child: its process
+// group of its own, standard input from /dev/null, output and error the
+// landing's (the node agent's log of the launch: the MPI daemon, whose
+// pipes these would otherwise be, goes once the ranks are handed over),
+// the environment the landing's completed by the rank's (the MPI rank
+// and world). It is recorded before the rank hears back, so before the
+// daemon can end.
+func (l *landing) adopt(req landRequest) (int, error) {
+	if !l.worker {
+		return 0, errors.New("not a worker landing (launcher mpi-elastic only)")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cmd != nil {
+		return 0, fmt.Errorf("this landing runs a worker already (pid %d): one worker per node", l.cmd.Process.Pid)
+	}
+	cmd := exec.Command(req.Argv[0], req.Argv[1:]...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.Env = landEnv(os.Environ(), req.Env)
+	cmd.Dir = req.Dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	l.cmd = cmd
+	go func() {
+		err := cmd.Wait()
+		l.done <- exitStatus(cmd.ProcessState, err)
+	}()
+	return cmd.Process.Pid, nil
+}
+
+// serve runs one daemon command, or adopts one rank's program.
+func (l *landing) serve(c *net.UnixConn) {
 	defer c.Close()
 	answer := func(a landAnswer) {
 		b, _ := json.Marshal(a)
@@ -148,21 +252,27 @@ func serveLand(c *net.UnixConn) {
 		return
 	}
 	files, err := receivedFiles(oob[:oobn])
-	if err != nil || len(files) != 3 {
-		for _, f := range files {
-			f.Close()
-		}
-		answer(landAnswer{Error: fmt.Sprintf("want standard input, output and error (got %d): %v", len(files), err)})
-		return
-	}
 	defer func() {
 		for _, f := range files {
 			f.Close()
 		}
 	}()
 	var req landRequest
-	if err := json.Unmarshal(buf[:n], &req); err != nil || len(req.Argv) == 0 {
-		answer(landAnswer{Error: fmt.Sprintf("unreadable request: %v", err)})
+	if jerr := json.Unmarshal(buf[:n], &req); jerr != nil || len(req.Argv) == 0 {
+		answer(landAnswer{Error: fmt.Sprintf("unreadable request: %v", jerr)})
+		return
+	}
+	if req.Detach {
+		pid, err := l.adopt(req)
+		if err != nil {
+			answer(landAnswer{Error: err.Error()})
+			return
+		}
+		answer(landAnswer{PID: pid})
+		return
+	}
+	if err != nil || len(files) != 3 {
+		answer(landAnswer{Error: fmt.Sprintf("want standard input, output and error (got %d): %v", len(files), err)})
 		return
 	}
 	cmd := exec.Command(req.Argv[0], req.Argv[1:]...)
@@ -273,23 +383,9 @@ func exitStatus(ps *os.ProcessState, err error) int {
 // moment ago): it is tried again for up to wait. Killed (its ssh went
 // away), it leaves the landing to kill the daemon.
 func MPIExec(ctx context.Context, trainer, node string, argv []string, wait time.Duration) (int, error) {
-	path := LandSocket(os.Getuid(), trainer, node)
-	deadline := time.Now().Add(wait)
-	var c *net.UnixConn
-	for {
-		var err error
-		c, err = net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("mpi-exec: no landing of %s on %s at %s after %v: %w", trainer, node, path, wait, err)
-		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
+	c, err := dialLanding(ctx, trainer, node, wait)
+	if err != nil {
+		return 0, fmt.Errorf("mpi-exec: %w", err)
 	}
 	defer c.Close()
 	b, err := json.Marshal(landRequest{Argv: argv, Env: os.Environ()})
@@ -416,6 +512,150 @@ func MPIDriver(ctx context.Context, stopFile, gen string, argv []string, poll ti
 			}
 		case <-ctx.Done():
 			cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+}
+
+// MPIRank is `bftrainer mpi-rank -- ARGV…`, the program mpirun starts as
+// each rank of a mpi-elastic Trainer's first generation: it hands ARGV,
+// with the rank's environment (the MPI rank and world size the runtime
+// reads) and directory, to the worker landing of its node
+// (BFTRAINER_TRAINER, BFTRAINER_NODE), which runs it as its own child;
+// then it exits 0. So the MPI job ends once every rank was handed over,
+// and no MPI daemon's fate — mpirun aborts the whole job when one
+// daemon dies — reaches a worker afterwards. It returns the worker's pid.
+func MPIRank(ctx context.Context, argv []string, getenv func(string) string, wait time.Duration) (int, error) {
+	trainer, node := getenv("BFTRAINER_TRAINER"), getenv("BFTRAINER_NODE")
+	if trainer == "" || node == "" {
+		return 0, errors.New("mpi-rank: BFTRAINER_TRAINER or BFTRAINER_NODE not set (run by an mpi-elastic Trainer's mpirun only)")
+	}
+	if len(argv) == 0 {
+		return 0, errors.New("mpi-rank: no program")
+	}
+	c, err := dialLanding(ctx, trainer, node, wait)
+	if err != nil {
+		return 0, fmt.Errorf("mpi-rank: %w", err)
+	}
+	defer c.Close()
+	dir, _ := os.Getwd()
+	b, err := json.Marshal(landRequest{Argv: argv, Env: os.Environ(), Detach: true, Dir: dir})
+	if err != nil {
+		return 0, err
+	}
+	if _, err := c.Write(b); err != nil {
+		return 0, fmt.Errorf("mpi-rank: %w", err)
+	}
+	buf := make([]byte, 4096)
+	n, err := c.Read(buf)
+	if err != nil {
+		return 0, fmt.Errorf("mpi-rank: the landing of %s on %s went away: %w", trainer, node, err)
+	}
+	var a landAnswer
+	if err := json.Unmarshal(buf[:n], &a); err != nil {
+		return 0, fmt.Errorf("mpi-rank: unreadable answer %q", buf[:n])
+	}
+	if a.Error != "" {
+		return 0, fmt.Errorf("mpi-rank on %s: %s", node, a.Error)
+	}
+	return a.PID, nil
+}
+
+// dialLanding connects to the landing of trainer on node, trying again
+// for up to wait (the node agent may have started it a moment ago).
+func dialLanding(ctx context.Context, trainer, node string, wait time.Duration) (*net.UnixConn, error) {
+	path := LandSocket(os.Getuid(), trainer, node)
+	deadline := time.Now().Add(wait)
+	for {
+		c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+		if err == nil {
+			return c, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no landing of %s on %s at %s after %v: %w", trainer, node, path, wait, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// MPIStart is what the runner asks of a mpi-elastic Trainer's driver
+// (MPIStartFile): start generation Gen's mpirun, Argv.
+type MPIStart struct {
+	Gen  int      `json:"gen"`
+	Argv []string `json:"argv"`
+}
+
+// MPIElasticDriver is `bftrainer mpi-elastic-driver STARTFILE --
+// STORE…`, a mpi-elastic Trainer's one process on the controller (the
+// node agent keeps one launch per Trainer there): it runs the elastic
+// store process (STORE…) and, each time the runner writes a new
+// generation to STARTFILE (an MPIStart), that generation's mpirun. It
+// returns when the store process ends (its status), killing a mpirun
+// still running; SIGTERM, SIGINT and SIGHUP are passed on to both.
+// mpirun gets the driver's environment without the run secret.
+func MPIElasticDriver(ctx context.Context, startFile string, storeArgv []string, poll time.Duration) (int, error) {
+	store := exec.Command(storeArgv[0], storeArgv[1:]...)
+	store.Stdout, store.Stderr = os.Stdout, os.Stderr
+	if err := store.Start(); err != nil {
+		return 0, fmt.Errorf("mpi-elastic-driver: %w", err)
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	storeDone := make(chan error, 1)
+	go func() { storeDone <- store.Wait() }()
+	var mpirun *exec.Cmd
+	mpiDone := make(chan error, 1)
+	started := 0
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, secretEnv+"=") {
+			env = append(env, kv)
+		}
+	}
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-storeDone:
+			if mpirun != nil {
+				syscall.Kill(-mpirun.Process.Pid, syscall.SIGKILL)
+			}
+			return exitStatus(store.ProcessState, err), nil
+		case err := <-mpiDone:
+			fmt.Fprintf(os.Stderr, "bftrainer: mpi-elastic driver: generation %d: mpirun exited %d\n", started, exitStatus(mpirun.ProcessState, err))
+			mpirun = nil
+		case s := <-sigs:
+			store.Process.Signal(s)
+			if mpirun != nil {
+				mpirun.Process.Signal(s)
+			}
+		case <-ctx.Done():
+			store.Process.Signal(syscall.SIGTERM)
+		case <-tick.C:
+			b, err := os.ReadFile(startFile)
+			var req MPIStart
+			if err != nil || json.Unmarshal(b, &req) != nil || req.Gen <= started || len(req.Argv) == 0 {
+				continue
+			}
+			if mpirun != nil { // an older generation's: its ranks were handed over, or never will be
+				syscall.Kill(-mpirun.Process.Pid, syscall.SIGKILL)
+				<-mpiDone
+			}
+			started = req.Gen
+			mpirun = exec.Command(req.Argv[0], req.Argv[1:]...)
+			mpirun.Stdout, mpirun.Stderr, mpirun.Env = os.Stdout, os.Stderr, env
+			mpirun.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			fmt.Fprintf(os.Stderr, "bftrainer: mpi-elastic driver: generation %d runs %s\n", req.Gen, wire.ShellJoin(req.Argv))
+			if err := mpirun.Start(); err != nil {
+				fmt.Fprintf(os.Stderr, "bftrainer: mpi-elastic driver: generation %d: %v\n", req.Gen, err)
+				mpirun = nil
+				continue
+			}
+			go func(c *exec.Cmd) { mpiDone <- c.Wait() }(mpirun)
 		}
 	}
 }

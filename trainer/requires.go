@@ -1,6 +1,9 @@
 package trainer
 
-import "slices"
+import (
+	"slices"
+	"strings"
+)
 
 // Requirement is a program a launcher needs on the controller, as a
 // command that succeeds where it is there: what `bftrainer doctor` runs.
@@ -33,15 +36,28 @@ func (l *torchrun) Requires() []Requirement {
 }
 
 // Requires is the interpreter with torch and the elastic runtime
-// (bftrainer_elastic, from pythonpath).
+// (bftrainer_elastic, from pythonpath); for mpi-elastic, the MPI
+// launcher's too.
 func (l *elastic) Requires() []Requirement {
+	section := "[trainer.launcher." + Elastic + "]"
+	if l.mpi != nil {
+		section = "[trainer.launcher." + MPIElastic + "]"
+	}
 	r := Requirement{What: "python with the elastic runtime (" + l.s.Python + ")",
 		Argv: []string{l.s.Python, "-c", "import torch, bftrainer_elastic"},
-		Hint: "install torch for that interpreter and the runtime (make install puts it in PREFIX/lib/bftrainer/python), or set [trainer.launcher.elastic] python and pythonpath"}
+		Hint: "install torch for that interpreter and the runtime (make install puts it in PREFIX/lib/bftrainer/python), or set " + section + " python and pythonpath"}
 	if l.s.PythonPath != "" {
 		r.Env = []string{"PYTHONPATH=" + l.s.PythonPath}
 	}
-	return []Requirement{r}
+	if l.mpi == nil {
+		return []Requirement{r}
+	}
+	rs := []Requirement{r}
+	for _, m := range l.mpi.Requires() {
+		m.Hint = strings.ReplaceAll(m.Hint, "[trainer.launcher."+MPI+"]", section)
+		rs = append(rs, m)
+	}
+	return rs
 }
 
 // Requires is the site's MPI launcher: the configured command (its

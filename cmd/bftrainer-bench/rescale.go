@@ -20,7 +20,8 @@ import (
 
 // benchRescale measures what a membership change costs a real Trainer,
 // under stock torchrun and under bftrainer's elastic launcher (and, with
-// -launchers …,mpi, the mpi launcher's restart path), in one run,
+// -launchers …,mpi,mpi-elastic, the mpi launcher's restart path and the
+// MPI fast path, both running contrib/trainer/mpi_torch.py), in one run,
 // through the real bftrainer binary: node join/leave, trainer submit, the
 // reconciler, the runner and its launchers (local transport: every "node"
 // is this machine) and the Slurm prolog hook. Debian's torch 1.13 on CPU
@@ -47,8 +48,8 @@ import (
 // training while newcomers start does not. recovery is the wall time from
 // the action (the command that records the change, or the prolog) to the
 // first step at the new size; redone the steps trained twice; measured
-// the launcher's own measure, as recorded in the history (cost events,
-// elastic only); hook_ms the prolog's kill. Needs root. -python-exe is
+// the launcher's own measure, as recorded in the history (cost events:
+// elastic and mpi-elastic the runtime's, mpi its restart's); hook_ms the prolog's kill. Needs root. -python-exe is
 // the interpreter with torch that runs everything (torchrun, the stores,
 // train.py): Debian's /usr/bin/python3 by default, another torch's (2.x on a
 // GPU machine) for the device check.
@@ -59,8 +60,8 @@ func benchRescale(ctx context.Context, args []string) error {
 	python := fs.String("python", "python", "directory with the bftrainer_elastic package")
 	shim := fs.Bool("shim", false, "torchrun: use fast_torchrun.py (1 s × 5 rendezvous keep-alive) instead of stock torchrun")
 	passes := fs.Int("n", 3, "passes of the scenario per launcher")
-	which := fs.String("launchers", "torchrun,elastic", "launchers to measure, comma-separated (torchrun, elastic, mpi: the restart path, contrib/trainer/mpi_torch.py under -mpi)")
-	mpirun := fs.String("mpi", "", "mpi: the MPI launcher (mpirun.openmpi, mpiexec.hydra; default: found on PATH)")
+	which := fs.String("launchers", "torchrun,elastic", "launchers to measure, comma-separated (torchrun, elastic; mpi: the restart path, mpi-elastic: the fast path, both contrib/trainer/mpi_torch.py under -mpi)")
+	mpirun := fs.String("mpi", "", "mpi, mpi-elastic: the MPI launcher (mpirun.openmpi, mpiexec.hydra; default: found on PATH)")
 	exe := fs.String("python-exe", "/usr/bin/python3", "the interpreter with torch: torchrun, the stores and train.py")
 	prefix := fs.String("node-prefix", "n", "the nodes' names: `PREFIX`1, PREFIX2, … (the scenario's node prolog kills every Trainer process naming its node on this machine: a run beside other tests needs names of its own)")
 	if err := parseFlags(fs, args); err != nil {
@@ -90,8 +91,8 @@ func benchRescale(ctx context.Context, args []string) error {
 	}
 	launchers := strings.Split(*which, ",")
 	for _, l := range launchers {
-		if l != "torchrun" && l != "elastic" && l != "mpi" {
-			return fmt.Errorf("rescale: launcher %q: want torchrun, elastic or mpi", l)
+		if !slices.Contains([]string{"torchrun", "elastic", "mpi", "mpi-elastic"}, l) {
+			return fmt.Errorf("rescale: launcher %q: want torchrun, elastic, mpi or mpi-elastic", l)
 		}
 	}
 	var all []rescaleEvent
@@ -129,9 +130,10 @@ func benchRescale(ctx context.Context, args []string) error {
 	}
 	for _, d := range []string{"up", "down", "reclaim"} {
 		tr, okT := medians["torchrun "+d]
-		el, okE := medians["elastic "+d]
-		if okT && okE && el > 0 {
-			fmt.Printf("rescale-ratio direction=%s torchrun/elastic=%.1f\n", d, tr/el)
+		for _, l := range launchers {
+			if x, ok := medians[l+" "+d]; ok && okT && l != "torchrun" && x > 0 {
+				fmt.Printf("rescale-ratio direction=%s torchrun/%s=%.1f\n", d, l, tr/x)
+			}
 		}
 	}
 	return nil
@@ -279,7 +281,14 @@ pythonpath = %q
 [trainer.launcher.mpi]
 ssh = []
 command = %s
-`, ports, ports+4, torchrun, s.exe, ports+5, ports+9, s.exe, s.python, mpiCommand(s.mpirun)))
+[trainer.launcher.mpi-elastic]
+ssh = []
+command = %s
+store_ports = "%d-%d"
+python = %q
+pythonpath = %q
+`, ports, ports+4, torchrun, s.exe, ports+5, ports+9, s.exe, s.python, mpiCommand(s.mpirun),
+		mpiCommand(s.mpirun), ports+10, ports+14, s.exe, s.python))
 	if err := os.WriteFile(r.config, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
@@ -329,9 +338,10 @@ command = %s
 			program := []string{s.exe, filepath.Join(s.contrib, "train.py"), "--steps", "100000000", "--print-every", "0",
 				"--ckpt-dir", filepath.Join(dir, "ckpt"), "--log", r.log, "--sleep", "0.2", "--pg-timeout", "10"}
 			env := []string{"--env", "PYTHONDONTWRITEBYTECODE=1"}
-			if s.launcher == "mpi" {
+			if s.launcher == "mpi" || s.launcher == "mpi-elastic" {
 				// The same training step (0.2 s of emulated compute, gloo),
-				// launched the MPI way; the owner is root here.
+				// launched the MPI way; the owner is root here. Under
+				// mpi-elastic it runs on the elastic runtime.
 				program = []string{s.exe, filepath.Join(s.contrib, "mpi_torch.py"), "--steps", "100000000",
 					"--ckpt-dir", filepath.Join(dir, "ckpt"), "--log", r.log, "--sleep", "0.2", "--pg-timeout", "10"}
 				env = append(env, "--env", "OMPI_ALLOW_RUN_AS_ROOT=1", "--env", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
@@ -380,14 +390,14 @@ command = %s
 			}
 		}
 	}
-	if s.launcher == "elastic" {
+	if s.launcher == "elastic" || s.launcher == "mpi-elastic" {
 		vals, dirs, err := r.costs(db, a)
 		if err != nil {
 			return nil, err
 		}
 		want := []string{"up", "down", "reclaim", "up"}
 		if !slices.Equal(dirs, want) {
-			return nil, fmt.Errorf("elastic pass %d: the history's cost events are %v, want %v", s.pass, dirs, want)
+			return nil, fmt.Errorf("%s pass %d: the history's cost events are %v, want %v", s.launcher, s.pass, dirs, want)
 		}
 		for i := range evs {
 			evs[i].measured = vals[i]

@@ -114,6 +114,8 @@ func (e trainerEnv) dump(tb testing.TB) {
 		tb.Logf("runner state:\n%s", b)
 	}
 	logs, _ := filepath.Glob(filepath.Join(e.dir, "logs", "*", "*.log"))
+	deeper, _ := filepath.Glob(filepath.Join(e.dir, "logs", "*", "*", "*.log"))
+	logs = append(logs, deeper...)
 	for _, l := range logs {
 		b, _ := os.ReadFile(l)
 		if len(b) > 3000 {

@@ -23,13 +23,55 @@ func (e exitStatus) Error() string { return "" }
 func mpiCommands() []*cli.Command {
 	return []*cli.Command{
 		{
-			Name: "mpi-land", Hidden: true, ArgsUsage: "TRAINER NODE",
+			Name: "mpi-land", Hidden: true, ArgsUsage: "[--worker-wait DURATION] TRAINER NODE",
 			Usage: "an MPI Trainer's landing on a node, started by the node agent: runs the daemons mpi-exec hands it, in the run's cgroup",
+			Flags: []cli.Flag{&cli.DurationFlag{Name: "worker-wait", Usage: "a worker landing (launcher mpi-elastic): run the program mpi-rank hands it, exit with its status; give up after this long without one"}},
 			Action: func(c *cli.Context) error {
 				if c.NArg() != 2 {
 					return usagef("mpi-land: want TRAINER NODE")
 				}
-				return trainer.MPILand(c.Context, c.Args().Get(0), c.Args().Get(1))
+				code, err := trainer.MPILand(c.Context, c.Args().Get(0), c.Args().Get(1), c.Duration("worker-wait"))
+				if err != nil {
+					return err
+				}
+				return exitIf(code)
+			},
+		},
+		{
+			Name: "mpi-rank", Hidden: true, ArgsUsage: "-- PROGRAM...", SkipFlagParsing: true,
+			Usage: "a mpi-elastic Trainer's rank, started by mpirun: hands PROGRAM to the node's landing, which runs it as a worker",
+			Action: func(c *cli.Context) error {
+				args := c.Args().Slice()
+				if isHelp(args) {
+					return cli.ShowCommandHelp(c.Lineage()[1], "mpi-rank")
+				}
+				if len(args) > 0 && args[0] == "--" {
+					args = args[1:]
+				}
+				wait, err := time.ParseDuration(os.Getenv(trainer.MPIExecWaitEnv))
+				if err != nil {
+					wait = 30 * time.Second
+				}
+				_, err = trainer.MPIRank(c.Context, args, os.Getenv, wait)
+				return err
+			},
+		},
+		{
+			Name: "mpi-elastic-driver", Hidden: true, ArgsUsage: "STARTFILE -- STORE...", SkipFlagParsing: true,
+			Usage: "a mpi-elastic Trainer's process on the controller: runs its elastic store, and the mpirun of each generation the runner asks for",
+			Action: func(c *cli.Context) error {
+				args := c.Args().Slice()
+				if isHelp(args) {
+					return cli.ShowCommandHelp(c.Lineage()[1], "mpi-elastic-driver")
+				}
+				if len(args) < 3 || args[1] != "--" {
+					return usagef("mpi-elastic-driver: want STARTFILE -- STORE...")
+				}
+				code, err := trainer.MPIElasticDriver(c.Context, args[0], args[2:], 20*time.Millisecond)
+				if err != nil {
+					return err
+				}
+				return exitIf(code)
 			},
 		},
 		{

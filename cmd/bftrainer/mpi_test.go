@@ -93,10 +93,12 @@ func testMPITrainer(t *testing.T, c mpiCase) {
 	log := filepath.Join(e.work, "progress.log")
 	out := filepath.Join(e.work, "weights.txt")
 	script := filepath.Join(root, "contrib/trainer", c.script)
-	// The job outlasts the scenario: node-agent calls take seconds each
-	// on a loaded machine, and every change restarts the job.
-	const steps, batch = 3000, 96
-	args := []string{script, "--steps", fmt.Sprint(steps), "--batch", fmt.Sprint(batch), "--ckpt-every", "5"}
+	// The job runs until the test asks it to finish (--finish-file, once
+	// the scenario is over), not for a number of steps guessed to outlast
+	// the scenario on a loaded machine.
+	const batch = 96
+	finish := filepath.Join(e.work, "finish")
+	args := []string{script, "--batch", fmt.Sprint(batch), "--ckpt-every", "5"}
 	state := func() (hosts []string, job string) {
 		t.Helper()
 		var st struct {
@@ -177,7 +179,7 @@ func testMPITrainer(t *testing.T, c mpiCase) {
 		"--rescale-up", "1", "--rescale-down", "1", "--workdir", e.work,
 		"--env", "PYTHONDONTWRITEBYTECODE=1", "--env", "BFTRAINER_PROGRESS_INTERVAL=1",
 		"--env", "OMPI_ALLOW_RUN_AS_ROOT=1", "--env", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "--", "/usr/bin/python3"},
-		append(slices.Clone(args), "--ckpt-dir", filepath.Join(e.work, "ckpt"), "--log", log, "--out", out, "--sleep", "0.05")...)
+		append(slices.Clone(args), "--steps", "1000000", "--ckpt-dir", filepath.Join(e.work, "ckpt"), "--log", log, "--out", out, "--sleep", "0.05", "--finish-file", finish)...)
 	type change struct {
 		name      string
 		at        time.Time
@@ -228,9 +230,12 @@ func testMPITrainer(t *testing.T, c mpiCase) {
 		e.run(t, "node", "join", "--no-reconcile", "n4")
 		e.run(t, "trainer", "cancel", b)
 	})
-	// The job's remaining steps run at world 3 on a machine CI may load
-	// (Open MPI's ranks spin in their collectives): wait while it steps,
-	// fail once it has not stepped for 3 minutes.
+	// The job finishes at its next step; on a machine CI may load (Open
+	// MPI's ranks spin in their collectives): wait while it steps, fail
+	// once it has not stepped for 3 minutes.
+	if err := os.WriteFile(finish, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for stepped, last := time.Now(), len(readSteps(t, log)); !strings.Contains(e.run(t, "trainer", "list", "--all", "--format", "csv"), a+",root,finished,"); {
 		if n := len(readSteps(t, log)); n > last {
 			stepped, last = time.Now(), n
@@ -245,9 +250,19 @@ func testMPITrainer(t *testing.T, c mpiCase) {
 	}
 
 	// The model equals a run at a fixed size (one rank, the same launcher,
-	// no bftrainer).
+	// no bftrainer) to the same step: its "done" lines' (steps redone
+	// after a reclaim may have gone beyond it before).
+	steps := -1
+	for _, s := range readSteps(t, log) {
+		if s.Done {
+			steps = s.Step
+		}
+	}
+	if steps < 0 {
+		t.Fatal("no done line in the progress log")
+	}
 	ref := filepath.Join(t.TempDir(), "ref.txt")
-	refArgs := append([]string{"-n", "1", "/usr/bin/python3"}, append(slices.Clone(args), "--ckpt-dir", filepath.Dir(ref), "--out", ref)...)
+	refArgs := append([]string{"-n", "1", "/usr/bin/python3"}, append(slices.Clone(args), "--steps", fmt.Sprint(steps), "--ckpt-dir", filepath.Dir(ref), "--out", ref)...)
 	cmd := exec.Command(c.command, refArgs...)
 	cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMP_NUM_THREADS=1")
 	if o, err := cmd.CombinedOutput(); err != nil {

@@ -52,10 +52,22 @@ a line's "step" counts that many samples. Where the program also reports
 itself (bftrainer progress), its reports win: the log is no longer read.
 A relative FILE is below --workdir.
 
+--launcher says how its processes start (docs/trainers.md, "Launchers"):
+torchrun (a torch.distributed.run agent per node; every change restarts
+the workers from their checkpoint); elastic (bftrainer's elastic runtime,
+python/bftrainer_elastic: workers stay alive across changes, one per
+node); horovod (horovodrun); mpi (the site's mpirun or mpiexec over the
+nodes; every change restarts the MPI job: the ranks checkpoint and exit
+on SIGUSR1); mpi-elastic (the MPI fast path: the first workers are ranks
+mpirun starts, their ids from the MPI rank, then they live on the elastic
+runtime: grown by workers bftrainer starts, shrunk and reclaimed without
+a restart; one per node; the script uses bftrainer_elastic, as
+contrib/trainer/mpi_torch.py does); exec (any program, on the first node).
+
 --rescale-up/--rescale-down are the seconds of progress a scale-up or
 scale-down costs (measure them; contrib/trainer shows how); with
---launcher elastic they are priors, replaced by what the launcher
-measures on every rescale. The Trainer is yours: its processes run as
+--launcher elastic, mpi-elastic or mpi they are priors, replaced by what
+the launcher measures on every rescale. The Trainer is yours: its processes run as
 you, and only you (or root) may cancel it.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "name", Usage: "Trainer `NAME` (letters, digits, - _ .); default: generated"},

@@ -58,6 +58,9 @@ def parse_args(argv=None):
     p.add_argument("--log", default="")
     p.add_argument("--out", default="", help="final weights, one a line, written by rank 0")
     p.add_argument("--sleep", type=float, default=0.0, help="emulated compute per step (s)")
+    p.add_argument("--finish-file", default="",
+                   help="finish at the first step at which this file exists (rank 0 looks, the "
+                        "decision rides in the step's allreduce): the end of a test's scenario")
     return p.parse_args(argv)
 
 
@@ -116,16 +119,20 @@ def main(argv=None):
         if args.sleep > 0:
             time.sleep(args.sleep)
         err = xs @ w - ys
-        local = np.empty(DIM + 2)
+        local = np.empty(DIM + 3)
         local[:DIM] = 2.0 * xs.T @ err  # sum of this rank's per-sample gradients
         local[DIM] = float(err @ err)
         local[DIM + 1] = _stop[0]  # bftrainer asked to stop: every rank learns it at this step
+        local[DIM + 2] = 1.0 if rank == 0 and args.finish_file and os.path.exists(args.finish_file) else 0.0
         total = np.empty_like(local)
         comm.Allreduce(local, total, op=MPI.SUM)
         w = w - args.lr * total[:DIM] / args.batch
         step += 1
         samples += args.batch
         stop = total[DIM + 1] > 0
+        if total[DIM + 2] > 0:
+            log(f"step={step} samples={samples} loss={total[DIM] / args.batch:.6f}")
+            break  # finish here (--finish-file)
         if rank == 0 and (step % args.ckpt_every == 0 or stop):
             save()
         log(f"step={step} samples={samples} loss={total[DIM] / args.batch:.6f}")

@@ -16,6 +16,6 @@ Only the worker side imports torch, and only when a Runtime starts.
 """
 
 from .protocol import VERSION
-from .runtime import Runtime, State, is_comm_error
+from .runtime import Runtime, State, is_comm_error, mpi_rank_world
 
-__all__ = ["Runtime", "State", "VERSION", "is_comm_error"]
+__all__ = ["Runtime", "State", "VERSION", "is_comm_error", "mpi_rank_world"]

@@ -37,6 +37,29 @@ ENV_STORE = "BFTRAINER_ELASTIC_STORE"
 ENV_ID = "BFTRAINER_ELASTIC_ID"
 ENV_TIMEOUT = "BFTRAINER_ELASTIC_TIMEOUT"
 ENV_JOIN_TIMEOUT = "BFTRAINER_ELASTIC_JOIN_TIMEOUT"
+# Set by the mpi-elastic launcher on the first generation of workers, the ranks mpirun or mpiexec
+# started: the generation's nonce. Such a worker's id comes from its MPI rank (mpi_rank_world).
+ENV_MPI = "BFTRAINER_ELASTIC_MPI"
+
+# Where an MPI launcher puts a rank's rank and world size: Open MPI, then MPICH's Hydra (and Cray
+# MPICH, Intel MPI), then PMIx.
+_MPI_ENV = (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
+            ("PMIX_RANK", "PMIX_SIZE"))
+
+
+def mpi_rank_world(environ=None):
+    """(rank, world size) from the MPI launcher's environment, None outside one."""
+    env = os.environ if environ is None else environ
+    for r, w in _MPI_ENV:
+        if env.get(r, "").isdigit() and env.get(w, "").isdigit():
+            return int(env[r]), int(env[w])
+    return None
+
+
+def mpi_worker_id(nonce, rank):
+    """The worker id of MPI rank `rank` of the generation `nonce` (the mpi-elastic launcher
+    lists the same ids, in rank order)."""
+    return f"mpi{rank}@{nonce}"
 
 _FORMED, _ABORTED, _REMOVED = "formed", "aborted", "removed"
 
@@ -172,7 +195,11 @@ class Runtime:
                      collective has succeeded (plain DDP backward + optimizer.step do not).
     store, wid       "host:port" of the Trainer's store and this worker's id; default
                      $BFTRAINER_ELASTIC_STORE and $BFTRAINER_ELASTIC_ID. Without a store the
-                     runtime runs alone: a private store, a world of one.
+                     runtime runs alone: a private store, a world of one. A worker started
+                     by mpirun / mpiexec (the mpi-elastic launcher's first generation: no
+                     $BFTRAINER_ELASTIC_ID, $BFTRAINER_ELASTIC_MPI set) takes its id from its
+                     MPI rank (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE): the runner lists
+                     the generation in MPI rank order, so its first group's ranks are MPI's.
     secret           the run's secret (default $BFTRAINER_ELASTIC_SECRET): required with a
                      store. Every key lives under the namespace it derives, the ready record
                      carries proof of it, and each new group checks that every member proves
@@ -196,6 +223,14 @@ class Runtime:
         self.use_snapshot = snapshot
         self.store_addr = store if store is not None else os.environ.get(ENV_STORE, "")
         self.id = wid if wid is not None else os.environ.get(ENV_ID, "")
+        self.mpi = None  # (rank, world) for a worker bootstrapped from MPI's environment
+        if not self.id and os.environ.get(ENV_MPI):
+            self.mpi = mpi_rank_world()
+            if self.mpi is None:
+                raise ValueError(f"bftrainer-elastic: ${ENV_MPI} is set but no MPI rank is "
+                                 "(OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE): not started by "
+                                 "mpirun or mpiexec?")
+            self.id = mpi_worker_id(os.environ[ENV_MPI], self.mpi[0])
         self.secret = secret if secret is not None else os.environ.get(p.ENV_SECRET, "")
         self.log = log
 
@@ -244,6 +279,9 @@ class Runtime:
             return self
         if self._form_loop(seen) == _REMOVED:
             self.active = False
+        elif self.mpi is not None:
+            self._say(f"MPI rank {self.mpi[0]} of {self.mpi[1]}: rank {self.rank} of "
+                      f"{self.world} in the first group")
         return self
 
     def step(self, fn):

@@ -247,3 +247,40 @@ class ControlTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class MPIBootstrapTest(unittest.TestCase):
+    """A worker started by mpirun (the mpi-elastic launcher's first generation) takes its id from
+    its MPI rank, as the Go runner computes it (trainer.MPIWorkerID); without torch."""
+
+    def runtime(self, env):
+        from unittest import mock
+
+        from bftrainer_elastic import runtime
+
+        class Holder:
+            model = None
+
+        clean = {k: v for k, v in os.environ.items()
+                 if not k.startswith(("OMPI_", "PMI_", "PMIX_", "BFTRAINER_ELASTIC"))}
+        with mock.patch.dict(os.environ, {**clean, **env}, clear=True):
+            return runtime.Runtime(Holder(), log=None)
+
+    def test_ids(self):
+        for env, want, mpi in (
+            ({"BFTRAINER_ELASTIC_MPI": "ab12", "OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "3"},
+             "mpi2@ab12", (2, 3)),
+            ({"BFTRAINER_ELASTIC_MPI": "ab12", "PMI_RANK": "0", "PMI_SIZE": "1"}, "mpi0@ab12", (0, 1)),
+            ({"BFTRAINER_ELASTIC_MPI": "ab12", "PMIX_RANK": "5", "PMIX_SIZE": "8"}, "mpi5@ab12", (5, 8)),
+            # An id given wins: a worker the node agent started (a later grow).
+            ({"BFTRAINER_ELASTIC_MPI": "ab12", "BFTRAINER_ELASTIC_ID": "n3@x", "PMI_RANK": "1",
+              "PMI_SIZE": "2"}, "n3@x", None),
+        ):
+            rt = self.runtime(env)
+            self.assertEqual(rt.id, want, env)
+            self.assertEqual(rt.mpi, mpi, env)
+            self.assertTrue(p.ID_PATTERN.match(rt.id))
+
+    def test_no_rank(self):
+        with self.assertRaisesRegex(ValueError, "no MPI rank"):
+            self.runtime({"BFTRAINER_ELASTIC_MPI": "ab12", "PMI_RANK": "x", "PMI_SIZE": "2"})

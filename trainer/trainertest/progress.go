@@ -25,6 +25,7 @@ import (
 type Step struct {
 	At                   time.Time
 	Node                 string // NODE_TAG: the node the rank runs on
+	PID                  int    // the worker's process
 	Rank, World, Restart int
 	Step                 int
 	Samples              float64 // samples done by the whole job, restored from the checkpoint
@@ -54,6 +55,8 @@ func ParseStep(line string) (s Step, ok bool) {
 		switch k {
 		case "node":
 			s.Node = v
+		case "pid":
+			s.PID = n
 		case "rank":
 			s.Rank = n
 		case "world":
