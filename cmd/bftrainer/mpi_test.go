@@ -268,17 +268,7 @@ func testMPITrainer(t *testing.T, c mpiCase) {
 	if o, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("reference run: %v\n%s", err, o)
 	}
-	got, want := readWeights(t, out), readWeights(t, ref)
-	if len(got) != len(want) || len(got) == 0 {
-		t.Fatalf("weights: %d values, the reference %d", len(got), len(want))
-	}
-	maxDiff := 0.0
-	for i := range got {
-		maxDiff = max(maxDiff, math.Abs(got[i]-want[i]))
-	}
-	if maxDiff > 1e-9 {
-		t.Fatalf("the final weights differ from a fixed-size run's by %g (> 1e-9):\n%v\n%v", maxDiff, got, want)
-	}
+	maxDiff := sameWeights(t, out, ref, "the final weights")
 
 	// The history: the measured restarts (R_up / R_down / reclaim), the
 	// progress reports, the launcher's command line.
@@ -327,6 +317,25 @@ func procEnv(pid int, name string) string {
 }
 
 // readWeights reads a weights file, one number a line.
+// sameWeights fails the test unless the weights written to out equal
+// the fixed-size reference run's (ref) within 1e-9, and returns how far
+// apart they are; what names them.
+func sameWeights(t *testing.T, out, ref, what string) float64 {
+	t.Helper()
+	got, want := readWeights(t, out), readWeights(t, ref)
+	if len(got) != len(want) || len(got) == 0 {
+		t.Fatalf("weights: %d values, the reference %d", len(got), len(want))
+	}
+	maxDiff := 0.0
+	for i := range got {
+		maxDiff = max(maxDiff, math.Abs(got[i]-want[i]))
+	}
+	if maxDiff > 1e-9 {
+		t.Fatalf("%s differ from a fixed-size run's by %g (> 1e-9):\n%v\n%v", what, maxDiff, got, want)
+	}
+	return maxDiff
+}
+
 func readWeights(tb testing.TB, path string) []float64 {
 	tb.Helper()
 	b, err := os.ReadFile(path)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -261,17 +260,7 @@ func testMPIElastic(t *testing.T, command, rankEnv string) {
 	if o, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("reference run: %v\n%s", err, o)
 	}
-	got, want := readWeights(t, out), readWeights(t, ref)
-	if len(got) != len(want) || len(got) == 0 {
-		t.Fatalf("weights: %d values, the reference %d", len(got), len(want))
-	}
-	maxDiff := 0.0
-	for i := range got {
-		maxDiff = max(maxDiff, math.Abs(got[i]-want[i]))
-	}
-	if maxDiff > 1e-9 {
-		t.Fatalf("the final weights (step %d) differ from a fixed-size run's by %g (> 1e-9):\n%v\n%v", last, maxDiff, got, want)
-	}
+	maxDiff := sameWeights(t, out, ref, fmt.Sprintf("the final weights (step %d)", last))
 
 	ctx := context.Background()
 	db := e.openDB(t)
