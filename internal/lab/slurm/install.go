@@ -482,13 +482,17 @@ command = [%s]
 store_ports = "%d-%d"
 join_timeout = "120s"
 
-# The same ports: both launchers take only ports nobody listens on.
+# The same ports: the launchers take only ports nobody listens on.
 [trainer.launcher.elastic]
+pythonpath = %q
+store_ports = "%d-%d"
+
+[trainer.launcher.mpi-elastic]
 pythonpath = %q
 store_ports = "%d-%d"
 `, in.DB, in.JournalFallback, in.Spool, s.Solver, in.HooksLog, s.Spawn, plan, sinfo, squeue, sacct, s.Metrics, s.Transport, ssh, in.Bin, in.Config,
 		in.Registry, in.LogDir, in.StateDir, in.CgroupRoot, s.AllowRootOwner, s.Extra,
-		strings.Join(torchrun, ", "), in.ports[0], in.ports[1], in.ElasticPath(), in.ports[0], in.ports[1])
+		strings.Join(torchrun, ", "), in.ports[0], in.ports[1], in.ElasticPath(), in.ports[0], in.ports[1], in.ElasticPath(), in.ports[0], in.ports[1])
 }
 
 // env is the environment of a bftrainer command: no BFTRAINER_CONFIG (the
