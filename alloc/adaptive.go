@@ -3,9 +3,7 @@ package alloc
 import (
 	"context"
 	"math"
-	"runtime"
 	"slices"
-	"sync"
 	"time"
 )
 
@@ -285,42 +283,13 @@ func (m *adaptiveModel) gains(j int) []float64 {
 	out := make([]float64, hi+1)
 	ts := trainerSets{held: m.heldOutlooks(j), youngFirst: m.p.Semantics == Reference}
 	held, added := blocksOf(ts.held), m.addedBlocks(j, hi-len(ts.held))
-	fill := func(k0, k1 int) {
-		buf := make([]block, 0, len(held)+len(added))
-		for k := k0; k <= k1; k++ {
-			buf = ts.blocks(k, held, added, buf)
-			out[k] = m.gainOf(j, k, buf, rates, speed[k])
-		}
+	buf := make([]block, 0, len(held)+len(added))
+	for k := 1; k <= hi; k++ {
+		buf = ts.blocks(k, held, added, buf)
+		out[k] = m.gainOf(j, k, buf, rates, speed[k])
 	}
-	// A Trainer priced on many blocks (the first that can grow, on the
-	// free pool's blocks: 80–90 % of the values' time on 10 × 4,654 with
-	// N_max 4,654, issue 23) has its counts split over the cores; each
-	// count is valued on its own, so the values are the same.
-	procs := runtime.GOMAXPROCS(0)
-	if work := hi * (len(held) + len(added)); procs < 2 || work < splitWork {
-		fill(1, hi)
-		return out
-	}
-	var wg sync.WaitGroup
-	for p := range procs {
-		// Counts are interleaved in chunks: a count's cost grows with k.
-		wg.Go(func() {
-			for k0 := 1 + p*splitChunk; k0 <= hi; k0 += procs * splitChunk {
-				fill(k0, min(hi, k0+splitChunk-1))
-			}
-		})
-	}
-	wg.Wait()
 	return out
 }
-
-// splitWork is the blocks to walk (counts × the blocks of the largest
-// set) from which one Trainer's counts are valued on all cores, in
-// chunks of splitChunk counts.
-const (
-	splitWork  = 1 << 20
-	splitChunk = 256
-)
 
 // heldOutlooks returns the outlooks of Trainer j's nodes, in Place's order.
 func (m *adaptiveModel) heldOutlooks(j int) []nodeOutlook {

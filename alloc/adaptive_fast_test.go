@@ -66,8 +66,8 @@ func TestAdaptiveGainsMatchOracle(t *testing.T) {
 		n := 1 + r.IntN(300)
 		p := oracleProblem(r, 1+r.IntN(6), n, 1+r.IntN(n))
 		if i >= 1500 {
-			// Every node its own cohort at N_max = N: the first
-			// Trainer's counts are valued on all cores (splitWork).
+			// Every node its own cohort at N_max = N: a Trainer priced
+			// on many blocks.
 			p = alloctest.SummitCohorts(3, 1500, 1500, 1, uint64(i))
 		}
 		got, want := alloc.AdaptiveHorizon{}.Gains(p), allocbefore.AdaptiveGains(p)
