@@ -21,7 +21,7 @@ import (
 // then the same slice without bftrainer, bftrainer audit and the replay's
 // prediction from the pass's own sacct:
 //
-//	pilot log=… slice=… nodes=… speed=… main_jobs=… failed=… requeued=… drained=… trainer_beside_main_s=… audit_violations=… events_lost=… wait_p50_ms=… wait_p99_ms=… wait_without_p50_ms=… wait_without_p99_ms=… harvested_node_h=… predicted_node_h=… ratio=…
+//	pilot log=… slice=… nodes=… speed=… main_jobs=… failed=… requeued=… drained=… trainer_beside_main_s=… audit_violations=… events_lost=… wait_p50_ms=… wait_p99_ms=… wait_without_p50_ms=… wait_without_p99_ms=… harvested_node_h=… predicted_node_h=… ratio=… wait_without2_p50_ms=… wait_without2_p99_ms=… wait_goal=…
 //	pilot nemesis=<name> at_s=<x> <what happened>
 //
 // Every nemesis line and every problem found (a job not normal, an audit
@@ -45,7 +45,7 @@ func (c *pilotCommand) Run(ctx context.Context, args []string) error {
 	execs := fs.Int("exec", 1, "exec Trainers (a shell and two sleeps)")
 	nemeses := fs.String("nemesis", strings.Join(slurm.AllNemeses, ","), "nemeses, comma-separated ("+strings.Join(slurm.AllNemeses, ", ")+"; \"\": none)")
 	hold := fs.Duration("nemesis-hold", time.Minute, "how long a node stays unreachable and the database read-only")
-	without := fs.Bool("without", true, "run the slice again without bftrainer, for the queue wait")
+	without := fs.Bool("without", true, "run the slice twice more without bftrainer, for the queue wait and its noise")
 	seed := fs.Uint64("seed", 1, "`SEED` of the nemeses' moments")
 	keep := fs.Bool("keep", false, "keep the lab's directory (the history, the replay's inputs)")
 	if err := parseFlags(fs, args); err != nil {
@@ -79,6 +79,9 @@ func (c *pilotCommand) Run(ctx context.Context, args []string) error {
 		return fmt.Errorf("pilot: %w", err)
 	}
 	fmt.Fprintln(c.stdout, r.Line())
+	for _, w := range r.WaitSplits {
+		fmt.Fprintln(c.stdout, w.Line())
+	}
 	for _, l := range r.NemesisLines() {
 		fmt.Fprintln(c.stdout, l)
 	}

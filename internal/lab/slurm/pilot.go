@@ -30,9 +30,12 @@ import (
 // bftrainer for the queue wait, and the replay's prediction from the
 // pilot's own sacct.
 
-// Nemeses a pilot can run, each once, at a random moment of the first
-// pass (the burst in both passes, at the same moment: it is load, and the
-// paired comparison needs it on both sides).
+// Nemeses a pilot can run, each once, at a random moment of the pass with
+// bftrainer. Those that are the machine's and not bftrainer's — the
+// slurmctld restart and the burst (environmental) — run in every pass, at
+// the same moment: the passes without bftrainer are the paired
+// comparison for the queue wait, and a slurmctld down for seconds or a
+// hundred jobs at once delay main jobs whether bftrainer is there or not.
 const (
 	NemesisCtld       = "slurmctld-restart"    // slurmctld stopped (TERM) and started again on its state
 	NemesisReconciler = "reconciler-kill"      // the reconciler service killed -9, restarted 5 s later as systemd's Restart=always
@@ -61,7 +64,7 @@ type PilotOptions struct {
 	Nemeses                 []string      // of AllNemeses
 	NemesisHold             time.Duration // how long the node stays unreachable and the database read-only; 0 means a minute
 	BurstJobs               int           // the burst's sbatch count; 0 means 100
-	Without                 bool          // run the slice a second time without bftrainer
+	Without                 bool          // run the slice twice more without bftrainer: the paired comparison, and its noise
 	Seed                    uint64        // the nemeses' moments and the node they pick
 	Drain                   time.Duration // bound on the wait for the slice's last jobs after the last submit; 0 means 5 min
 	SyncEvery               time.Duration // the sync timer, compressed; 0 means a minute
@@ -144,6 +147,12 @@ type PilotResult struct {
 	AuditViolations            int
 	EventsLost                 int // jobs in sacct on pool nodes without their prolog_slurmctld or epilog_slurmctld in the history
 	Wait, WaitWithout          []time.Duration
+	WaitWithout2               []time.Duration // the second pass without bftrainer: how much two passes without differ
+	// Waits split, one line a pass: what Slurm took (submit to the
+	// allocation's start), what the start took (the allocation to the
+	// job's first line: prologs and launch), and how much longer than
+	// their hold the jobs ran (turnover).
+	WaitSplits []WaitSplit
 	HarvestedNodeH, PredictedH float64
 	Nemeses                    []NemesisReport
 	// Problems are what was not normal about main jobs, and the
@@ -168,10 +177,50 @@ func (r *PilotResult) Line() string {
 	}
 	return fmt.Sprintf("pilot log=%s slice=%d+%d nodes=%d speed=%g main_jobs=%d failed=%d requeued=%d drained=%d trainer_beside_main_s=%.1f "+
 		"audit_violations=%d events_lost=%d wait_p50_ms=%s wait_p99_ms=%s wait_without_p50_ms=%s wait_without_p99_ms=%s "+
-		"harvested_node_h=%.3f predicted_node_h=%.3f ratio=%.2f",
+		"harvested_node_h=%.3f predicted_node_h=%.3f ratio=%.2f wait_without2_p50_ms=%s wait_without2_p99_ms=%s wait_goal=%s",
 		filepath.Base(r.Log), r.From, r.Jobs, r.Nodes, r.Speed, r.MainJobs, r.Failed, r.Requeued, r.Drained, r.BesideS,
 		r.AuditViolations, r.EventsLost, ms(r.Wait, 0.5), ms(r.Wait, 0.99), ms(r.WaitWithout, 0.5), ms(r.WaitWithout, 0.99),
-		r.HarvestedNodeH, r.PredictedH, ratio)
+		r.HarvestedNodeH, r.PredictedH, ratio, ms(r.WaitWithout2, 0.5), ms(r.WaitWithout2, 0.99), r.WaitGoal())
+}
+
+// WaitGoal says whether the queue wait met issue 27's goal: with
+// bftrainer, p50 and p99 differ from the first pass without by no more
+// than the two passes without differ from each other, or by under 1 s.
+// "unknown" without two passes without.
+func (r *PilotResult) WaitGoal() string {
+	if len(r.Wait) == 0 || len(r.WaitWithout) == 0 || len(r.WaitWithout2) == 0 {
+		return "unknown"
+	}
+	for _, q := range []float64{0.5, 0.99} {
+		with, w1, w2 := waitQ(r.Wait, q), waitQ(r.WaitWithout, q), waitQ(r.WaitWithout2, q)
+		if math.Abs(with-w1) > max(math.Abs(w1-w2), 1000) {
+			return "missed"
+		}
+	}
+	return "met"
+}
+
+// waitQ is a quantile of waits in milliseconds.
+func waitQ(ds []time.Duration, q float64) float64 { return Quantile(Millis(ds...), q) }
+
+// WaitSplit is where one pass's waits went (its slice's jobs).
+type WaitSplit struct {
+	Pass                   string
+	Jobs                   int
+	Sched, Launch, Overrun []time.Duration
+	RPC                    string // slurmctld's RPCs during the pass, by user (sdiag)
+}
+
+// Line is the split's line.
+func (w WaitSplit) Line() string {
+	q := func(ds []time.Duration, q float64) string {
+		if len(ds) == 0 {
+			return "NaN"
+		}
+		return fmt.Sprintf("%.0f", waitQ(ds, q))
+	}
+	return fmt.Sprintf("pilot wait pass=%s jobs=%d sched_p50_ms=%s sched_p99_ms=%s launch_p50_ms=%s launch_p99_ms=%s overrun_p50_ms=%s overrun_p99_ms=%s rpc=%s",
+		w.Pass, w.Jobs, q(w.Sched, 0.5), q(w.Sched, 0.99), q(w.Launch, 0.5), q(w.Launch, 0.99), q(w.Overrun, 0.5), q(w.Overrun, 0.99), w.RPC)
 }
 
 // NemesisLines are one line per nemesis.
@@ -298,12 +347,13 @@ func Pilot(ctx context.Context, o PilotOptions) (res *PilotResult, err error) {
 	if err := p.submitTrainers(ctx); err != nil {
 		return p.res, err
 	}
-	with, err := p.pass(ctx, true)
+	with, err := p.pass(ctx, "with", true)
 	if err != nil {
 		return p.res, err
 	}
 	p.res.MainJobs = len(with.runs)
 	p.res.Wait = with.waits
+	p.res.WaitSplits = append(p.res.WaitSplits, with.split)
 	p.res.Failed, p.res.Requeued, p.res.BesideS = with.failed, with.requeued, with.beside
 	p.res.Problems = append(p.res.Problems, with.problems...)
 	p.res.Nemeses = with.nemeses
@@ -324,17 +374,24 @@ func Pilot(ctx context.Context, o PilotOptions) (res *PilotResult, err error) {
 		if err := p.c.In.SetHooks(ctx, p.c.Lab, false); err != nil {
 			return p.res, err
 		}
-		without, err := p.pass(ctx, false)
-		if err != nil {
-			return p.res, err
-		}
-		p.res.WaitWithout = without.waits
-		for _, pr := range without.problems {
-			p.res.Problems = append(p.res.Problems, "without bftrainer: "+pr)
-		}
-		if burst := without.nemeses; len(burst) > 0 {
-			for _, n := range burst {
-				n.Name += "-without"
+		// Twice: the second says how much two passes alike differ on
+		// this machine, the measure of the first's difference.
+		for i, name := range []string{"without", "without2"} {
+			without, err := p.pass(ctx, name, false)
+			if err != nil {
+				return p.res, err
+			}
+			if i == 0 {
+				p.res.WaitWithout = without.waits
+			} else {
+				p.res.WaitWithout2 = without.waits
+			}
+			p.res.WaitSplits = append(p.res.WaitSplits, without.split)
+			for _, pr := range without.problems {
+				p.res.Problems = append(p.res.Problems, name+" bftrainer: "+pr)
+			}
+			for _, n := range without.nemeses {
+				n.Name += "-" + name
 				p.res.Nemeses = append(p.res.Nemeses, n)
 			}
 		}
@@ -424,6 +481,7 @@ type passResult struct {
 	problems         []string
 	nemeses          []NemesisReport
 	samples          []heldSample // with bftrainer: the nodes Trainers held, every second
+	split            WaitSplit
 }
 
 type heldSample struct {
@@ -434,12 +492,12 @@ type heldSample struct {
 // pass submits the slice (each job at its time), runs the nemeses (with
 // bftrainer; the burst in both passes), waits for every job to end and
 // reads what each job saw.
-func (p *pilot) pass(ctx context.Context, with bool) (*passResult, error) {
-	r := &passResult{start: time.Now()}
+func (p *pilot) pass(ctx context.Context, name string, with bool) (*passResult, error) {
+	r := &passResult{start: time.Now(), split: WaitSplit{Pass: name}}
 	window := p.jobs[len(p.jobs)-1].At
-	name := "with"
-	if !with {
-		name = "without"
+	// slurmctld's RPC counts from now (sdiag): what bftrainer asks of it.
+	if _, err := p.c.Lab.Output(ctx, "sdiag", "--reset"); err != nil {
+		p.o.Logf("pilot: sdiag --reset: %v", err)
 	}
 	p.o.Logf("pilot: pass %s bftrainer: %d jobs over %s", name, len(p.jobs), window.Round(time.Second))
 	var mu sync.Mutex
@@ -461,7 +519,7 @@ func (p *pilot) pass(ctx context.Context, with bool) (*passResult, error) {
 	var wg sync.WaitGroup
 	for _, n := range AllNemeses {
 		at := time.Duration((0.15 + 0.6*rng.Float64()) * float64(window))
-		if !slices.Contains(p.o.Nemeses, n) || (!with && n != NemesisBurst) {
+		if !slices.Contains(p.o.Nemeses, n) || (!with && n != NemesisBurst && n != NemesisCtld) {
 			continue
 		}
 		wg.Add(1)
@@ -547,9 +605,15 @@ func (p *pilot) pass(ctx context.Context, with bool) (*passResult, error) {
 	r.end = time.Now()
 	close(stop)
 	sampler.Wait()
+	if out, err := p.c.Lab.Output(ctx, "sdiag"); err == nil {
+		r.split.RPC = rpcByUser(out)
+	} else {
+		p.o.Logf("pilot: sdiag: %v", err)
+	}
 	for _, run := range r.runs {
 		p.read(ctx, r, run)
 	}
+	p.o.Logf("%s", r.split.Line())
 	p.o.Logf("pilot: pass %s ended after %s: %d jobs, %d failed, %d requeued", name, r.end.Sub(r.start).Round(time.Second),
 		len(r.runs), r.failed, r.requeued)
 	return r, errors.Join(errs...)
@@ -592,7 +656,41 @@ func (p *pilot) read(ctx context.Context, r *passResult, run *pilotRun) {
 	}
 	if !run.burst && !rep.First.IsZero() {
 		r.waits = append(r.waits, run.job.StartDelay(rep))
+		r.split.Jobs++
+		// scontrol's times are whole seconds in slurmctld's zone (this
+		// machine's).
+		const layout = "2006-01-02T15:04:05"
+		start, err1 := time.ParseInLocation(layout, info["StartTime"], time.Local)
+		end, err2 := time.ParseInLocation(layout, info["EndTime"], time.Local)
+		if err1 == nil && err2 == nil {
+			r.split.Sched = append(r.split.Sched, start.Sub(run.job.Submitted))
+			r.split.Launch = append(r.split.Launch, rep.First.Sub(start))
+			r.split.Overrun = append(r.split.Overrun, end.Sub(start)-run.spec.Hold)
+		}
 	}
+}
+
+// rpcByUser reads sdiag's "Remote Procedure Call statistics by user":
+// "root=N slurm=N …" (the users as sdiag names them), "" if absent.
+func rpcByUser(sdiag string) string {
+	_, rest, ok := strings.Cut(sdiag, "statistics by user")
+	if !ok {
+		return ""
+	}
+	var out []string
+	for _, line := range strings.Split(rest, "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			break
+		}
+		// "root            (       0) count:1234   ave_time:… total_time:…"
+		for _, w := range f {
+			if c, ok := strings.CutPrefix(w, "count:"); ok {
+				out = append(out, f[0]+"="+c)
+			}
+		}
+	}
+	return strings.Join(out, ",")
 }
 
 // sleepCtx sleeps d (the workload's own clock: a job's submit time, a
