@@ -191,3 +191,53 @@ func TestGeneratedLog(t *testing.T) {
 		}
 	}
 }
+
+// TestRPCCounts reads sdiag's RPCs by message type (what Slurm 22.05
+// printed in a pilot): every RPC, and the queries among them.
+func TestRPCCounts(t *testing.T) {
+	const sdiag = `Remote Procedure Call statistics by message type
+	REQUEST_JOB_STEP_CREATE                 ( 5001) count:274    ave_time:1782   total_time:488334
+	REQUEST_SUBMIT_BATCH_JOB                ( 4003) count:135    ave_time:17879  total_time:2413742
+	REQUEST_PARTITION_INFO                  ( 2009) count:27     ave_time:401    total_time:10842
+	REQUEST_NODE_INFO                       ( 2007) count:15     ave_time:239    total_time:3596
+	REQUEST_NODE_INFO_SINGLE                ( 2040) count:12     ave_time:469    total_time:5630
+	MESSAGE_NODE_REGISTRATION_STATUS        ( 1002) count:8      ave_time:678    total_time:5429
+
+Remote Procedure Call statistics by user
+	root            (       0) count:471   ave_time:3145   total_time:4441584
+`
+	if got, want := rpcCounts(sdiag), "471/54"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if got := rpcCounts("sdiag: error"); got != "" {
+		t.Errorf("no statistics read as %q", got)
+	}
+}
+
+// TestWaitGoal: met when with bftrainer p50 and p99 are within the two
+// passes without's difference of the first, or within 1 s; unknown
+// without both passes without.
+func TestWaitGoal(t *testing.T) {
+	s := func(ms ...int) []time.Duration {
+		var ds []time.Duration
+		for _, m := range ms {
+			ds = append(ds, time.Duration(m)*time.Millisecond)
+		}
+		return ds
+	}
+	for _, c := range []struct {
+		with, w1, w2 []time.Duration
+		want         string
+	}{
+		{s(1000, 5000), s(1200, 5300), s(1100, 5200), "met"},         // within 1 s
+		{s(9000, 20000), s(3000, 10000), s(10000, 21000), "met"},     // within the noise
+		{s(42550, 115924), s(6840, 81842), s(7000, 80000), "missed"}, // the first full pilot
+		{s(3000, 5000), s(3000, 15000), s(3000, 14500), "missed"},    // p99 alone
+		{s(3000), s(3000), nil, "unknown"},
+	} {
+		r := &PilotResult{Wait: c.with, WaitWithout: c.w1, WaitWithout2: c.w2}
+		if got := r.WaitGoal(); got != c.want {
+			t.Errorf("with %v, without %v and %v: %s, want %s", c.with, c.w1, c.w2, got, c.want)
+		}
+	}
+}
