@@ -18,10 +18,11 @@ import (
 // Slurm lab (accounting on, bftrainer wired as contrib/slurm/README.md
 // says: hooks, the reconciler as a service, the sync timer, metrics),
 // Trainers harvesting what it leaves idle, the nemeses at random moments,
-// then the same slice without bftrainer, bftrainer audit and the replay's
+// then the same slice twice without bftrainer, bftrainer audit and the replay's
 // prediction from the pass's own sacct:
 //
 //	pilot log=… slice=… nodes=… speed=… main_jobs=… failed=… requeued=… drained=… trainer_beside_main_s=… audit_violations=… events_lost=… wait_p50_ms=… wait_p99_ms=… wait_without_p50_ms=… wait_without_p99_ms=… harvested_node_h=… predicted_node_h=… ratio=… wait_without2_p50_ms=… wait_without2_p99_ms=… wait_goal=…
+//	pilot wait pass=with|without|without2 jobs=… sched_p50_ms=… sched_p99_ms=… launch_p50_ms=… launch_p99_ms=… overrun_p50_ms=… overrun_p99_ms=… rpc_all_queries=…
 //	pilot nemesis=<name> at_s=<x> <what happened>
 //
 // Every nemesis line and every problem found (a job not normal, an audit
