@@ -68,6 +68,7 @@ type PilotOptions struct {
 	Seed                    uint64        // the nemeses' moments and the node they pick
 	Drain                   time.Duration // bound on the wait for the slice's last jobs after the last submit; 0 means 5 min
 	SyncEvery               time.Duration // the sync timer, compressed; 0 means a minute
+	Solver                  string        // pool.solver, live and in the replay's prediction; "" means the default, adaptive
 	Keep                    bool          // keep the lab's directory (the history, the replay's inputs) for a look afterwards
 	Logf                    func(format string, args ...any)
 }
@@ -281,6 +282,9 @@ func Pilot(ctx context.Context, o PilotOptions) (res *PilotResult, err error) {
 	if o.SyncEvery <= 0 {
 		o.SyncEvery = time.Minute
 	}
+	if o.Solver == "" {
+		o.Solver = "adaptive"
+	}
 	for _, n := range o.Nemeses {
 		if !slices.Contains(AllNemeses, n) {
 			return nil, fmt.Errorf("pilot: no nemesis %q (%s)", n, strings.Join(AllNemeses, ", "))
@@ -329,8 +333,14 @@ func Pilot(ctx context.Context, o PilotOptions) (res *PilotResult, err error) {
 	}
 	// The guide: the reconciler as a service (spawn_reconciler never),
 	// metrics for node_exporter, sync at boot and by its timer.
+	// The defaults a site starts from: the default solver (the
+	// replay's prediction uses the same), and the scheduler's plan read
+	// (scheduler.squeue), so that Trainers move off nodes backfill plans
+	// for a pending job before it lands.
 	s := p.c.Settings
 	s.Spawn = "never"
+	s.Solver = o.Solver
+	s.Plan = true
 	s.Metrics = filepath.Join(p.c.Dir, "metrics", "bftrainer.prom")
 	if err := os.MkdirAll(filepath.Dir(s.Metrics), 0o755); err != nil {
 		return nil, err
@@ -1111,7 +1121,7 @@ func (p *pilot) predict(ctx context.Context, sacct string, submit time.Time) (fl
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	out, err := p.c.In.RunEnv(rctx, []string{"TZ=UTC"}, "replay", "--trace", trace, "--nodes", nodes, "--workload", work,
-		"--allocator", "exact", "--tfwd", "60", "--max-trainers", strconv.Itoa(len(p.trains)), "--format", "json")
+		"--allocator", p.o.Solver, "--tfwd", "60", "--max-trainers", strconv.Itoa(len(p.trains)), "--format", "json")
 	if err != nil {
 		return 0, fmt.Errorf("replay: %w", err)
 	}
