@@ -155,7 +155,7 @@ func newHarvestSampler(in *Install, nodes []string) *harvestSampler {
 // sample takes one sample now; a sample that cannot be read whole is
 // left out (counted in failed: the time goes to its neighbours).
 func (s *harvestSampler) sample(ctx context.Context) {
-	at := time.Now()
+	at := time.Now().Round(0) // the wall clock, as sacct's times and the jobs' first lines
 	hs, err := s.read(ctx, at)
 	if err != nil {
 		s.failed++
@@ -352,6 +352,14 @@ func splitHarvest(nodes []string, jobs []accounting.Job, first map[string]time.T
 		return h, errors.New("harvest: no sample of the pool and the Trainer processes")
 	}
 	h.Samples = len(samples)
+	// Wall-clock times only: a time.Now() also carries a monotonic
+	// reading, which Sub uses when both times have one, so spans measured
+	// against sacct's times would not tile to the nanosecond.
+	from, to = from.Round(0), to.Round(0)
+	samples = slices.Clone(samples)
+	for i := range samples {
+		samples[i].at = samples[i].at.Round(0)
+	}
 	// Each sample's span: from halfway after the one before (the span's
 	// start for the first) to halfway before the next (its end for the
 	// last).

@@ -144,7 +144,7 @@ type PilotResult struct {
 	AuditViolations            int
 	EventsLost                 int // jobs in sacct on pool nodes without their prolog_slurmctld or epilog_slurmctld in the history
 	Wait, WaitWithout          []time.Duration
-	HarvestedNodeH, PredictedH float64 // node-hours used by Trainers (Harvest.UsedH); the replay's
+	HarvestedNodeH, PredictedH float64 // node-hours used by Trainers (Harvest.UsedH), and by the replay's Trainers
 	Harvest                    Harvest // the idle node-hours by stage (harvest.go)
 	Nemeses                    []NemesisReport
 	// Problems are what was not normal about main jobs, and the
