@@ -43,7 +43,7 @@ import (
 //
 // held is the old measure (nodes the pool shows held, over the whole
 // span, busy or not). beside is a cross-check of the jobs' own watches:
-// the node-time of samples that saw a Trainer process alive on a node,
+// the node-time (in the span) of samples that saw a Trainer process alive on a node,
 // taken at an instant when a main job surely ran there — from the job's
 // first line (its own clock: with PrologFlags=Alloc every node's prolog,
 // the Trainer's kill, is done by then; sacct's Start is the allocation,
