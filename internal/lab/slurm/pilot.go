@@ -154,7 +154,8 @@ type PilotResult struct {
 	// job's first line: prologs and launch), and how much longer than
 	// their hold the jobs ran (turnover).
 	WaitSplits                 []WaitSplit
-	HarvestedNodeH, PredictedH float64
+	HarvestedNodeH, PredictedH float64 // node-hours used by Trainers (Harvest.UsedH), and by the replay's Trainers
+	Harvest                    Harvest // the idle node-hours by stage (harvest.go)
 	Nemeses                    []NemesisReport
 	// Problems are what was not normal about main jobs, and the
 	// Trainers' own failures, in words (empty on a clean pilot).
@@ -490,13 +491,8 @@ type passResult struct {
 	beside           float64
 	problems         []string
 	nemeses          []NemesisReport
-	samples          []heldSample // with bftrainer: the nodes Trainers held, every second
+	harvest          *harvestSampler // with bftrainer: the pool and the Trainer processes, every second
 	split            WaitSplit
-}
-
-type heldSample struct {
-	at    time.Time
-	nodes int
 }
 
 // pass submits the slice (each job at its time), runs the nemeses (with
@@ -545,11 +541,12 @@ func (p *pilot) pass(ctx context.Context, name string, with bool) (*passResult, 
 			mu.Unlock()
 		}()
 	}
-	// With bftrainer: the nodes Trainers hold, every second, and the sync
-	// timer's command.
+	// With bftrainer: the pool and the Trainer processes, every second,
+	// and the sync timer's command.
 	stop := make(chan struct{})
 	var sampler sync.WaitGroup
 	if with {
+		r.harvest = newHarvestSampler(p.c.In, p.c.Lab.Nodes)
 		sampler.Add(1)
 		go func() {
 			defer sampler.Done()
@@ -563,13 +560,7 @@ func (p *pilot) pass(ctx context.Context, name string, with bool) (*passResult, 
 				case <-ctx.Done():
 					return
 				case now := <-tick.C:
-					if held, err := p.c.In.Held(ctx); err == nil {
-						n := 0
-						for _, ns := range held {
-							n += len(ns)
-						}
-						r.samples = append(r.samples, heldSample{now, n})
-					}
+					r.harvest.sample(ctx)
 					if now.Sub(lastSync) >= p.o.SyncEvery {
 						lastSync = now
 						if out, err := p.c.Run(ctx, "sync"); err != nil {
@@ -976,8 +967,9 @@ func (p *pilot) check(ctx context.Context, r *passResult) error {
 	for _, v := range audit.Violations {
 		p.res.Problems = append(p.res.Problems, "audit: "+string(v))
 	}
-	// Harvest: node-seconds Trainers held, over the accounting's span
-	// (the replay's: first start to last end).
+	// Harvest: node-hours used by Trainers (a Trainer process alive on an
+	// idle node), the rest by stage, over the accounting's span (the
+	// replay's: first start to last end).
 	first, last := to, from
 	for _, j := range listing.Jobs {
 		if j.Start.Before(first) {
@@ -987,7 +979,10 @@ func (p *pilot) check(ctx context.Context, r *passResult) error {
 			last = j.End
 		}
 	}
-	p.res.HarvestedNodeH = heldNodeHours(r.samples, first, last)
+	if p.res.Harvest, err = p.harvest(r, listing, first, last); err != nil {
+		return err
+	}
+	p.res.HarvestedNodeH = p.res.Harvest.UsedH
 	p.res.PredictedH, err = p.predict(ctx, raw, r.start)
 	if err != nil {
 		return err
@@ -1047,24 +1042,6 @@ func (p *pilot) sacct(ctx context.Context, from, to time.Time, r *passResult) (*
 		return nil, "", fmt.Errorf("sacct did not list every job of the pass as ended: %w", err)
 	}
 	return listing, out, nil
-}
-
-// heldNodeHours integrates the held-node samples over [from, to].
-func heldNodeHours(ss []heldSample, from, to time.Time) float64 {
-	var sec float64
-	for i := 1; i < len(ss); i++ {
-		a, b := ss[i-1].at, ss[i].at
-		if a.Before(from) {
-			a = from
-		}
-		if b.After(to) {
-			b = to
-		}
-		if b.After(a) {
-			sec += b.Sub(a).Seconds() * float64(ss[i-1].nodes)
-		}
-	}
-	return sec / 3600
 }
 
 // predict replays the pass's own accounting (bftrainer replay --trace

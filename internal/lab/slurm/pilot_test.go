@@ -128,6 +128,7 @@ func TestPilotCI(t *testing.T) {
 		SyncEvery: 20 * time.Second, Keep: os.Getenv("BFT_PILOT_KEEP") != "", Logf: t.Logf})
 	if r != nil {
 		t.Log(r.Line())
+		t.Log(r.HarvestLine())
 		for _, l := range r.NemesisLines() {
 			t.Log(l)
 		}
@@ -153,16 +154,24 @@ func TestPilotCI(t *testing.T) {
 	if r.HarvestedNodeH <= 0 {
 		t.Errorf("the Trainers harvested %.4f node-hours: nothing ran", r.HarvestedNodeH)
 	}
-}
-
-// TestHeldNodeHours: the held-node samples integrate step-wise (each
-// sample's count until the next), clipped to the window.
-func TestHeldNodeHours(t *testing.T) {
-	t0 := time.Unix(1_800_000_000, 0)
-	ss := []heldSample{{t0, 2}, {t0.Add(10 * time.Second), 4}, {t0.Add(20 * time.Second), 0}, {t0.Add(30 * time.Second), 1}}
-	// [5, 25]: 5 s × 2 + 10 s × 4 + 5 s × 0 = 50 node-seconds.
-	if got, want := heldNodeHours(ss, t0.Add(5*time.Second), t0.Add(25*time.Second)), 50.0/3600; math.Abs(got-want) > 1e-12 {
-		t.Errorf("got %v node-hours, want %v", got, want)
+	// The split: its stages tile the idle time (to a sample's rounding:
+	// they do exactly, in nanoseconds), nothing is negative, and used is
+	// what the result line says.
+	h := r.Harvest
+	if sum := h.StagesH(); math.Abs(sum-h.IdleH) > 1.0/3600 || h.IdleH <= 0 {
+		t.Errorf("the stages sum to %.6f node-hours, the idle time is %.6f", sum, h.IdleH)
+	}
+	for name, v := range map[string]float64{"used": h.UsedH, "startup": h.StartupH, "completing": h.CompletingH,
+		"reconcile": h.ReconcileH, "no_demand": h.NoDemandH, "held": h.HeldH, "beside": h.BesideS} {
+		if v < 0 {
+			t.Errorf("%s is negative: %v", name, v)
+		}
+	}
+	if h.UsedH != r.HarvestedNodeH || h.UsedH > h.IdleH {
+		t.Errorf("used %.4f node-hours, harvested %.4f, idle %.4f: want used = harvested ≤ idle", h.UsedH, r.HarvestedNodeH, h.IdleH)
+	}
+	if h.Samples == 0 || h.MaxGap <= 0 {
+		t.Errorf("%d samples, the longest gap %s", h.Samples, h.MaxGap)
 	}
 }
 

@@ -1,0 +1,493 @@
+package slurm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/bftrainer/bftrainer/accounting"
+	"github.com/bftrainer/bftrainer/pool"
+)
+
+// The pilot's harvest (issue 27's goal: node-hours used by Trainers
+// against the replay's prediction, the rest explained by stage).
+//
+// Once a second the sampler (harvestSampler.sample) records, per lab
+// node, what the pool's saved state says of it (held for a Trainer; free:
+// joined and lent to none) and whether a Trainer process is alive on it,
+// and whether any admitted Trainer could take another node. After the
+// pass, splitHarvest takes the idle node-time from sacct (a node is busy
+// from a job's Start to its End; idle otherwise, over the accounting's
+// first start to last end) and files each idle instant under exactly one
+// stage, by the sample nearest in time (each sample stands for the time
+// from halfway after the one before to halfway before the one after):
+//
+//   - used: a Trainer process is alive on the node;
+//   - startup: the pool holds the node for a Trainer, no process yet;
+//   - completing: neither held nor free: the pool has not got the node
+//     back since sacct's End (the epilog and Slurm's COMPLETING, then the
+//     reconciler folding the join; also the second sacct's whole-second
+//     End leaves before the job's real end);
+//   - reconcile: free in the pool while an admitted Trainer is below its
+//     maximum (and not backing off after failed starts): the time until a
+//     reconciler round gives it, or the solver's choice not to grow (a
+//     rescale worth less than it costs over tfwd — the replay makes the
+//     same choice);
+//   - no_demand: free while no admitted Trainer could take it.
+//
+// held is the old measure (nodes the pool shows held, over the whole
+// span, busy or not). beside is a cross-check of the jobs' own watches:
+// the node-time (in the span) of samples that saw a Trainer process alive on a node,
+// taken at an instant when a main job surely ran there — from the job's
+// first line (its own clock: with PrologFlags=Alloc every node's prolog,
+// the Trainer's kill, is done by then; sacct's Start is the allocation,
+// before the prologs, and its step start is slurmctld's launch, before
+// them too) to sacct's End.
+//
+// Where the processes are seen: the lab's cgroup subtree
+// (Install.CgroupRoot: ROOT/TRAINER/NODE@NONCE, one leaf per launch, whose
+// cgroup.events says "populated 1" while a live process is in it; a
+// zombie is not) — a directory walk and a small read per launch. The
+// run-token scan (Install.TrainerProcs) reads every process's stat and
+// whole environment: about 10 ms a call with 370 processes of 6 kB
+// environments on this 2-core machine, measured, where the walk is well
+// under a millisecond. The scan stays as the fallback where there is no
+// subtree (no cgroup2, containment degraded), and as a cross-check every
+// harvestCheckEvery samples (Harvest.ProcChecks, ProcMismatches).
+
+// harvestCheckEvery is how many samples apart the cgroup source is
+// checked against the run-token scan.
+const harvestCheckEvery = 30
+
+// Harvest is how a pass's idle node-time was spent.
+type Harvest struct {
+	// IdleH is the lab's nodes' idle node-hours by sacct over the
+	// accounting's span; UsedH + StartupH + CompletingH + ReconcileH +
+	// NoDemandH is IdleH.
+	IdleH, UsedH, StartupH, CompletingH, ReconcileH, NoDemandH float64
+	HeldH                                                      float64 // node-hours the pool showed held, busy or not (the old measure)
+	BesideS                                                    float64 // node-seconds a Trainer process was seen on a node a main job surely held
+	Samples                                                    int
+	MaxGap                                                     time.Duration // the longest time between two samples
+	// The sampler's own cost and its cross-check (in the log, not the
+	// line): failed samples, mean time of the pool's read and of the
+	// processes' read, and the run-token scans against the cgroups.
+	Failed                     int
+	PoolRead, ProcRead         time.Duration
+	ProcSource                 string // "cgroup", "token" or "cgroup+token" (the fallback used at times)
+	ProcChecks, ProcMismatches int    // node-checks of the cgroup source against the scan, and the nodes they disagreed on
+	CheckRead                  time.Duration
+}
+
+// StagesH is the sum of the stages.
+func (h Harvest) StagesH() float64 {
+	return h.UsedH + h.StartupH + h.CompletingH + h.ReconcileH + h.NoDemandH
+}
+
+// HarvestLine is the pilot's harvest line: the idle node-hours and how
+// they were spent.
+func (r *PilotResult) HarvestLine() string {
+	h := r.Harvest
+	return fmt.Sprintf("pilot harvest idle_node_h=%.3f used_node_h=%.3f held_node_h=%.3f startup_node_h=%.3f completing_node_h=%.3f "+
+		"reconcile_node_h=%.3f no_demand_node_h=%.3f beside_node_s=%.1f samples=%d max_gap_s=%.1f",
+		h.IdleH, h.UsedH, h.HeldH, h.StartupH, h.CompletingH, h.ReconcileH, h.NoDemandH, h.BesideS, h.Samples, h.MaxGap.Seconds())
+}
+
+// harvestSample is what the sampler saw at one instant.
+type harvestSample struct {
+	at     time.Time
+	held   []string // nodes the pool lends to a Trainer
+	free   []string // nodes in the pool lent to none
+	procs  []string // nodes with a live Trainer process
+	demand bool     // an admitted Trainer could take another node
+}
+
+// harvestStage is one stage of an idle node-second.
+type harvestStage int
+
+const (
+	stageUsed harvestStage = iota
+	stageStartup
+	stageCompleting
+	stageReconcile
+	stageNoDemand
+	nStages
+)
+
+// stage files a node's idle time at this sample.
+func (s *harvestSample) stage(node string) harvestStage {
+	switch {
+	case slices.Contains(s.procs, node):
+		return stageUsed
+	case slices.Contains(s.held, node):
+		return stageStartup
+	case !slices.Contains(s.free, node):
+		return stageCompleting
+	case s.demand:
+		return stageReconcile
+	}
+	return stageNoDemand
+}
+
+// harvestSampler samples the pool and the Trainer processes of a pass.
+type harvestSampler struct {
+	in      *Install
+	nodes   []string
+	samples []harvestSample
+	failed  int
+	lastErr error
+	// The cost of each read, summed, and the sources used.
+	poolRead, procRead, checkRead time.Duration
+	cgroup, token                 int
+	checks, mismatches            int
+}
+
+func newHarvestSampler(in *Install, nodes []string) *harvestSampler {
+	return &harvestSampler{in: in, nodes: nodes}
+}
+
+// sample takes one sample now; a sample that cannot be read whole is
+// left out (counted in failed: the time goes to its neighbours).
+func (s *harvestSampler) sample(ctx context.Context) {
+	at := time.Now().Round(0) // the wall clock, as sacct's times and the jobs' first lines
+	hs, err := s.read(ctx, at)
+	if err != nil {
+		s.failed++
+		s.lastErr = err
+		return
+	}
+	s.samples = append(s.samples, hs)
+	if len(s.samples)%harvestCheckEvery == 0 {
+		t := time.Now()
+		procs, err := s.tokenNodes()
+		s.checkRead += time.Since(t)
+		if err == nil {
+			for _, n := range s.nodes {
+				s.checks++
+				if slices.Contains(procs, n) != slices.Contains(hs.procs, n) {
+					s.mismatches++
+				}
+			}
+		}
+	}
+}
+
+func (s *harvestSampler) read(ctx context.Context, at time.Time) (harvestSample, error) {
+	hs := harvestSample{at: at}
+	t := time.Now()
+	db, err := s.in.OpenDB(ctx)
+	if err != nil {
+		return hs, err
+	}
+	// Opened and closed each time: a handle kept open would hold the
+	// database's files and keep the db-readonly nemesis from remounting.
+	snap, err := db.Load(ctx)
+	db.Close()
+	if err != nil {
+		return hs, err
+	}
+	for _, n := range snap.State.Nodes {
+		if n.State != pool.Idle || !slices.Contains(s.nodes, n.Name) {
+			continue
+		}
+		if n.Trainer != "" {
+			hs.held = append(hs.held, n.Name)
+		} else {
+			hs.free = append(hs.free, n.Name)
+		}
+	}
+	for _, tr := range snap.State.Trainers {
+		if tr.Status == pool.Running && (tr.Max <= 0 || len(tr.Nodes) < tr.Max) && !tr.Starts.RetryAt.After(at) {
+			hs.demand = true
+		}
+	}
+	s.poolRead += time.Since(t)
+	t = time.Now()
+	procs, ok, err := cgroupNodes(s.in.CgroupRoot)
+	if err == nil && !ok {
+		s.token++
+		procs, err = s.tokenNodes()
+	} else if err == nil {
+		s.cgroup++
+	}
+	s.procRead += time.Since(t)
+	if err != nil {
+		return hs, err
+	}
+	for _, n := range procs {
+		if slices.Contains(s.nodes, n) {
+			hs.procs = append(hs.procs, n)
+		}
+	}
+	return hs, nil
+}
+
+// tokenNodes are the nodes with a live process carrying a run token of
+// one of the install's Trainers.
+func (s *harvestSampler) tokenNodes() ([]string, error) {
+	ps, err := s.in.TrainerProcs()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range ps {
+		if t, ok := p.Token(); ok && !slices.Contains(out, t.Node) {
+			out = append(out, t.Node)
+		}
+	}
+	return out, nil
+}
+
+// cgroupNodes returns the nodes with a live process in a launch cgroup
+// of the subtree root (ROOT/TRAINER/NODE@NONCE); ok is false where there
+// is no subtree (root "", or not made: no launch contained in cgroups
+// yet). A launch's cgroup removed while it is read has nothing in it.
+func cgroupNodes(root string) (nodes []string, ok bool, err error) {
+	if root == "" {
+		return nil, false, nil
+	}
+	trainers, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	for _, t := range trainers {
+		if !t.IsDir() {
+			continue
+		}
+		leaves, err := os.ReadDir(filepath.Join(root, t.Name()))
+		if err != nil {
+			continue // removed meanwhile
+		}
+		for _, l := range leaves {
+			node, _, isRun := strings.Cut(l.Name(), "@")
+			if !l.IsDir() || !isRun || slices.Contains(nodes, node) {
+				continue
+			}
+			if pop, err := populatedLeaf(filepath.Join(root, t.Name(), l.Name())); err == nil && pop {
+				nodes = append(nodes, node)
+			}
+		}
+	}
+	return nodes, true, nil
+}
+
+// populatedLeaf reads a cgroup's cgroup.events: "populated 1" while a
+// live process is in it or below.
+func populatedLeaf(dir string) (bool, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
+	if err != nil {
+		return false, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, " "); ok && k == "populated" {
+			return strings.TrimSpace(v) != "0", nil
+		}
+	}
+	return false, nil
+}
+
+// result is the split of the sampled pass over [from, to].
+func (s *harvestSampler) result(nodes []string, jobs []accounting.Job, first map[string]time.Time, from, to time.Time) (Harvest, error) {
+	h, err := splitHarvest(nodes, jobs, first, s.samples, from, to)
+	h.Failed = s.failed
+	if n := len(s.samples) + s.failed; n > 0 {
+		h.PoolRead = s.poolRead / time.Duration(n)
+		h.ProcRead = s.procRead / time.Duration(n)
+	}
+	switch {
+	case s.cgroup > 0 && s.token > 0:
+		h.ProcSource = "cgroup+token"
+	case s.cgroup > 0:
+		h.ProcSource = "cgroup"
+	case s.token > 0:
+		h.ProcSource = "token"
+	}
+	h.ProcChecks, h.ProcMismatches = s.checks, s.mismatches
+	if k := len(s.samples) / harvestCheckEvery; k > 0 {
+		h.CheckRead = s.checkRead / time.Duration(k)
+	}
+	if err != nil && s.lastErr != nil {
+		err = fmt.Errorf("%w (the last failed sample: %v)", err, s.lastErr)
+	}
+	return h, err
+}
+
+// interval is [a, b).
+type interval struct{ a, b time.Time }
+
+// overlap is the length of [a, b) ∩ [c, d).
+func overlap(a, b, c, d time.Time) time.Duration {
+	lo, hi := a, b
+	if c.After(lo) {
+		lo = c
+	}
+	if d.Before(hi) {
+		hi = d
+	}
+	if hi.After(lo) {
+		return hi.Sub(lo)
+	}
+	return 0
+}
+
+// splitHarvest splits the nodes' idle time over [from, to] by stage (see
+// the top of this file). jobs are sacct's allocations; first is each
+// job's first line by its ID (zero or absent: its sacct Start is taken,
+// for beside); samples are in time order.
+func splitHarvest(nodes []string, jobs []accounting.Job, first map[string]time.Time, samples []harvestSample, from, to time.Time) (Harvest, error) {
+	var h Harvest
+	if !to.After(from) {
+		return h, fmt.Errorf("harvest: an empty span %s to %s", from.Format(time.RFC3339), to.Format(time.RFC3339))
+	}
+	if len(samples) == 0 {
+		return h, errors.New("harvest: no sample of the pool and the Trainer processes")
+	}
+	h.Samples = len(samples)
+	// Wall-clock times only: a time.Now() also carries a monotonic
+	// reading, which Sub uses when both times have one, so spans measured
+	// against sacct's times would not tile to the nanosecond.
+	from, to = from.Round(0), to.Round(0)
+	samples = slices.Clone(samples)
+	for i := range samples {
+		samples[i].at = samples[i].at.Round(0)
+	}
+	// Each sample's span: from halfway after the one before (the span's
+	// start for the first) to halfway before the next (its end for the
+	// last).
+	spans := make([]interval, len(samples))
+	for i, s := range samples {
+		if i > 0 && s.at.Before(samples[i-1].at) {
+			return h, fmt.Errorf("harvest: sample %d at %s before the one before it", i, s.at.Format(time.RFC3339Nano))
+		}
+		spans[i].a, spans[i].b = from, to
+		if i > 0 {
+			prev := samples[i-1].at
+			spans[i].a = prev.Add(s.at.Sub(prev) / 2)
+			h.MaxGap = max(h.MaxGap, s.at.Sub(prev))
+		}
+		if i+1 < len(samples) {
+			spans[i].b = s.at.Add(samples[i+1].at.Sub(s.at) / 2)
+		}
+	}
+	var idle, held, beside time.Duration
+	var stages [nStages]time.Duration
+	for _, node := range nodes {
+		var busy, hold []interval // sacct's holds; the certain ones (beside)
+		for _, j := range jobs {
+			if !slices.Contains(j.Nodes, node) {
+				continue
+			}
+			busy = append(busy, interval{j.Start, j.End})
+			sure := j.Start
+			if f := first[j.ID]; !f.IsZero() {
+				sure = f
+			}
+			hold = append(hold, interval{sure, j.End})
+		}
+		free := idleIntervals(busy, from, to)
+		for _, iv := range free {
+			idle += iv.b.Sub(iv.a)
+		}
+		for i := range samples {
+			s, sp := &samples[i], spans[i]
+			if !sp.b.After(sp.a) {
+				continue
+			}
+			if slices.Contains(s.held, node) {
+				held += overlap(sp.a, sp.b, from, to)
+			}
+			st := s.stage(node)
+			for _, iv := range free {
+				stages[st] += overlap(sp.a, sp.b, iv.a, iv.b)
+			}
+			if st == stageUsed {
+				for _, iv := range hold {
+					if !s.at.Before(iv.a) && s.at.Before(iv.b) {
+						beside += overlap(sp.a, sp.b, maxTime(iv.a, from), minTime(iv.b, to))
+					}
+				}
+			}
+		}
+	}
+	hours := func(d time.Duration) float64 { return d.Hours() }
+	h.IdleH, h.HeldH, h.BesideS = hours(idle), hours(held), beside.Seconds()
+	h.UsedH, h.StartupH, h.CompletingH = hours(stages[stageUsed]), hours(stages[stageStartup]), hours(stages[stageCompleting])
+	h.ReconcileH, h.NoDemandH = hours(stages[stageReconcile]), hours(stages[stageNoDemand])
+	var sum time.Duration
+	for _, d := range stages {
+		sum += d
+	}
+	if sum != idle {
+		// The spans tile [from, to] and the idle intervals are in it:
+		// this is a bug in the split, never the run's.
+		return h, fmt.Errorf("harvest: the stages sum to %s, the idle time is %s", sum, idle)
+	}
+	if math.IsNaN(h.IdleH) {
+		return h, errors.New("harvest: idle time not a number")
+	}
+	return h, nil
+}
+
+// idleIntervals is [from, to] less the busy intervals, in time order.
+func idleIntervals(busy []interval, from, to time.Time) []interval {
+	slices.SortFunc(busy, func(x, y interval) int { return x.a.Compare(y.a) })
+	var out []interval
+	at := from
+	for _, b := range busy {
+		if b.a.After(at) {
+			out = append(out, interval{at, minTime(b.a, to)})
+		}
+		if b.b.After(at) {
+			at = b.b
+		}
+		if !at.Before(to) {
+			return out
+		}
+	}
+	if to.After(at) {
+		out = append(out, interval{at, to})
+	}
+	return out
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// harvest splits the pass's idle node-time (the harvest part of check):
+// the jobs' first lines from their own output, the rest from sacct.
+func (p *pilot) harvest(r *passResult, listing *accounting.Listing, from, to time.Time) (Harvest, error) {
+	first := map[string]time.Time{}
+	for _, run := range r.runs {
+		if rep, err := run.job.Report(); err == nil {
+			first[run.job.ID] = rep.First
+		}
+	}
+	if r.harvest == nil {
+		return Harvest{}, errors.New("harvest: the pass was not sampled")
+	}
+	h, err := r.harvest.result(p.c.Lab.Nodes, listing.Jobs, first, from, to)
+	p.o.Logf("pilot: harvest sampler: %d samples (%d failed), means: pool read %s, processes %s (%s), run-token scan %s (every %dth sample: %d node-checks, %d disagreeing)",
+		h.Samples, h.Failed, h.PoolRead.Round(time.Microsecond), h.ProcRead.Round(time.Microsecond), h.ProcSource, h.CheckRead.Round(time.Microsecond),
+		harvestCheckEvery, h.ProcChecks, h.ProcMismatches)
+	return h, err
+}
