@@ -61,6 +61,7 @@ func (c *pilotCommand) Run(ctx context.Context, args []string) error {
 	without := fs.Bool("without", true, "run the slice twice more without bftrainer, for the queue wait and its noise")
 	seed := fs.Uint64("seed", 1, "`SEED` of the nemeses' moments")
 	solver := fs.String("solver", "adaptive", "pool.solver, live and in the replay's prediction")
+	journalPath := fs.Bool("journal-path", true, "run the guide's optional bftrainer-journal.path: a reconcile the moment a hook writes, not only at the service's tick")
 	keep := fs.Bool("keep", false, "keep the lab's directory (the history, the replay's inputs)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -82,7 +83,7 @@ func (c *pilotCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	r, err := slurm.Pilot(ctx, slurm.PilotOptions{Repo: repoAbs, Log: *log, From: *from, Jobs: *jobs, Nodes: *nodes, Speed: *speed,
-		Elastic: *elastic, Torchrun: *torchrun, Exec: *execs, Nemeses: ns, NemesisHold: *hold, Without: *without, Seed: *seed, Solver: *solver, Keep: *keep,
+		Elastic: *elastic, Torchrun: *torchrun, Exec: *execs, Nemeses: ns, NemesisHold: *hold, Without: *without, Seed: *seed, Solver: *solver, JournalPath: *journalPath, Keep: *keep,
 		Logf: func(format string, args ...any) { fmt.Fprintf(c.stderr, "bftrainer-bench: "+format+"\n", args...) }})
 	if err != nil {
 		if r != nil {

@@ -68,9 +68,12 @@ type PilotOptions struct {
 	Seed                    uint64        // the nemeses' moments and the node they pick
 	Drain                   time.Duration // bound on the wait for the slice's last jobs after the last submit; 0 means 5 min
 	SyncEvery               time.Duration // the sync timer, compressed; 0 means a minute
-	Solver                  string        // pool.solver, live and in the replay's prediction; "" means the default, adaptive
-	Keep                    bool          // keep the lab's directory (the history, the replay's inputs) for a look afterwards
-	Logf                    func(format string, args ...any)
+	// JournalPath runs the guide's optional bftrainer-journal.path with
+	// the service: a reconcile the moment a hook writes (pathunit.go).
+	JournalPath bool
+	Solver      string // pool.solver, live and in the replay's prediction; "" means the default, adaptive
+	Keep        bool   // keep the lab's directory (the history, the replay's inputs) for a look afterwards
+	Logf        func(format string, args ...any)
 }
 
 // PilotJob is one job of the slice, scaled to the lab.
@@ -333,7 +336,9 @@ func Pilot(ctx context.Context, o PilotOptions) (res *PilotResult, err error) {
 		}
 	}
 	// The guide: the reconciler as a service (spawn_reconciler never),
-	// metrics for node_exporter, sync at boot and by its timer.
+	// metrics for node_exporter, sync at boot and by its timer; with
+	// JournalPath, its optional path unit too (in the pass with
+	// bftrainer).
 	// The defaults a site starts from: the default solver (the
 	// replay's prediction uses the same), and the scheduler's plan read
 	// (scheduler.squeue), so that Trainers move off nodes backfill plans
@@ -545,6 +550,14 @@ func (p *pilot) pass(ctx context.Context, name string, with bool) (*passResult, 
 	// and the sync timer's command.
 	stop := make(chan struct{})
 	var sampler sync.WaitGroup
+	if with && p.o.JournalPath {
+		sampler.Add(1)
+		go func() {
+			defer sampler.Done()
+			runs, failed := p.c.In.journalPath(ctx, stop)
+			p.o.Logf("pilot: bftrainer-journal.path started %d reconciles (%d failed)", runs, failed)
+		}()
+	}
 	if with {
 		r.harvest = newHarvestSampler(p.c.In, p.c.Lab.Nodes)
 		sampler.Add(1)

@@ -124,7 +124,7 @@ func TestPilotCI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	r, err := Pilot(ctx, PilotOptions{Repo: trainertest.RepoRoot(t), Log: log, From: from, Jobs: 25, Nodes: 6, Prefix: "pci",
-		Speed: 900, Elastic: 1, Exec: 1, Nemeses: []string{NemesisCtld}, Seed: 1, Drain: 2 * time.Minute,
+		Speed: 900, Elastic: 1, Exec: 1, JournalPath: true, Nemeses: []string{NemesisCtld}, Seed: 1, Drain: 2 * time.Minute,
 		SyncEvery: 20 * time.Second, Keep: os.Getenv("BFT_PILOT_KEEP") != "", Logf: t.Logf})
 	if r != nil {
 		t.Log(r.Line())

@@ -1,0 +1,59 @@
+package slurm
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"time"
+)
+
+// journalPathEvery is how often the pilot's stand-in for
+// bftrainer-journal.path looks at the journal: systemd watches it with
+// inotify, so a record is taken up within milliseconds there.
+const journalPathEvery = 50 * time.Millisecond
+
+// journalPath is the guide's optional bftrainer-journal.path and
+// bftrainer-reconcile-now.service (contrib/slurm), as systemd runs them:
+// while the journal directory is not empty (DirectoryNotEmpty=), one
+// `bftrainer reconcile` at a time, at Nice=5, started again after each
+// ends while records remain — so that a hook's record is folded the
+// moment it lands, not at the service's next tick. It runs until stop is
+// closed and returns how many reconciles it started and how many failed
+// (one that finds the service's round holding the lock exits at once:
+// not a failure).
+func (in *Install) journalPath(ctx context.Context, stop <-chan struct{}) (runs, failed int) {
+	t := time.NewTicker(journalPathEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return runs, failed
+		case <-ctx.Done():
+			return runs, failed
+		case <-t.C:
+		}
+		if !dirNotEmpty(in.Journal) {
+			continue
+		}
+		runs++
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		cmd := exec.CommandContext(rctx, "nice", "-n", "5", in.Bin, "reconcile")
+		cmd.Env, cmd.Dir = in.env(), "/"
+		if err := cmd.Run(); err != nil {
+			failed++
+		}
+		cancel()
+	}
+}
+
+// dirNotEmpty is systemd's DirectoryNotEmpty=: the directory exists and
+// holds an entry.
+func dirNotEmpty(dir string) bool {
+	f, err := os.Open(dir)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	names, _ := f.Readdirnames(1)
+	return len(names) > 0
+}
