@@ -14,19 +14,26 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
-// SSHD is a running sshd for tests, and the client side of it.
-type SSHD struct {
-	Dir      string            // its keys, configurations and log
+// SSHClient is the side of test sshds that clients use, and where their
+// files are.
+type SSHClient struct {
+	Dir      string            // the keys, configurations and logs
 	Port     int               // the same on every address
 	Config   string            // ssh_config mapping node names to addresses (ssh -F)
 	Identity string            // the client's private key, authorised for every user
 	Nodes    map[string]string // node name → loopback address
-	tb       testing.TB
-	d        *daemon
+}
+
+// SSHD is a running sshd for tests, and the client side of it.
+type SSHD struct {
+	SSHClient
+	tb testing.TB
+	d  *daemon
 }
 
 // Sshd is Debian's OpenSSH server.
@@ -71,7 +78,7 @@ func Loopback(n int) map[string]string {
 func StartSSHD(tb testing.TB, nodes map[string]string, down ...string) *SSHD {
 	tb.Helper()
 	NeedSSHD(tb)
-	k, err := newSSHKeys(tb.TempDir(), nodes)
+	k, err := newSSHClient(tb.TempDir(), nodes)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -85,7 +92,7 @@ func StartSSHD(tb testing.TB, nodes map[string]string, down ...string) *SSHD {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s := &SSHD{Dir: k.dir, Port: k.port, Config: k.config, Identity: k.identity, Nodes: nodes, tb: tb, d: d}
+	s := &SSHD{SSHClient: *k, tb: tb, d: d}
 	s.Start()
 	tb.Cleanup(s.Stop)
 	return s
@@ -109,12 +116,9 @@ func (s *SSHD) Stop() {
 // is that node alone not answering. Unlike StartSSHD it needs no test:
 // the Slurm lab's pilot stops one node's sshd as a nemesis.
 type NodeSSHD struct {
-	Dir      string            // the keys, configurations and logs
-	Port     int               // the same on every address
-	Config   string            // ssh_config mapping node names to addresses (ssh -F)
-	Identity string            // the client's private key, authorised for every user
-	Nodes    map[string]string // node name → loopback address
-	ds       map[string]*daemon
+	SSHClient
+	mu sync.Mutex
+	ds map[string]*daemon
 }
 
 // StartNodeSSHD writes fresh keys and configurations into dir (created
@@ -127,11 +131,11 @@ func StartNodeSSHD(dir string, nodes map[string]string) (s *NodeSSHD, err error)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	k, err := newSSHKeys(dir, nodes)
+	k, err := newSSHClient(dir, nodes)
 	if err != nil {
 		return nil, err
 	}
-	s = &NodeSSHD{Dir: k.dir, Port: k.port, Config: k.config, Identity: k.identity, Nodes: nodes, ds: map[string]*daemon{}}
+	s = &NodeSSHD{SSHClient: *k, ds: map[string]*daemon{}}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -139,10 +143,12 @@ func StartNodeSSHD(dir string, nodes map[string]string) (s *NodeSSHD, err error)
 		}
 	}()
 	for _, n := range k.names() {
-		if s.ds[n], err = k.daemon(n, []string{nodes[n]}); err != nil {
+		d, err := k.daemon(n, []string{nodes[n]})
+		if err != nil {
 			return s, err
 		}
-		if err = s.ds[n].start(); err != nil {
+		s.ds[n] = d
+		if err := d.start(); err != nil {
 			return s, err
 		}
 	}
@@ -152,6 +158,8 @@ func StartNodeSSHD(dir string, nodes map[string]string) (s *NodeSSHD, err error)
 // Stop kills node's sshd by its pid: the node no longer accepts ssh
 // connections. Sessions already open finish by themselves.
 func (s *NodeSSHD) Stop(node string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	d, ok := s.ds[node]
 	if !ok {
 		return fmt.Errorf("sshd: no node %q", node)
@@ -163,6 +171,8 @@ func (s *NodeSSHD) Stop(node string) error {
 // Start starts node's sshd again (a no-op while it runs) and waits until
 // it accepts connections.
 func (s *NodeSSHD) Start(node string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	d, ok := s.ds[node]
 	if !ok {
 		return fmt.Errorf("sshd: no node %q", node)
@@ -172,21 +182,17 @@ func (s *NodeSSHD) Start(node string) error {
 
 // Close stops every node's sshd.
 func (s *NodeSSHD) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, d := range s.ds {
 		d.stop()
 	}
 }
 
-// sshKeys is what every sshd of a test or lab and its clients share, in
-// dir: the host and user keys, authorized_keys, the client's ssh_config
-// (node names to addresses, at one port) and known_hosts.
-type sshKeys struct {
-	dir, config, identity string
-	port                  int
-	nodes                 map[string]string
-}
-
-func newSSHKeys(dir string, nodes map[string]string) (*sshKeys, error) {
+// newSSHClient writes what every sshd of a test or lab and their clients
+// share into dir: the host and user keys, authorized_keys, the client's
+// ssh_config (node names to addresses, at one free port) and known_hosts.
+func newSSHClient(dir string, nodes map[string]string) (*SSHClient, error) {
 	// sshd needs its privilege-separation directory.
 	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
 		return nil, err
@@ -212,14 +218,14 @@ func newSSHKeys(dir string, nodes map[string]string) (*sshKeys, error) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return nil, err
 	}
-	k := &sshKeys{dir: dir, config: filepath.Join(dir, "ssh_config"), identity: filepath.Join(dir, "id_ed25519"), nodes: nodes}
-	if k.port, err = freePort(nodes); err != nil {
+	k := &SSHClient{Dir: dir, Config: filepath.Join(dir, "ssh_config"), Identity: filepath.Join(dir, "id_ed25519"), Nodes: nodes}
+	if k.Port, err = freePort(nodes); err != nil {
 		return nil, err
 	}
 	var cc, kh strings.Builder
 	for _, n := range k.names() {
 		fmt.Fprintf(&cc, "Host %s\n  HostName %s\n", n, nodes[n])
-		fmt.Fprintf(&kh, "[%s]:%d %s", nodes[n], k.port, hostPub)
+		fmt.Fprintf(&kh, "[%s]:%d %s", nodes[n], k.Port, hostPub)
 	}
 	fmt.Fprintf(&cc, `Host *
   Port %d
@@ -232,8 +238,8 @@ func newSSHKeys(dir string, nodes map[string]string) (*sshKeys, error) {
   BatchMode yes
   ControlMaster no
   LogLevel ERROR
-`, k.port, k.identity, filepath.Join(dir, "known_hosts"))
-	for p, b := range map[string]string{k.config: cc.String(), filepath.Join(dir, "known_hosts"): kh.String()} {
+`, k.Port, k.Identity, filepath.Join(dir, "known_hosts"))
+	for p, b := range map[string]string{k.Config: cc.String(), filepath.Join(dir, "known_hosts"): kh.String()} {
 		if err := os.WriteFile(p, []byte(b), 0o644); err != nil {
 			return nil, err
 		}
@@ -242,9 +248,9 @@ func newSSHKeys(dir string, nodes map[string]string) (*sshKeys, error) {
 }
 
 // names returns the node names, sorted.
-func (k *sshKeys) names() []string {
-	names := make([]string, 0, len(k.nodes))
-	for n := range k.nodes {
+func (k *SSHClient) names() []string {
+	names := make([]string, 0, len(k.Nodes))
+	for n := range k.Nodes {
 		names = append(names, n)
 	}
 	slices.Sort(names)
@@ -254,15 +260,15 @@ func (k *sshKeys) names() []string {
 // daemon writes the configuration of an sshd listening on listen at the
 // keys' port; name ("" for the only one) tells its files from the
 // others'.
-func (k *sshKeys) daemon(name string, listen []string) (*daemon, error) {
+func (k *SSHClient) daemon(name string, listen []string) (*daemon, error) {
 	suffix := ""
 	if name != "" {
 		suffix = "-" + name
 	}
-	d := &daemon{conf: filepath.Join(k.dir, "sshd_config"+suffix), log: filepath.Join(k.dir, "sshd"+suffix+".log"), listen: listen, port: k.port}
+	d := &daemon{conf: filepath.Join(k.Dir, "sshd_config"+suffix), log: filepath.Join(k.Dir, "sshd"+suffix+".log"), listen: listen, port: k.Port}
 	var sc strings.Builder
 	for _, a := range listen {
-		fmt.Fprintf(&sc, "ListenAddress %s:%d\n", a, k.port)
+		fmt.Fprintf(&sc, "ListenAddress %s:%d\n", a, k.Port)
 	}
 	fmt.Fprintf(&sc, `HostKey %s
 PidFile %s
@@ -280,7 +286,7 @@ PrintLastLog no
 MaxStartups 200
 MaxSessions 100
 LogLevel ERROR
-`, filepath.Join(k.dir, "host_ed25519"), filepath.Join(k.dir, "sshd"+suffix+".pid"), filepath.Join(k.dir, "authorized_keys"))
+`, filepath.Join(k.Dir, "host_ed25519"), filepath.Join(k.Dir, "sshd"+suffix+".pid"), filepath.Join(k.Dir, "authorized_keys"))
 	if err := os.WriteFile(d.conf, []byte(sc.String()), 0o644); err != nil {
 		return nil, err
 	}
