@@ -158,26 +158,24 @@ func StartNodeSSHD(dir string, nodes map[string]string) (s *NodeSSHD, err error)
 // Stop kills node's sshd by its pid: the node no longer accepts ssh
 // connections. Sessions already open finish by themselves.
 func (s *NodeSSHD) Stop(node string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	d, ok := s.ds[node]
-	if !ok {
-		return fmt.Errorf("sshd: no node %q", node)
-	}
-	d.stop()
-	return nil
+	return s.node(node, func(d *daemon) error { d.stop(); return nil })
 }
 
 // Start starts node's sshd again (a no-op while it runs) and waits until
 // it accepts connections.
 func (s *NodeSSHD) Start(node string) error {
+	return s.node(node, (*daemon).start)
+}
+
+// node runs f on node's sshd, one at a time.
+func (s *NodeSSHD) node(node string, f func(*daemon) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d, ok := s.ds[node]
 	if !ok {
 		return fmt.Errorf("sshd: no node %q", node)
 	}
-	return d.start()
+	return f(d)
 }
 
 // Close stops every node's sshd.
