@@ -19,6 +19,7 @@ import (
 
 	"github.com/bftrainer/bftrainer/accounting"
 	"github.com/bftrainer/bftrainer/sim"
+	"github.com/bftrainer/bftrainer/trainer/trainertest"
 )
 
 // The pilot (issue 27): a slice of a real job log replayed on the lab,
@@ -39,7 +40,7 @@ import (
 const (
 	NemesisCtld       = "slurmctld-restart"    // slurmctld stopped (TERM) and started again on its state
 	NemesisReconciler = "reconciler-kill"      // the reconciler service killed -9, restarted 5 s later as systemd's Restart=always
-	NemesisNode       = "node-unreachable"     // every Trainer process of one node SIGSTOPped for NemesisHold (the lab has no per-node sshd)
+	NemesisNode       = "node-unreachable"     // the sshd of one node with Trainer processes stopped for NemesisHold (the pilot runs the ssh transport, one sshd per node)
 	NemesisWorker     = "worker-crash"         // one train.py worker of an elastic Trainer killed -9
 	NemesisDBReadOnly = "db-readonly"          // the database's filesystem (its own tmpfs) remounted read-only for NemesisHold
 	NemesisBurst      = "burst"                // BurstJobs sbatch at once
@@ -260,6 +261,8 @@ type pilot struct {
 	svc     *Service
 	trains  []pilotTrainer
 	crashed string // the Trainer whose worker the worker-crash nemesis killed
+	sshd    *trainertest.NodeSSHD
+	resMu   sync.Mutex // res's lists, which a nemesis appends to during the pass
 	res     *PilotResult
 }
 
@@ -312,6 +315,9 @@ func Pilot(ctx context.Context, o PilotOptions) (res *PilotResult, err error) {
 	}
 	defer func() {
 		p.stopService()
+		if p.sshd != nil {
+			p.sshd.Close()
+		}
 		if p.dbDir != "" {
 			if o.Keep {
 				// The database's filesystem goes with the unmount.
@@ -335,15 +341,18 @@ func Pilot(ctx context.Context, o PilotOptions) (res *PilotResult, err error) {
 			return nil, fmt.Errorf("mount the database's filesystem: %w: %s", err, out)
 		}
 	}
-	// The guide: the reconciler as a service (spawn_reconciler never),
-	// metrics for node_exporter, sync at boot and by its timer; with
-	// JournalPath, its optional path unit too (in the pass with
-	// bftrainer).
+	// The guide: the ssh transport, the reconciler as a service
+	// (spawn_reconciler never), metrics for node_exporter, sync at boot
+	// and by its timer; with JournalPath, its optional path unit too (in
+	// the pass with bftrainer).
 	// The defaults a site starts from: the default solver (the
 	// replay's prediction uses the same), and the scheduler's plan read
 	// (scheduler.squeue), so that Trainers move off nodes backfill plans
 	// for a pending job before it lands.
 	s := p.c.Settings
+	if err := p.sshTransport(&s); err != nil {
+		return nil, err
+	}
 	s.Spawn = "never"
 	s.Solver = o.Solver
 	s.Plan = true
@@ -770,57 +779,6 @@ func (p *pilot) nemesis(ctx context.Context, name string, start time.Time, add f
 		rep.What, rep.Err = p.burst(ctx, add)
 	}
 	return rep
-}
-
-// unreachable stops every Trainer process of one node that Trainers hold
-// (SIGSTOP) for NemesisHold, then lets them go on: a node that does not
-// answer. The lab runs the local transport (no per-node sshd to stop);
-// what is tested is the same promise — a node the controller cannot get
-// an answer from is still reclaimed at once by its own prolog, whose
-// cgroup.kill / SIGKILL reaches stopped processes.
-func (p *pilot) unreachable(ctx context.Context) (string, error) {
-	held, err := p.c.In.Held(ctx)
-	if err != nil {
-		return "", err
-	}
-	var nodes []string
-	for _, ns := range held {
-		nodes = append(nodes, ns...)
-	}
-	if len(nodes) == 0 {
-		return "no node held by a Trainer: nothing stopped", nil
-	}
-	slices.Sort(nodes)
-	p.rng.Shuffle(len(nodes), func(i, j int) { nodes[i], nodes[j] = nodes[j], nodes[i] })
-	var node string
-	var procs []Proc
-	for _, n := range nodes {
-		if procs, err = p.c.In.TrainerProcs(n); err != nil {
-			return "", err
-		}
-		if len(procs) > 0 {
-			node = n
-			break
-		}
-	}
-	if node == "" {
-		return "no Trainer process on the held nodes: nothing stopped", nil
-	}
-	var pids []int
-	for _, pr := range procs {
-		if syscall.Kill(pr.PID, syscall.SIGSTOP) == nil {
-			pids = append(pids, pr.PID)
-		}
-	}
-	sleepCtx(ctx, p.o.NemesisHold)
-	alive := 0
-	for _, pid := range pids {
-		if syscall.Kill(pid, syscall.SIGCONT) == nil {
-			alive++
-		}
-	}
-	return fmt.Sprintf("node=%s stopped_procs=%d for_s=%.0f alive_after=%d (local transport: no per-node sshd; the node's Trainer processes SIGSTOPped instead)",
-		node, len(pids), p.o.NemesisHold.Seconds(), alive), nil
 }
 
 // crashWorker kills one train.py worker of an elastic Trainer with
