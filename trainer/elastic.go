@@ -544,9 +544,14 @@ func (r *elasticRound) publish(ids []string, dir string) {
 // settle waits, at most form_timeout, until the latest membership has
 // formed, and measures its cost. A formation its members gave up (one of
 // them never arrived: hung, or gone) is published again without the
-// missing ones, who are stopped (rule 6).
+// missing ones, who are stopped (rule 6). A member whose worker is gone
+// meanwhile (a reclaim's kill, a crash: asked of its node once a second)
+// ends the wait at once: its peers could only give the formation up
+// after join_timeout, and the round — every Trainer's starts and stops,
+// the pool's joins — would wait with them; the next round leaves it out.
 func (r *elasticRound) settle() {
 	deadline := time.Now().Add(r.l.form)
+	looked := time.Now()
 	for {
 		s, err := r.ctl.status()
 		if err != nil {
@@ -567,10 +572,29 @@ func (r *elasticRound) settle() {
 			r.act(Action{Op: "form", Note: fmt.Sprintf("epoch %d not formed within %v (joined: %s); looked at again next round", r.st.Epoch, r.l.form, strings.Join(s.Joined, " "))})
 			return
 		}
+		if time.Since(looked) > time.Second {
+			looked = time.Now()
+			if gone := r.goneMembers(); len(gone) > 0 {
+				r.act(Action{Op: "form", Note: fmt.Sprintf("epoch %d cannot form: the worker on %s is gone; the next round leaves it out", r.st.Epoch, strings.Join(gone, ","))})
+				return
+			}
+		}
 		if !sleepCtx(r.ctx, 5*time.Millisecond) {
 			return
 		}
 	}
+}
+
+// goneMembers returns the nodes of the latest membership's members whose
+// worker no longer runs there, sorted.
+func (r *elasticRound) goneMembers() []string {
+	var gone []string
+	for _, n := range sortedKeys(r.st.Workers) {
+		if slices.Contains(r.st.Members, r.st.Workers[n]) && !r.running(n) {
+			gone = append(gone, n)
+		}
+	}
+	return gone
 }
 
 // dropMissing stops the members of an abandoned formation that did not
