@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"sync"
 	"time"
 )
 
@@ -20,8 +21,12 @@ const journalPathEvery = 50 * time.Millisecond
 // moment it lands, not at the service's next tick. It runs until stop is
 // closed and returns how many reconciles it started and how many failed
 // (one that finds the service's round holding the lock exits at once:
-// not a failure).
-func (in *Install) journalPath(ctx context.Context, stop <-chan struct{}) (runs, failed int) {
+// not a failure). Each reconcile runs holding gate (nil: none), so that
+// the pilot's own read-only fault can find a moment without one: the
+// kernel refuses a read-only remount while a file on it is open for
+// writing, and with this unit a burst of hook records keeps a reconcile
+// running back to back.
+func (in *Install) journalPath(ctx context.Context, stop <-chan struct{}, gate sync.Locker) (runs, failed int) {
 	t := time.NewTicker(journalPathEvery)
 	defer t.Stop()
 	for {
@@ -35,6 +40,9 @@ func (in *Install) journalPath(ctx context.Context, stop <-chan struct{}) (runs,
 		if !dirNotEmpty(in.Journal) {
 			continue
 		}
+		if gate != nil {
+			gate.Lock()
+		}
 		runs++
 		rctx, cancel := context.WithTimeout(ctx, time.Minute)
 		cmd := exec.CommandContext(rctx, "nice", "-n", "5", in.Bin, "reconcile")
@@ -43,6 +51,9 @@ func (in *Install) journalPath(ctx context.Context, stop <-chan struct{}) (runs,
 			failed++
 		}
 		cancel()
+		if gate != nil {
+			gate.Unlock()
+		}
 	}
 }
 

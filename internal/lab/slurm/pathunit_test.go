@@ -29,7 +29,7 @@ func TestJournalPath(t *testing.T) {
 	type result struct{ runs, failed int }
 	done := make(chan result, 1)
 	go func() {
-		r, f := in.journalPath(context.Background(), stop)
+		r, f := in.journalPath(context.Background(), stop, nil)
 		done <- result{r, f}
 	}()
 	for i := range 3 {

@@ -261,9 +261,12 @@ type pilot struct {
 	svc     *Service
 	trains  []pilotTrainer
 	crashed string // the Trainer whose worker the worker-crash nemesis killed
-	sshd    *trainertest.NodeSSHD
-	resMu   sync.Mutex // res's lists, which a nemesis appends to during the pass
-	res     *PilotResult
+	// pathGate: the journal path unit's reconciles hold it shared, the
+	// read-only fault exclusively while it remounts.
+	pathGate sync.RWMutex
+	sshd     *trainertest.NodeSSHD
+	resMu    sync.Mutex // res's lists, which a nemesis appends to during the pass
+	res      *PilotResult
 }
 
 // Pilot runs a pilot on a fresh lab and returns what it measured. The
@@ -563,7 +566,7 @@ func (p *pilot) pass(ctx context.Context, name string, with bool) (*passResult, 
 		sampler.Add(1)
 		go func() {
 			defer sampler.Done()
-			runs, failed := p.c.In.journalPath(ctx, stop)
+			runs, failed := p.c.In.journalPath(ctx, stop, p.pathGate.RLocker())
 			p.o.Logf("pilot: bftrainer-journal.path started %d reconciles (%d failed)", runs, failed)
 		}()
 	}
@@ -832,7 +835,13 @@ func (p *pilot) readOnly(ctx context.Context) (string, error) {
 	// The kernel refuses a read-only remount while a file on it is open
 	// for writing ("mount point is busy"): the reconciler's round holds
 	// the database. Tried every 50 ms until a moment between rounds,
-	// bounded.
+	// bounded. The journal path unit's reconciles are held back from the
+	// first try until the filesystem is writable again (pathGate): they
+	// run back to back through a burst, each holding the database, and
+	// while it is read-only every start would fail, which systemd's
+	// start limit stops after a few. The service's rounds go on.
+	p.pathGate.Lock()
+	defer p.pathGate.Unlock()
 	tries := 0
 	for {
 		tries++
