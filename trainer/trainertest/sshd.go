@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -78,7 +79,7 @@ func Loopback(n int) map[string]string {
 func StartSSHD(tb testing.TB, nodes map[string]string, down ...string) *SSHD {
 	tb.Helper()
 	NeedSSHD(tb)
-	k, err := newSSHClient(tb.TempDir(), nodes)
+	k, err := newSSHClient(tb.TempDir(), nodes, false)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -123,15 +124,18 @@ type NodeSSHD struct {
 
 // StartNodeSSHD writes fresh keys and configurations into dir (created
 // if missing) and starts an sshd for every node, waiting until each
-// accepts connections. On error what it started is stopped again.
-func StartNodeSSHD(dir string, nodes map[string]string) (s *NodeSSHD, err error) {
+// accepts connections. On error what it started is stopped again. With
+// multiplex the client configuration shares one connection per node
+// (ControlMaster auto, ControlPersist 60 s: what docs/trainers.md tells a
+// site to set), so a call costs no handshake.
+func StartNodeSSHD(dir string, nodes map[string]string, multiplex bool) (s *NodeSSHD, err error) {
 	if err := SSHDMissing(); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	k, err := newSSHClient(dir, nodes)
+	k, err := newSSHClient(dir, nodes, multiplex)
 	if err != nil {
 		return nil, err
 	}
@@ -155,10 +159,12 @@ func StartNodeSSHD(dir string, nodes map[string]string) (s *NodeSSHD, err error)
 	return s, nil
 }
 
-// Stop kills node's sshd by its pid: the node no longer accepts ssh
-// connections. Sessions already open finish by themselves.
+// Stop kills node's sshd by its pid, and the connections it had
+// accepted: the node answers no ssh, over a shared connection either (as
+// a node whose network went away). What the sessions started in a
+// session of its own (a Trainer's supervisor) runs on.
 func (s *NodeSSHD) Stop(node string) error {
-	return s.node(node, func(d *daemon) error { d.stop(); return nil })
+	return s.node(node, func(d *daemon) error { d.stopWithSessions(); return nil })
 }
 
 // Start starts node's sshd again (a no-op while it runs) and waits until
@@ -183,14 +189,14 @@ func (s *NodeSSHD) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, d := range s.ds {
-		d.stop()
+		d.stopWithSessions()
 	}
 }
 
 // newSSHClient writes what every sshd of a test or lab and their clients
 // share into dir: the host and user keys, authorized_keys, the client's
 // ssh_config (node names to addresses, at one free port) and known_hosts.
-func newSSHClient(dir string, nodes map[string]string) (*SSHClient, error) {
+func newSSHClient(dir string, nodes map[string]string, multiplex bool) (*SSHClient, error) {
 	// sshd needs its privilege-separation directory.
 	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
 		return nil, err
@@ -234,9 +240,13 @@ func newSSHClient(dir string, nodes map[string]string) (*SSHClient, error) {
   StrictHostKeyChecking yes
   CheckHostIP no
   BatchMode yes
-  ControlMaster no
   LogLevel ERROR
 `, k.Port, k.Identity, filepath.Join(dir, "known_hosts"))
+	if multiplex {
+		fmt.Fprintf(&cc, "  ControlMaster auto\n  ControlPath %s\n  ControlPersist 60\n", filepath.Join(dir, "cm-%C"))
+	} else {
+		cc.WriteString("  ControlMaster no\n")
+	}
 	for p, b := range map[string]string{k.Config: cc.String(), filepath.Join(dir, "known_hosts"): kh.String()} {
 		if err := os.WriteFile(p, []byte(b), 0o644); err != nil {
 			return nil, err
@@ -345,6 +355,46 @@ func (d *daemon) stop() {
 	d.cmd.Process.Kill()
 	d.cmd.Wait()
 	d.cmd = nil
+}
+
+// stopWithSessions stops sshd and then kills the sessions it had
+// accepted (its children when it was stopped; each session's own
+// processes end with its connection).
+func (d *daemon) stopWithSessions() {
+	if d.cmd == nil {
+		return
+	}
+	kids := children(d.cmd.Process.Pid)
+	d.stop()
+	for _, pid := range kids {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// children returns the pids of the processes whose parent is pid.
+func children(pid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// "pid (comm) state ppid …": comm may hold spaces and parentheses.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // freePort returns a port free on every node's address now.

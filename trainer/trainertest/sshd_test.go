@@ -25,11 +25,18 @@ func sshTrue(t *testing.T, config, node string) (int, string) {
 
 // TestNodeSSHD: one sshd per node; stopping one node's leaves the
 // others answering, and starting it again brings the node back with the
-// same keys.
+// same keys. Multiplexed, a stop takes the node's shared connection down
+// too: the node answers nothing.
 func TestNodeSSHD(t *testing.T) {
 	NeedSSHD(t)
+	for _, multiplex := range []bool{false, true} {
+		t.Run(map[bool]string{false: "connection-each", true: "multiplexed"}[multiplex], func(t *testing.T) { testNodeSSHD(t, multiplex) })
+	}
+}
+
+func testNodeSSHD(t *testing.T, multiplex bool) {
 	nodes := Loopback(3)
-	s, err := StartNodeSSHD(t.TempDir(), nodes)
+	s, err := StartNodeSSHD(t.TempDir(), nodes, multiplex)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +49,7 @@ func TestNodeSSHD(t *testing.T) {
 	if err := s.Stop("n2"); err != nil {
 		t.Fatal(err)
 	}
-	if rc, out := sshTrue(t, s.Config, "n2"); rc != 255 || !strings.Contains(out, "refused") {
+	if rc, out := sshTrue(t, s.Config, "n2"); rc != 255 || (!multiplex && !strings.Contains(out, "refused")) {
 		t.Errorf("ssh n2 with its sshd stopped: exit %d (%s), want 255 and connection refused", rc, out)
 	}
 	for _, n := range []string{"n1", "n3"} {
