@@ -3,6 +3,7 @@ package sidecar
 import (
 	"bytes"
 	"context"
+	"io"
 	"log"
 	"os"
 	"path/filepath"
@@ -82,4 +83,46 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestWatchHoldsNoDatabaseFileBetweenRounds: between rounds the service
+// has no file of the database open, so its filesystem can be remounted
+// read-only (the kernel refuses while a file on it is open for writing:
+// the pilot's read-only fault could not happen while the service ran) or
+// the file replaced. Rounds are an hour apart here: after the first, the
+// service must let go of every file, and a second round after the file
+// is replaced reads the new one.
+func TestWatchHoldsNoDatabaseFileBetweenRounds(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "b.db")
+	c, err := New(Options{Database: path, Pool: pool.Config{TFwd: 10}, Log: log.New(io.Discard, "", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Watch(ctx, time.Hour, true) }()
+	waitFor(t, func() bool { _, err := os.Stat(path); return err == nil }, "the first round to create the database")
+	waitFor(t, func() bool { return len(openUnder(t, dir)) == 0 }, "the service to close every file of the database after its round")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+}
+
+// openUnder lists this process's open files under dir.
+func openUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var open []string
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
+		if err == nil && strings.HasPrefix(target, dir+string(filepath.Separator)) {
+			open = append(open, target)
+		}
+	}
+	return open
 }

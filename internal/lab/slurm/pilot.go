@@ -833,9 +833,10 @@ func (p *pilot) readOnly(ctx context.Context) (string, error) {
 		return "", errors.New("the database is not on its own filesystem")
 	}
 	// The kernel refuses a read-only remount while a file on it is open
-	// for writing ("mount point is busy"): the reconciler's round holds
-	// the database. Tried every 50 ms until a moment between rounds,
-	// bounded. The journal path unit's reconciles are held back from the
+	// for writing ("mount point is busy"): a reconciler's round holds
+	// the database (the service lets go of it between rounds, see
+	// sidecar.Core.Watch). Tried every 50 ms until a moment between
+	// rounds, bounded. The journal path unit's reconciles are held back from the
 	// first try until the filesystem is writable again (pathGate): they
 	// run back to back through a burst, each holding the database, and
 	// while it is read-only every start would fail, which systemd's
