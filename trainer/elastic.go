@@ -179,9 +179,26 @@ type elasticRound struct {
 	acts []Action
 }
 
+// act records an action of the round, and logs it as it happens (the
+// history has it once the round ends): a round that waits on a group
+// shows in the service's log what it did last.
 func (r *elasticRound) act(a Action) {
 	a.Trainer = r.t.ID
 	r.acts = append(r.acts, a)
+	switch {
+	case a.Err != nil:
+		r.t.Logf("%s %s%s: %v", a.Op, a.Trainer, onNode(a.Node), a.Err)
+	default:
+		r.t.Logf("%s %s%s: %s", a.Op, a.Trainer, onNode(a.Node), a.Note)
+	}
+}
+
+// onNode is " on NODE", or nothing without a node.
+func onNode(node string) string {
+	if node == "" {
+		return ""
+	}
+	return " on " + node
 }
 
 // save records the state now: after a publication or a start, what the

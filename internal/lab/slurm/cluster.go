@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -364,17 +365,54 @@ func tail(b []byte, n int) string {
 // Service is `bftrainer reconcile --watch`, as the systemd unit runs it.
 type Service struct {
 	cmd *exec.Cmd
+	log *os.File
 }
 
-// StartService starts the reconciler service (every interval).
+// stamped writes each line it is given with the time it came, as the
+// journal shows a unit's lines (the service's own logger has no time:
+// systemd adds it).
+type stamped struct {
+	mu  sync.Mutex
+	w   io.Writer
+	bol bool // the next byte begins a line
+}
+
+func (s *stamped) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var b []byte
+	now := time.Now().UTC().Format("2006-01-02T15:04:05.000000Z ")
+	for _, c := range p {
+		if s.bol {
+			b = append(b, now...)
+		}
+		b = append(b, c)
+		s.bol = c == '\n'
+	}
+	if _, err := s.w.Write(b); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// StartService starts the reconciler service (every interval). What it
+// prints goes to reconcile.log in the hooks' log directory, appended
+// across restarts, as systemd's journal keeps a unit's output.
 func (c *Cluster) StartService(interval time.Duration) (*Service, error) {
 	cmd := exec.Command(c.In.Bin, "reconcile", "--watch", "--interval", interval.String())
 	cmd.Env = c.In.env()
 	cmd.Dir = "/"
+	f, err := os.OpenFile(filepath.Join(filepath.Dir(c.In.HooksLog), "reconcile.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("the service's log: %w", err)
+	}
+	w := &stamped{w: f, bol: true}
+	cmd.Stdout, cmd.Stderr = w, w
 	if err := cmd.Start(); err != nil {
+		f.Close()
 		return nil, err
 	}
-	return &Service{cmd: cmd}, nil
+	return &Service{cmd: cmd, log: f}, nil
 }
 
 // Kill stops the service with SIGKILL (as a crash would) and reaps it.
@@ -384,6 +422,7 @@ func (s *Service) Kill() error {
 	}
 	err := s.cmd.Process.Kill()
 	s.cmd.Wait()
+	s.log.Close()
 	if errors.Is(err, os.ErrProcessDone) {
 		return nil
 	}
