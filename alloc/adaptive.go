@@ -212,12 +212,12 @@ func (m *adaptiveModel) outlookUntil(age float64, until time.Time) nodeOutlook {
 	if !until.IsZero() {
 		o.until = ageSeconds(until, m.now) // seconds from now, 0 if past
 	}
-	o.hTau, o.piTau = m.capped(o, m.gap)
+	o.hTau, o.piTau = m.capped(&o, m.gap)
 	return o
 }
 
 // over is the survival's over, from the outlook's cache at τ.
-func (m *adaptiveModel) over(o nodeOutlook, horizon float64) (h, pi float64) {
+func (m *adaptiveModel) over(o *nodeOutlook, horizon float64) (h, pi float64) {
 	if horizon == m.gap {
 		return o.hTau, o.piTau
 	}
@@ -229,7 +229,7 @@ func (m *adaptiveModel) over(o nodeOutlook, horizon float64) (h, pi float64) {
 // the history says it may be reclaimed before) and is then surely
 // reclaimed. The plan shortens the horizon; it never makes a node
 // unusable.
-func (m *adaptiveModel) capped(o nodeOutlook, horizon float64) (h, pi float64) {
+func (m *adaptiveModel) capped(o *nodeOutlook, horizon float64) (h, pi float64) {
 	if o.until >= horizon {
 		return m.sv.over(o, horizon)
 	}
@@ -460,7 +460,7 @@ func (m *adaptiveModel) gainOf(j, k int, set []block, rates []float64, P float64
 		}
 		// One cohort, one reclaim: R_down at the rate then, if it comes
 		// before the Trainer finishes or the pool re-places.
-		hs, pi := m.over(set[s].o, grown)
+		hs, pi := m.over(&set[s].o, grown)
 		g -= t.RDown * rates[end] * pi
 		// Its nodes' steps of the curve, held ones first (the merge puts
 		// them first among equal ages), each run over its horizon.
@@ -477,7 +477,7 @@ func (m *adaptiveModel) gainOf(j, k int, set []block, rates []float64, P float64
 			case a == s:
 				h = hs // the cohort's first block over grown: computed above
 			default:
-				h, _ = m.over(set[a].o, grown)
+				h, _ = m.over(&set[a].o, grown)
 			}
 			g += (rates[rb] - rates[ra]) * h
 			a, ra = b, rb

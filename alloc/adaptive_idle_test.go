@@ -77,12 +77,12 @@ func TestLifeTableByHand(t *testing.T) {
 	}
 	// A node idle 10 s: the periods still running end at 17 s, on average.
 	o := sv.outlook(10)
-	if h, pi := sv.over(o, math.Inf(1)); !near(h, 7) || pi != 1 {
+	if h, pi := sv.over(&o, math.Inf(1)); !near(h, 7) || pi != 1 {
 		t.Errorf("h(10, ∞), π = %v, %v; want 7, 1", h, pi)
 	}
 	// Within the next 7 s: idle 6 s (to 16) + ¾·1 s; reclaimed by 17 s with
 	// probability 1 − S(17)/S(10) = ½.
-	if h, pi := sv.over(o, 7); !near(h, 6.75) || !near(pi, 0.5) {
+	if h, pi := sv.over(&o, 7); !near(h, 6.75) || !near(pi, 0.5) {
 		t.Errorf("h(10, 7), π = %v, %v; want 6.75, 0.5", h, pi)
 	}
 
@@ -125,7 +125,8 @@ func TestLifeTableTail(t *testing.T) {
 		t.Fatalf("S(28) = %v, want %v", s, want)
 	}
 	// A node idle 30 s: memoryless from there.
-	if h, _ := sv.over(sv.outlook(30), math.Inf(1)); !near(h, 1/hazard) {
+	o := sv.outlook(30)
+	if h, _ := sv.over(&o, math.Inf(1)); !near(h, 1/hazard) {
 		t.Fatalf("h(30, ∞) = %v, want %v", h, 1/hazard)
 	}
 }
