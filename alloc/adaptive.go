@@ -136,6 +136,10 @@ type adaptiveModel struct {
 	sv       *survival
 	free     []nodeOutlook // free nodes, oldest first
 	youngest nodeOutlook   // the youngest node of the decision
+	// freeAdded and youngestAdded are free and youngest marked added:
+	// what the blocks of a Trainer's growth point to.
+	freeAdded     []nodeOutlook
+	youngestAdded nodeOutlook
 	before   []int         // B_j
 	// freeBlocks are the free pool's blocks (runs of equal age), the
 	// i-th starting at position freeStart[i].
@@ -172,7 +176,11 @@ func newAdaptiveModel(p *Problem) *adaptiveModel {
 	for i := range free {
 		m.free[i] = m.outlookUntil(ages[i], free[i].Until)
 	}
-	m.freeBlocks = blocksOf(m.free)
+	m.freeAdded = slices.Clone(m.free)
+	for i := range m.freeAdded {
+		m.freeAdded[i].added = true
+	}
+	m.freeBlocks = blocksOf(m.freeAdded)
 	m.freeStart = make([]int, len(m.freeBlocks))
 	for i, at := 1, 0; i < len(m.freeBlocks); i++ {
 		at += m.freeBlocks[i-1].n
@@ -183,6 +191,8 @@ func newAdaptiveModel(p *Problem) *adaptiveModel {
 		young = slices.Min(ages)
 	}
 	m.youngest = m.outlook(young)
+	m.youngestAdded = m.youngest
+	m.youngestAdded.added = true
 	b := 0
 	for j := range p.Trainers {
 		m.before[j] = b
@@ -313,13 +323,8 @@ func (m *adaptiveModel) addedBlocks(j, n int) []block {
 		b, _ := slices.BinarySearch(m.freeStart, pos+1)
 		b-- // the last block starting at or before pos
 		for ; pos < stop; b++ {
-			o := m.freeBlocks[b].o
-			if pos != m.freeStart[b] {
-				o = m.free[pos]
-			}
-			o.added = true
 			take := min(m.freeStart[b]+m.freeBlocks[b].n, stop) - pos
-			out = append(out, block{o: o, n: take})
+			out = append(out, block{o: &m.freeAdded[pos], n: take})
 			pos += take
 		}
 	}
@@ -327,9 +332,7 @@ func (m *adaptiveModel) addedBlocks(j, n int) []block {
 		if l := len(out) - 1; l >= 0 && out[l].o.age == m.youngest.age {
 			out[l].n += end - pos
 		} else {
-			o := m.youngest
-			o.added = true
-			out = append(out, block{o: o, n: end - pos})
+			out = append(out, block{o: &m.youngestAdded, n: end - pos})
 		}
 	}
 	return out
@@ -365,9 +368,11 @@ func (m *adaptiveModel) gain(j, k int) float64 {
 }
 
 // block is a run of n consecutive nodes of a count's set with the same
-// age, all held or all added; o is its first node's outlook.
+// age, all held or all added; o is its first node's outlook. A pointer,
+// not a copy: a count's blocks are gathered again for every count, and
+// an outlook is 64 bytes.
 type block struct {
-	o nodeOutlook
+	o *nodeOutlook
 	n int
 }
 
@@ -385,7 +390,7 @@ func blocksOf(ns []nodeOutlook) []block {
 		for e < len(ns) && ns[e].age == ns[i].age {
 			e++
 		}
-		out = append(out, block{o: ns[i], n: e - i})
+		out = append(out, block{o: &ns[i], n: e - i})
 		i = e
 	}
 	return out
@@ -407,7 +412,7 @@ func (ts *trainerSets) blocks(k int, held, added []block, buf []block) []block {
 			}
 			first := held[i]
 			if skip > 0 {
-				first = block{o: ts.held[C-k], n: first.n - skip}
+				first = block{o: &ts.held[C-k], n: first.n - skip}
 			}
 			buf = append(buf, first)
 			return append(buf, held[i+1:]...)
@@ -460,7 +465,7 @@ func (m *adaptiveModel) gainOf(j, k int, set []block, rates []float64, P float64
 		}
 		// One cohort, one reclaim: R_down at the rate then, if it comes
 		// before the Trainer finishes or the pool re-places.
-		hs, pi := m.over(&set[s].o, grown)
+		hs, pi := m.over(set[s].o, grown)
 		g -= t.RDown * rates[end] * pi
 		// Its nodes' steps of the curve, held ones first (the merge puts
 		// them first among equal ages), each run over its horizon.
@@ -477,7 +482,7 @@ func (m *adaptiveModel) gainOf(j, k int, set []block, rates []float64, P float64
 			case a == s:
 				h = hs // the cohort's first block over grown: computed above
 			default:
-				h, _ = m.over(&set[a].o, grown)
+				h, _ = m.over(set[a].o, grown)
 			}
 			g += (rates[rb] - rates[ra]) * h
 			a, ra = b, rb
