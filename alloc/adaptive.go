@@ -140,7 +140,7 @@ type adaptiveModel struct {
 	// what the blocks of a Trainer's growth point to.
 	freeAdded     []nodeOutlook
 	youngestAdded nodeOutlook
-	before   []int         // B_j
+	before        []int // B_j
 	// freeBlocks are the free pool's blocks (runs of equal age), the
 	// i-th starting at position freeStart[i].
 	freeBlocks []block
