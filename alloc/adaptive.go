@@ -294,7 +294,15 @@ func (m *adaptiveModel) gains(j int) []float64 {
 	ts := trainerSets{held: m.heldOutlooks(j), youngFirst: m.p.Semantics == Reference}
 	held, added := blocksOf(ts.held), m.addedBlocks(j, hi-len(ts.held))
 	buf := make([]block, 0, len(held)+len(added))
+	C := len(ts.held)
+	from := hi + 1 // the first count left to the count-by-count walk
+	if C < hi && m.growthGains(j, ts.blocks(hi, held, added, buf), rates, speed, out) {
+		from = C + 1 // the growth counts are done
+	}
 	for k := 1; k <= hi; k++ {
+		if k == from {
+			break
+		}
 		buf = ts.blocks(k, held, added, buf)
 		out[k] = m.gainOf(j, k, buf, rates, speed[k])
 	}
