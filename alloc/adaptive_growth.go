@@ -26,10 +26,11 @@ import "math"
 // count's value receives the same terms, in the same order (its cohorts
 // in rank order), with the same arithmetic as gainOf — the same numbers
 // bit for bit (TestAdaptiveGainsMatchOracle: largest relative difference
-// 0) — but no set is gathered or copied per count, and the inner loop
-// keeps one cohort's outlooks at hand for all counts. The work is still
-// one survival lookup per cohort and count (the horizon min(τ, T(k))
-// moves with k); what goes is the rest.
+// 0) — but no set is gathered or copied per count, and a cohort's
+// survival lookups for all counts run as one loop over its outlook
+// (column), without a call per lookup. The work is still one lookup per
+// cohort and count (the horizon min(τ, T(k)) moves with k); what goes is
+// the rest.
 
 // growthGains sets out[k] for the counts k = C+1..hi (hi = len(out)−1) of
 // Trainer j from full, the blocks of the set of count hi (ts.blocks(hi)),
@@ -63,6 +64,9 @@ func (m *adaptiveModel) growthGains(j int, full []block, rates, speed, out []flo
 	}
 	g := out[C:] // g[d]: count C+d
 	rDown := t.RDown
+	// h, pi: one cohort's block over every count's horizon (column);
+	// h2: the added block after a held one.
+	h, pi, h2 := make([]float64, D+1), make([]float64, D+1), make([]float64, D+1)
 	heldBefore, addedBefore := 0, 0
 	for i := 0; i < len(full); {
 		f := full[i]
@@ -70,11 +74,14 @@ func (m *adaptiveModel) growthGains(j int, full []block, rates, speed, out []flo
 		if i+1 < len(full) && full[i+1].o.age == f.o.age {
 			s2 = &full[i+1]
 		}
-		fo := f.o
-		if !fo.added {
+		if !f.o.added {
 			// A held block: in every count's set, after the first
 			// min(addedBefore, d) added nodes.
-			hTau := fo.hTau
+			hTau := f.o.hTau
+			m.column(f.o, grown, 1, h, pi)
+			if s2 != nil {
+				m.column(s2.o, grown, addedBefore+1, h2, nil)
+			}
 			for d := 1; d <= D; d++ {
 				start := heldBefore + min(addedBefore, d)
 				mid := start + f.n
@@ -82,13 +89,11 @@ func (m *adaptiveModel) growthGains(j int, full []block, rates, speed, out []flo
 				if s2 != nil && d > addedBefore {
 					end += min(s2.n, d-addedBefore)
 				}
-				_, pi := m.over(fo, grown[d])
 				v := g[d]
-				v -= rDown * rates[end] * pi
+				v -= rDown * rates[end] * pi[d]
 				v += (rates[mid] - rates[start]) * hTau
 				if end > mid {
-					h2, _ := m.over(s2.o, grown[d])
-					v += (rates[end] - rates[mid]) * h2
+					v += (rates[end] - rates[mid]) * h2[d]
 				}
 				g[d] = v
 			}
@@ -96,12 +101,12 @@ func (m *adaptiveModel) growthGains(j int, full []block, rates, speed, out []flo
 			// An added block alone: in the sets of the counts past the
 			// added nodes before it, all at once from there.
 			start := heldBefore + addedBefore
+			m.column(f.o, grown, addedBefore+1, h, pi)
 			for d := addedBefore + 1; d <= D; d++ {
 				end := start + min(f.n, d-addedBefore)
-				hs, pi := m.over(fo, grown[d])
 				v := g[d]
-				v -= rDown * rates[end] * pi
-				v += (rates[end] - rates[start]) * hs
+				v -= rDown * rates[end] * pi[d]
+				v += (rates[end] - rates[start]) * h[d]
 				g[d] = v
 			}
 		}
@@ -117,4 +122,38 @@ func (m *adaptiveModel) growthGains(j int, full []block, rates, speed, out []flo
 		}
 	}
 	return true
+}
+
+// column sets h[d], pi[d] = m.over(o, grown[d]) for d = d0..len(grown)−1
+// (pi nil: h only). The common case — a horizon other than τ, a node
+// without a plan within it, of positive survival, ending within the life
+// table — is over's arithmetic written out, so that the loop runs without
+// a call per count (over → capped → survival.over → survival.at); the
+// rest goes through over.
+func (m *adaptiveModel) column(o *nodeOutlook, grown []float64, d0 int, h, pi []float64) {
+	sv := m.sv
+	top, rows := sv.edge[sv.end], sv.rows
+	plain := o.s > 0
+	for d := d0; d < len(grown); d++ {
+		H := grown[d]
+		x := o.age + H
+		var hd, pd float64
+		if plain && H != m.gap && o.until >= H && x > 0 && x < top {
+			// survival.at(x), then survival.over's ratios.
+			b := IdleBin(x)
+			r0, r1 := &rows[b], &rows[b+1]
+			lo, w := r0.edge, r1.edge-r0.edge
+			f := (x - lo) / w
+			s0, s1 := r0.s, r1.s
+			s := s0 + (s1-s0)*f
+			cum := r0.cum + (s0+s)/2*(x-lo)
+			hd, pd = (cum-o.cum)/o.s, 1-s/o.s
+		} else {
+			hd, pd = m.over(o, H)
+		}
+		h[d] = hd
+		if pi != nil {
+			pi[d] = pd
+		}
+	}
 }
