@@ -136,7 +136,11 @@ type adaptiveModel struct {
 	sv       *survival
 	free     []nodeOutlook // free nodes, oldest first
 	youngest nodeOutlook   // the youngest node of the decision
-	before   []int         // B_j
+	// freeAdded and youngestAdded are free and youngest marked added:
+	// what the blocks of a Trainer's growth point to.
+	freeAdded     []nodeOutlook
+	youngestAdded nodeOutlook
+	before        []int // B_j
 	// freeBlocks are the free pool's blocks (runs of equal age), the
 	// i-th starting at position freeStart[i].
 	freeBlocks []block
@@ -172,7 +176,11 @@ func newAdaptiveModel(p *Problem) *adaptiveModel {
 	for i := range free {
 		m.free[i] = m.outlookUntil(ages[i], free[i].Until)
 	}
-	m.freeBlocks = blocksOf(m.free)
+	m.freeAdded = slices.Clone(m.free)
+	for i := range m.freeAdded {
+		m.freeAdded[i].added = true
+	}
+	m.freeBlocks = blocksOf(m.freeAdded)
 	m.freeStart = make([]int, len(m.freeBlocks))
 	for i, at := 1, 0; i < len(m.freeBlocks); i++ {
 		at += m.freeBlocks[i-1].n
@@ -183,6 +191,8 @@ func newAdaptiveModel(p *Problem) *adaptiveModel {
 		young = slices.Min(ages)
 	}
 	m.youngest = m.outlook(young)
+	m.youngestAdded = m.youngest
+	m.youngestAdded.added = true
 	b := 0
 	for j := range p.Trainers {
 		m.before[j] = b
@@ -212,12 +222,12 @@ func (m *adaptiveModel) outlookUntil(age float64, until time.Time) nodeOutlook {
 	if !until.IsZero() {
 		o.until = ageSeconds(until, m.now) // seconds from now, 0 if past
 	}
-	o.hTau, o.piTau = m.capped(o, m.gap)
+	o.hTau, o.piTau = m.capped(&o, m.gap)
 	return o
 }
 
 // over is the survival's over, from the outlook's cache at τ.
-func (m *adaptiveModel) over(o nodeOutlook, horizon float64) (h, pi float64) {
+func (m *adaptiveModel) over(o *nodeOutlook, horizon float64) (h, pi float64) {
 	if horizon == m.gap {
 		return o.hTau, o.piTau
 	}
@@ -229,7 +239,7 @@ func (m *adaptiveModel) over(o nodeOutlook, horizon float64) (h, pi float64) {
 // the history says it may be reclaimed before) and is then surely
 // reclaimed. The plan shortens the horizon; it never makes a node
 // unusable.
-func (m *adaptiveModel) capped(o nodeOutlook, horizon float64) (h, pi float64) {
+func (m *adaptiveModel) capped(o *nodeOutlook, horizon float64) (h, pi float64) {
 	if o.until >= horizon {
 		return m.sv.over(o, horizon)
 	}
@@ -284,7 +294,15 @@ func (m *adaptiveModel) gains(j int) []float64 {
 	ts := trainerSets{held: m.heldOutlooks(j), youngFirst: m.p.Semantics == Reference}
 	held, added := blocksOf(ts.held), m.addedBlocks(j, hi-len(ts.held))
 	buf := make([]block, 0, len(held)+len(added))
+	C := len(ts.held)
+	from := hi + 1 // the first count left to the count-by-count walk
+	if C < hi && m.growthGains(j, ts.blocks(hi, held, added, buf), rates, speed, out) {
+		from = C + 1 // the growth counts are done
+	}
 	for k := 1; k <= hi; k++ {
+		if k == from {
+			break
+		}
 		buf = ts.blocks(k, held, added, buf)
 		out[k] = m.gainOf(j, k, buf, rates, speed[k])
 	}
@@ -313,13 +331,8 @@ func (m *adaptiveModel) addedBlocks(j, n int) []block {
 		b, _ := slices.BinarySearch(m.freeStart, pos+1)
 		b-- // the last block starting at or before pos
 		for ; pos < stop; b++ {
-			o := m.freeBlocks[b].o
-			if pos != m.freeStart[b] {
-				o = m.free[pos]
-			}
-			o.added = true
 			take := min(m.freeStart[b]+m.freeBlocks[b].n, stop) - pos
-			out = append(out, block{o: o, n: take})
+			out = append(out, block{o: &m.freeAdded[pos], n: take})
 			pos += take
 		}
 	}
@@ -327,9 +340,7 @@ func (m *adaptiveModel) addedBlocks(j, n int) []block {
 		if l := len(out) - 1; l >= 0 && out[l].o.age == m.youngest.age {
 			out[l].n += end - pos
 		} else {
-			o := m.youngest
-			o.added = true
-			out = append(out, block{o: o, n: end - pos})
+			out = append(out, block{o: &m.youngestAdded, n: end - pos})
 		}
 	}
 	return out
@@ -365,9 +376,11 @@ func (m *adaptiveModel) gain(j, k int) float64 {
 }
 
 // block is a run of n consecutive nodes of a count's set with the same
-// age, all held or all added; o is its first node's outlook.
+// age, all held or all added; o is its first node's outlook. A pointer,
+// not a copy: a count's blocks are gathered again for every count, and
+// an outlook is 64 bytes.
 type block struct {
-	o nodeOutlook
+	o *nodeOutlook
 	n int
 }
 
@@ -385,7 +398,7 @@ func blocksOf(ns []nodeOutlook) []block {
 		for e < len(ns) && ns[e].age == ns[i].age {
 			e++
 		}
-		out = append(out, block{o: ns[i], n: e - i})
+		out = append(out, block{o: &ns[i], n: e - i})
 		i = e
 	}
 	return out
@@ -407,7 +420,7 @@ func (ts *trainerSets) blocks(k int, held, added []block, buf []block) []block {
 			}
 			first := held[i]
 			if skip > 0 {
-				first = block{o: ts.held[C-k], n: first.n - skip}
+				first = block{o: &ts.held[C-k], n: first.n - skip}
 			}
 			buf = append(buf, first)
 			return append(buf, held[i+1:]...)

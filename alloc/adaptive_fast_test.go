@@ -202,3 +202,38 @@ func BenchmarkAdaptiveBefore(b *testing.B) {
 		})
 	}
 }
+
+// TestGrowthGainsMatchWalk holds growthGains (a Trainer's growth counts
+// valued cohort by cohort) to the count-by-count walk it replaced
+// (gainOf on each count's blocks): bit for bit, on random problems with
+// oracleProblem's edge cases (no idle history, no clock, planned starts,
+// Trainers near their end, every node its own cohort, non-concave
+// curves), N_max from 1 to N, and Summit-like pools whose first Trainer
+// is priced on many blocks; and growthGains takes every Trainer (its
+// fallback to the walk is for merges of another shape, which the merge's
+// rules never make).
+func TestGrowthGainsMatchWalk(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 7))
+	total := 0
+	for i := range 1203 {
+		n := 1 + r.IntN(300)
+		p := oracleProblem(r, 1+r.IntN(6), n, 1+r.IntN(n))
+		switch i {
+		case 1200:
+			p = alloctest.SummitCohorts(5, 2000, 2000, 1, 3)
+		case 1201:
+			p = alloctest.SummitCohorts(20, 3000, 3000, 16, 4)
+		case 1202:
+			p = alloctest.SummitCohorts(40, 3000, 64, 4, 5)
+		}
+		worst, declined, counts := alloc.GrowthGainsAgainstWalk(p)
+		if worst != 0 || declined != 0 {
+			t.Fatalf("problem %d: largest difference %v from the walk, %d Trainers declined", i, worst, declined)
+		}
+		total += counts
+	}
+	if total < 100000 {
+		t.Fatalf("only %d growth counts compared", total)
+	}
+	t.Logf("%d growth counts, all equal", total)
+}

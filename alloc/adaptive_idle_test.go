@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -76,12 +77,12 @@ func TestLifeTableByHand(t *testing.T) {
 	}
 	// A node idle 10 s: the periods still running end at 17 s, on average.
 	o := sv.outlook(10)
-	if h, pi := sv.over(o, math.Inf(1)); !near(h, 7) || pi != 1 {
+	if h, pi := sv.over(&o, math.Inf(1)); !near(h, 7) || pi != 1 {
 		t.Errorf("h(10, ∞), π = %v, %v; want 7, 1", h, pi)
 	}
 	// Within the next 7 s: idle 6 s (to 16) + ¾·1 s; reclaimed by 17 s with
 	// probability 1 − S(17)/S(10) = ½.
-	if h, pi := sv.over(o, 7); !near(h, 6.75) || !near(pi, 0.5) {
+	if h, pi := sv.over(&o, 7); !near(h, 6.75) || !near(pi, 0.5) {
 		t.Errorf("h(10, 7), π = %v, %v; want 6.75, 0.5", h, pi)
 	}
 
@@ -124,7 +125,46 @@ func TestLifeTableTail(t *testing.T) {
 		t.Fatalf("S(28) = %v, want %v", s, want)
 	}
 	// A node idle 30 s: memoryless from there.
-	if h, _ := sv.over(sv.outlook(30), math.Inf(1)); !near(h, 1/hazard) {
+	o := sv.outlook(30)
+	if h, _ := sv.over(&o, math.Inf(1)); !near(h, 1/hazard) {
 		t.Fatalf("h(30, ∞) = %v, want %v", h, 1/hazard)
+	}
+}
+
+// idleBinFrexp is IdleBin as it was first written, by math.Frexp: the
+// reference its reading of the bits must agree with.
+func idleBinFrexp(seconds float64) int {
+	if !(seconds >= 1) {
+		return 0
+	}
+	frac, exp := math.Frexp(seconds)
+	e := exp - 1
+	if e >= idleOctaves {
+		return IdleBins - 1
+	}
+	return 1 + binsPerOctave*e + int((2*frac-1)*binsPerOctave)
+}
+
+// TestIdleBinMatchesFrexp: IdleBin reads the same bin as the Frexp
+// reference at every bin edge and its neighbouring floats, at the ends of
+// the grid, at the special values, and at random lengths over the grid.
+// (+Inf, which Frexp does not split, is the last bin.)
+func TestIdleBinMatchesFrexp(t *testing.T) {
+	if b := IdleBin(math.Inf(1)); b != IdleBins-1 {
+		t.Fatalf("IdleBin(+Inf) = %d, want the last bin %d", b, IdleBins-1)
+	}
+	xs := []float64{math.Inf(-1), math.NaN(), 0, math.Copysign(0, -1), -1, 0.999999, math.MaxFloat64, math.SmallestNonzeroFloat64}
+	for b := 1; b <= IdleBins+8; b++ {
+		e := math.Ldexp(1+float64((b-1)%binsPerOctave)/binsPerOctave, (b-1)/binsPerOctave)
+		xs = append(xs, e, math.Nextafter(e, 0), math.Nextafter(e, math.Inf(1)))
+	}
+	r := rand.New(rand.NewPCG(23, 5))
+	for range 200000 {
+		xs = append(xs, math.Exp2(26*r.Float64()-1), 1e9*r.Float64())
+	}
+	for _, x := range xs {
+		if got, want := IdleBin(x), idleBinFrexp(x); got != want {
+			t.Fatalf("IdleBin(%v) = %d, the Frexp reference %d", x, got, want)
+		}
 	}
 }

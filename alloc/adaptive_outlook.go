@@ -11,7 +11,8 @@ func ReclaimChances(h *IdleHistory, ages []float64) []float64 {
 	gap := h.FreeGap()
 	out := make([]float64, len(ages))
 	for i, a := range ages {
-		_, out[i] = sv.over(sv.outlook(a), gap)
+		o := sv.outlook(a)
+		_, out[i] = sv.over(&o, gap)
 	}
 	return out
 }

@@ -14,7 +14,8 @@ func TestReclaimChancesByHand(t *testing.T) {
 	got := ReclaimChances(h, ages)
 	sv := newSurvival(h, ages)
 	for i, a := range ages {
-		_, want := sv.over(sv.outlook(a), priorFreeGap)
+		o := sv.outlook(a)
+		_, want := sv.over(&o, priorFreeGap)
 		if math.Abs(got[i]-want) > 1e-15 || got[i] < 0 || got[i] > 1 {
 			t.Fatalf("age %v: π = %v, want %v in [0, 1]", a, got[i], want)
 		}

@@ -11,3 +11,41 @@ func PricedAdditionAges(p *Problem, j, delta int) []float64 {
 	}
 	return out
 }
+
+// GrowthGainsAgainstWalk values every growth count k = C+1..hi of every
+// Trainer both ways — growthGains (cohorts outside, counts inside) and
+// the count-by-count walk (ts.blocks, gainOf) — and returns the largest
+// absolute difference and how many Trainers growthGains declined (it
+// reports false on a merge of another shape).
+func GrowthGainsAgainstWalk(p *Problem) (worst float64, declined, counts int) {
+	m := newAdaptiveModel(p)
+	for j := range p.Trainers {
+		_, hi := p.boundsIn(j, m.size)
+		hi = max(hi, len(p.Trainers[j].Held))
+		C := len(p.Trainers[j].Held)
+		if C >= hi {
+			continue
+		}
+		rates, speed := m.rates(j, hi)
+		ts := trainerSets{held: m.heldOutlooks(j), youngFirst: p.Semantics == Reference}
+		held, added := blocksOf(ts.held), m.addedBlocks(j, hi-C)
+		out := make([]float64, hi+1)
+		if !m.growthGains(j, ts.blocks(hi, held, added, nil), rates, speed, out) {
+			declined++
+			continue
+		}
+		for k := C + 1; k <= hi; k++ {
+			w := m.gainOf(j, k, ts.blocks(k, held, added, nil), rates, speed[k])
+			worst = max(worst, abs(out[k]-w))
+			counts++
+		}
+	}
+	return worst, declined, counts
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}

@@ -1,6 +1,10 @@
 package alloc
 
-import "testing"
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
 
 func TestInterpAllIsInterp(t *testing.T) {
 	for _, c := range []struct {
@@ -16,6 +20,46 @@ func TestInterpAllIsInterp(t *testing.T) {
 		for x := range got {
 			if want := Interp(c.xs, c.ys, x); got[x] != want {
 				t.Fatalf("%v %v at %d: %v, Interp %v", c.xs, c.ys, x, got[x], want)
+			}
+		}
+	}
+}
+
+// TestInterpAllIsInterpRandom: interpAll against Interp on random curves
+// (a first point at 0 or past it, one point, plateaus, falling stretches),
+// n below, within and past the points: the same value at every x.
+func TestInterpAllIsInterpRandom(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 9))
+	for range 3000 {
+		m := 1 + r.IntN(8)
+		set := map[int]bool{}
+		for len(set) < m {
+			set[r.IntN(200)] = true
+		}
+		var xs []int
+		for x := range set {
+			xs = append(xs, x)
+		}
+		slices.Sort(xs)
+		ys := make([]float64, len(xs))
+		for i := range ys {
+			switch r.IntN(4) {
+			case 0:
+				if i > 0 {
+					ys[i] = ys[i-1] // plateau
+					continue
+				}
+			case 1:
+				ys[i] = -1e3 * r.Float64()
+				continue
+			}
+			ys[i] = 1e5 * r.Float64()
+		}
+		n := r.IntN(300)
+		got := interpAll(xs, ys, n)
+		for x := range got {
+			if want := Interp(xs, ys, x); got[x] != want {
+				t.Fatalf("%v %v at %d: %v, Interp %v", xs, ys, x, got[x], want)
 			}
 		}
 	}

@@ -1,0 +1,159 @@
+package alloc
+
+import "math"
+
+// The growth counts of a Trainer, cohort by cohort (issue 23).
+//
+// gains valued a Trainer's counts one at a time: for each count k it
+// gathered the blocks of k's set and walked them (gainOf), O(blocks) a
+// count, with the set's blocks copied again each time. Above the current
+// size C the sets are nested: count C+d holds every held node and the
+// first d added ones, so its blocks are those of the largest count's set
+// (the full merge of held and added blocks) with the added nodes past
+// the d-th left out. A block of that merge therefore has, at count C+d,
+//
+//   - its start rank: the held nodes before it in the merge, plus the
+//     added nodes before it, at most d;
+//   - its size: all of it if held; min(n, d − added nodes before it) if
+//     added, and nothing when that is ≤ 0 (not yet in the set);
+//
+// and its cohort is the same at every count: a held block alone, an
+// added one alone, or a held block followed by an added one of its age
+// (the merge puts held nodes first among equal ages; two held blocks, or
+// two added ones, in a row are of different ages, being maximal runs).
+//
+// growthGains turns the loops round: cohorts outside, counts inside. Each
+// count's value receives the same terms, in the same order (its cohorts
+// in rank order), with the same arithmetic as gainOf — the same numbers
+// bit for bit (TestAdaptiveGainsMatchOracle: largest relative difference
+// 0) — but no set is gathered or copied per count, and a cohort's
+// survival lookups for all counts run as one loop over its outlook
+// (column), without a call per lookup. The work is still one lookup per
+// cohort and count (the horizon min(τ, T(k)) moves with k); what goes is
+// the rest.
+
+// growthGains sets out[k] for the counts k = C+1..hi (hi = len(out)−1) of
+// Trainer j from full, the blocks of the set of count hi (ts.blocks(hi)),
+// with rates[i] = O'(i) and speed[i] = P(i). It reports false, leaving
+// out untouched, if full's cohorts are not of the shapes above (then
+// gainOf must value those counts).
+func (m *adaptiveModel) growthGains(j int, full []block, rates, speed, out []float64) bool {
+	t := &m.p.Trainers[j]
+	C := len(t.Held)
+	hi := len(out) - 1
+	D := hi - C
+	// Check the cohorts' shapes first: out is untouched on false.
+	for i := 0; i < len(full); {
+		e := i + 1
+		for e < len(full) && full[e].o.age == full[i].o.age {
+			e++
+		}
+		if e-i > 2 || (e-i == 2 && (full[i].o.added || !full[i+1].o.added)) {
+			return false
+		}
+		i = e
+	}
+	// grown[d]: the horizon of the nodes count C+d grows onto (gainOf's).
+	grown := make([]float64, D+1)
+	for d := 1; d <= D; d++ {
+		finish := math.Inf(1)
+		if P := speed[C+d]; t.Remaining > 0 && P > 0 {
+			finish = t.Remaining / P
+		}
+		grown[d] = min(finish, m.gap)
+	}
+	g := out[C:] // g[d]: count C+d
+	rDown := t.RDown
+	// h, pi: one cohort's block over every count's horizon (column);
+	// h2: the added block after a held one.
+	h, pi, h2 := make([]float64, D+1), make([]float64, D+1), make([]float64, D+1)
+	heldBefore, addedBefore := 0, 0
+	for i := 0; i < len(full); {
+		f := full[i]
+		var s2 *block // the added block of f's age after a held f
+		if i+1 < len(full) && full[i+1].o.age == f.o.age {
+			s2 = &full[i+1]
+		}
+		if !f.o.added {
+			// A held block: in every count's set, after the first
+			// min(addedBefore, d) added nodes.
+			hTau := f.o.hTau
+			m.column(f.o, grown, 1, h, pi)
+			if s2 != nil {
+				m.column(s2.o, grown, addedBefore+1, h2, nil)
+			}
+			for d := 1; d <= D; d++ {
+				start := heldBefore + min(addedBefore, d)
+				mid := start + f.n
+				end := mid
+				if s2 != nil && d > addedBefore {
+					end += min(s2.n, d-addedBefore)
+				}
+				v := g[d]
+				v -= rDown * rates[end] * pi[d]
+				v += (rates[mid] - rates[start]) * hTau
+				if end > mid {
+					v += (rates[end] - rates[mid]) * h2[d]
+				}
+				g[d] = v
+			}
+		} else {
+			// An added block alone: in the sets of the counts past the
+			// added nodes before it, all at once from there.
+			start := heldBefore + addedBefore
+			m.column(f.o, grown, addedBefore+1, h, pi)
+			for d := addedBefore + 1; d <= D; d++ {
+				end := start + min(f.n, d-addedBefore)
+				v := g[d]
+				v -= rDown * rates[end] * pi[d]
+				v += (rates[end] - rates[start]) * h[d]
+				g[d] = v
+			}
+		}
+		if f.o.added {
+			addedBefore += f.n
+		} else {
+			heldBefore += f.n
+		}
+		i++
+		if s2 != nil {
+			addedBefore += s2.n
+			i++
+		}
+	}
+	return true
+}
+
+// column sets h[d], pi[d] = m.over(o, grown[d]) for d = d0..len(grown)−1
+// (pi nil: h only). The common case — a horizon other than τ, a node
+// without a plan within it, of positive survival, ending within the life
+// table — is over's arithmetic written out, so that the loop runs without
+// a call per count (over → capped → survival.over → survival.at); the
+// rest goes through over.
+func (m *adaptiveModel) column(o *nodeOutlook, grown []float64, d0 int, h, pi []float64) {
+	sv := m.sv
+	top, rows := sv.edge[sv.end], sv.rows
+	plain := o.s > 0
+	for d := d0; d < len(grown); d++ {
+		H := grown[d]
+		x := o.age + H
+		var hd, pd float64
+		if plain && H != m.gap && o.until >= H && x > 0 && x < top {
+			// survival.at(x), then survival.over's ratios.
+			b := IdleBin(x)
+			r0, r1 := &rows[b], &rows[b+1]
+			lo, w := r0.edge, r1.edge-r0.edge
+			f := (x - lo) / w
+			s0, s1 := r0.s, r1.s
+			s := s0 + (s1-s0)*f
+			cum := r0.cum + (s0+s)/2*(x-lo)
+			hd, pd = (cum-o.cum)/o.s, 1-s/o.s
+		} else {
+			hd, pd = m.over(o, H)
+		}
+		h[d] = hd
+		if pi != nil {
+			pi[d] = pd
+		}
+	}
+}
