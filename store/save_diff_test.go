@@ -27,12 +27,20 @@ import (
 // same rounds that reads the tables back at every save; between rounds it
 // is reopened (a crash: nothing remembered), edited by hand, written by
 // another process, and a save of it fails half-way.
+// With the curve learner off (CurvesLinear) a running Trainer's spec
+// stays as it was, and a save updates its progress columns alone.
 func TestSaveRoundsMatchOneSave(t *testing.T) {
+	for _, curves := range []pool.CurveMode{pool.CurvesGiven, pool.CurvesLinear} {
+		t.Run(string(curves), func(t *testing.T) { saveRoundsMatchOneSave(t, curves) })
+	}
+}
+
+func saveRoundsMatchOneSave(t *testing.T, curves pool.CurveMode) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	db := MustOpen(t, filepath.Join(dir, "rounds.db"))
 	rng := rand.New(rand.NewPCG(3, 4))
-	p, err := pool.New(pool.Config{TFwd: 10, MaxTrainers: 4}, pool.State{})
+	p, err := pool.New(pool.Config{TFwd: 10, MaxTrainers: 4, Curves: curves}, pool.State{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,4 +344,41 @@ func cpuTime(tb testing.TB) time.Duration {
 		tb.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestEndedAndResubmittedInOneRound: a Trainer that ends in a round and a
+// new one submitted under its name in the same round are two rows: the
+// ended one renamed NAME~SEQ with its final state, the new one under the
+// name. (The save wrote the new one first, over the ended one's running
+// row, and the end then overwrote it: the new submission was lost.)
+func TestEndedAndResubmittedInOneRound(t *testing.T) {
+	ctx := context.Background()
+	db := MustOpen(t, filepath.Join(t.TempDir(), "r.db"))
+	curve := alloc.Curve{Nodes: []int{0, 1, 2}, Throughput: []float64{0, 10, 19}}
+	old := pool.Trainer{Spec: pool.Spec{ID: "t1", Owner: "alice", Min: 1, Max: 2, Curve: curve, Submit: t0}, Status: pool.Running, Admitted: t0}
+	st := pool.State{Now: t0, Trainers: []pool.Trainer{old}}
+	launch := map[string]store.Launch{"t1": {Launcher: "exec"}}
+	if err := db.Save(ctx, &store.Round{State: st, Launch: launch, AppliedID: 1}); err != nil {
+		t.Fatal(err)
+	}
+	at := t0.Add(time.Minute)
+	ended := old
+	ended.Status, ended.Ended, ended.Done = pool.Finished, at, 42
+	fresh := pool.Trainer{Spec: pool.Spec{ID: "t1", Owner: "bob", Min: 1, Max: 2, Curve: curve, Submit: at}, Status: pool.Queued}
+	st = pool.State{Now: at, Trainers: []pool.Trainer{fresh}}
+	if err := db.Save(ctx, &store.Round{State: st, Ended: []pool.Trainer{ended}, Launch: map[string]store.Launch{"t1": {Launcher: "torchrun"}}, AppliedID: 2, PrevNow: t0}); err != nil {
+		t.Fatal(err)
+	}
+	all, err := db.Trainers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, tr := range all {
+		got = append(got, fmt.Sprintf("%s %s %s %s %g", tr.ID, tr.Owner, tr.Status, tr.Launch.Launcher, tr.Done))
+	}
+	want := []string{"t1~1 alice finished exec 42", "t1 bob queued torchrun 0"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("trainers %q, want %q", got, want)
+	}
 }

@@ -421,18 +421,15 @@ func saveTrainers(ctx context.Context, tx *sql.Tx, r *Round, w *written) (map[st
 	// first row that may be new, before any is inserted.
 	var maxSeq int64
 	haveMax := false
-	type wrote struct {
-		id     string
-		active bool
-		w      *writtenTrainer
-	}
-	var rowsNow []wrote
 	writes := 0
-	write := func(t *pool.Trainer) error {
+	write := func(t *pool.Trainer, ended bool) error {
 		writes++
 		e, saved := existing[t.ID]
+		// r.Launch is by name, for the Trainers submitted in this round:
+		// an ended Trainer saved before keeps its own, whatever a new one
+		// of its name brought.
 		launch, ok := r.Launch[t.ID]
-		if !ok && saved {
+		if saved && (!ok || ended) {
 			launch = e.launch
 		}
 		spec, err := json.Marshal(specJSON{Curve: t.Curve, Weight: t.Weight, RUp: t.RUp, RDown: t.RDown, Launch: launch, Measured: t.Measured, Learn: t.Learn, Model: t.Model, Starts: t.Starts})
@@ -440,7 +437,12 @@ func saveTrainers(ctx context.Context, tx *sql.Tx, r *Round, w *written) (map[st
 			return err
 		}
 		row := newTrainerRow(t, launch, string(spec))
-		rowsNow = append(rowsNow, wrote{id: t.ID, active: t.Status.Active(), w: &writtenTrainer{launch: launch, row: row, hasRow: true}})
+		// existing follows the table's running and queued rows.
+		if t.Status.Active() {
+			existing[t.ID] = &writtenTrainer{launch: launch, row: row, hasRow: true}
+		} else {
+			delete(existing, t.ID)
+		}
 		if saved {
 			// Its row is there: the update alone (the upsert tries an
 			// insert first), of its progress alone when the rest is as
@@ -488,21 +490,19 @@ func saveTrainers(ctx context.Context, tx *sql.Tx, r *Round, w *written) (map[st
 		_, err = up.ExecContext(ctx, row.args(t.ID, maxSeq+int64(writes))...)
 		return err
 	}
-	for i := range r.State.Trainers {
-		if err := write(&r.State.Trainers[i]); err != nil {
-			return nil, err
-		}
-	}
+	// The ended first: a Trainer that ended in this round and a new one
+	// submitted under its name in the same round are two rows (the ended
+	// one renamed NAME~SEQ). Written the other way round, the new one
+	// updated the ended one's running row, which its end then overwrote:
+	// the new submission was lost.
 	for i := range r.Ended {
-		if err := write(&r.Ended[i]); err != nil {
+		if err := write(&r.Ended[i], true); err != nil {
 			return nil, err
 		}
 	}
-	for _, x := range rowsNow {
-		if x.active {
-			existing[x.id] = x.w
-		} else {
-			delete(existing, x.id)
+	for i := range r.State.Trainers {
+		if err := write(&r.State.Trainers[i], false); err != nil {
+			return nil, err
 		}
 	}
 	return existing, nil
