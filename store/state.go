@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"time"
 
@@ -207,8 +206,17 @@ type Round struct {
 
 // Save writes a reconciler round: pool state, ended Trainers, usage and
 // history, in one transaction. It refuses to go back: a round whose
-// AppliedID is below the saved one lost a race and is not saved.
+// AppliedID is below the saved one lost a race and is not saved. It
+// compares the round with what this DB's last Save wrote when no one has
+// written the state tables since, else with the rows read back
+// (written.go).
 func (s *DB) Save(ctx context.Context, r *Round) error {
+	s.mem.mu.Lock()
+	defer s.mem.mu.Unlock()
+	w := s.mem.last
+	s.mem.last = nil // until this save commits
+	token := s.mem.token()
+	var trainers map[string]*writtenTrainer
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		meta, err := readMeta(ctx, tx)
 		if err != nil {
@@ -220,20 +228,28 @@ func (s *DB) Save(ctx context.Context, r *Round) error {
 				return fmt.Errorf("round folded events up to %d, the store has %d: %w", r.AppliedID, saved, errStaleRound)
 			}
 		}
+		if w != nil && meta[stateWrittenKey] != w.token {
+			w = nil // written since by someone else: read them back
+		}
+		if w == nil {
+			s.mem.full++
+		} else {
+			s.mem.fast++
+		}
 		// Only the Trainers whose node lists changed have their
 		// allocations rewritten (a round moves a few; rewriting all
 		// 10,624 of an exascale pool was most of a save, issue 23): their
 		// old rows go first, so that nodes and Trainers may change under
 		// them and a node may pass from one Trainer to another; their new
 		// rows after the Trainers they name are written.
-		changed, err := dropAllocations(ctx, tx, r.State.Trainers)
+		changed, err := dropAllocations(ctx, tx, r.State.Trainers, w)
 		if err != nil {
 			return err
 		}
-		if err := saveNodes(ctx, tx, r.State.Nodes); err != nil {
+		if err := saveNodes(ctx, tx, r.State.Nodes, w); err != nil {
 			return err
 		}
-		if err := saveTrainers(ctx, tx, r); err != nil {
+		if trainers, err = saveTrainers(ctx, tx, r, w); err != nil {
 			return err
 		}
 		if err := saveAllocations(ctx, tx, changed); err != nil {
@@ -247,12 +263,14 @@ func (s *DB) Save(ctx context.Context, r *Round) error {
 		if err != nil {
 			return err
 		}
-		for k, v := range map[string]string{
-			"applied_id": strconv.FormatInt(r.AppliedID, 10),
-			"now":        formatTime(r.State.Now),
-			"totals":     string(totals),
+		// The token last, after every row (whose triggers delete it).
+		for _, kv := range [][2]string{
+			{"applied_id", strconv.FormatInt(r.AppliedID, 10)},
+			{"now", formatTime(r.State.Now)},
+			{"totals", string(totals)},
+			{stateWrittenKey, token},
 		} {
-			if _, err := tx.ExecContext(ctx, "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", k, v); err != nil {
+			if _, err := tx.ExecContext(ctx, "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", kv[0], kv[1]); err != nil {
 				return err
 			}
 		}
@@ -262,8 +280,21 @@ func (s *DB) Save(ctx context.Context, r *Round) error {
 	if err != nil {
 		return fmt.Errorf("save round: %w", err)
 	}
+	if w == nil {
+		// The tables now hold exactly the round's nodes and allocations.
+		w = &written{}
+		w.rememberNodes(r.State.Nodes)
+		w.rememberAllocations(r.State.Trainers)
+	}
+	w.token, w.trainers = token, trainers
+	s.mem.last = w
 	return nil
 }
+
+// upsertNode writes a node's row.
+const upsertNode = `INSERT INTO nodes (name, state, since, ord, job, trainer) VALUES (?, ?, ?, ?, ?, ?)
+	ON CONFLICT (name) DO UPDATE SET state = excluded.state, since = excluded.since, ord = excluded.ord,
+	job = excluded.job, trainer = excluded.trainer`
 
 // errStaleRound is returned by Save for a round that lost a race.
 var errStaleRound = fmt.Errorf("stale round")
@@ -274,7 +305,13 @@ var errStaleRound = fmt.Errorf("stale round")
 // read differently, with no time parsed and no pool.Node built per row
 // (reading the 10,624 rows of an exascale pool back was a third of a
 // save, issue 23).
-func saveNodes(ctx context.Context, tx *sql.Tx, nodes []pool.Node) error {
+//
+// With w (what this DB wrote last, still the tables' rows) the nodes are
+// compared with w instead, and w is brought up to date.
+func saveNodes(ctx context.Context, tx *sql.Tx, nodes []pool.Node, w *written) error {
+	if w != nil {
+		return saveNodesWritten(ctx, tx, nodes, w)
+	}
 	type row struct {
 		state, since, job, trainer string
 		ord                        int
@@ -297,9 +334,7 @@ func saveNodes(ctx context.Context, tx *sql.Tx, nodes []pool.Node) error {
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	up, err := tx.PrepareContext(ctx, `INSERT INTO nodes (name, state, since, ord, job, trainer) VALUES (?, ?, ?, ?, ?, ?)
-		ON CONFLICT (name) DO UPDATE SET state = excluded.state, since = excluded.since, ord = excluded.ord,
-		job = excluded.job, trainer = excluded.trainer`)
+	up, err := tx.PrepareContext(ctx, upsertNode)
 	if err != nil {
 		return err
 	}
@@ -323,37 +358,43 @@ func saveNodes(ctx context.Context, tx *sql.Tx, nodes []pool.Node) error {
 	return nil
 }
 
-func saveTrainers(ctx context.Context, tx *sql.Tx, r *Round) error {
-	var seq int64
-	if err := tx.QueryRowContext(ctx, "SELECT coalesce(max(seq), 0) FROM trainers").Scan(&seq); err != nil {
-		return err
-	}
-	existing := map[string]Launch{}
-	rows, err := tx.QueryContext(ctx, "SELECT id, spec FROM trainers WHERE status IN ('running', 'queued')")
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var id, spec string
-		if err := rows.Scan(&id, &spec); err != nil {
-			rows.Close()
-			return err
+// saveTrainers writes the round's Trainers, running and queued then
+// ended, and returns the running and queued Trainers' rows as they now
+// stand. With w (what this DB wrote last) a row alike to the one it
+// wrote is not written again, and the launches are w's; without, the
+// launches are read back.
+func saveTrainers(ctx context.Context, tx *sql.Tx, r *Round, w *written) (map[string]*writtenTrainer, error) {
+	var existing map[string]*writtenTrainer
+	if w != nil {
+		existing = w.trainers
+	} else {
+		existing = map[string]*writtenTrainer{}
+		rows, err := tx.QueryContext(ctx, "SELECT id, spec FROM trainers WHERE status IN ('running', 'queued')")
+		if err != nil {
+			return nil, err
 		}
-		// Only the launch is kept (the rest is written again): decoding
-		// the whole spec of every Trainer, curve and learning included,
-		// was half the time of writing them (issue 23).
-		var sj struct {
-			Launch Launch `json:"launch"`
+		for rows.Next() {
+			var id, spec string
+			if err := rows.Scan(&id, &spec); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			// Only the launch is kept (the rest is written again): decoding
+			// the whole spec of every Trainer, curve and learning included,
+			// was half the time of writing them (issue 23).
+			var sj struct {
+				Launch Launch `json:"launch"`
+			}
+			if err := json.Unmarshal([]byte(spec), &sj); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("trainer %q spec: %w", id, err)
+			}
+			existing[id] = &writtenTrainer{launch: sj.Launch}
 		}
-		if err := json.Unmarshal([]byte(spec), &sj); err != nil {
-			rows.Close()
-			return fmt.Errorf("trainer %q spec: %w", id, err)
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
 		}
-		existing[id] = sj.Launch
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
 	}
 	up, err := tx.PrepareContext(ctx, `INSERT INTO trainers (`+trainerCols+`)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -364,45 +405,107 @@ func saveTrainers(ctx context.Context, tx *sql.Tx, r *Round) error {
 		node_seconds = excluded.node_seconds, pending_cost = excluded.pending_cost, submitted = excluded.submitted,
 		admitted = excluded.admitted, ended = excluded.ended, spec = excluded.spec`)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer up.Close()
-	write := func(t *pool.Trainer) error {
+	var prog, upd *sql.Stmt
+	defer func() {
+		for _, st := range []*sql.Stmt{prog, upd} {
+			if st != nil {
+				st.Close()
+			}
+		}
+	}()
+	// A new row's seq is the saved maximum plus its place among this
+	// round's writes; the maximum (a scan of the table) is read at the
+	// first row that may be new, before any is inserted.
+	var maxSeq int64
+	haveMax := false
+	writes := 0
+	write := func(t *pool.Trainer, ended bool) error {
+		writes++
+		e, saved := existing[t.ID]
+		// r.Launch is by name, for the Trainers submitted in this round:
+		// an ended Trainer saved before keeps its own, whatever a new one
+		// of its name brought.
 		launch, ok := r.Launch[t.ID]
-		if !ok {
-			launch = existing[t.ID]
+		if saved && (!ok || ended) {
+			launch = e.launch
 		}
 		spec, err := json.Marshal(specJSON{Curve: t.Curve, Weight: t.Weight, RUp: t.RUp, RDown: t.RDown, Launch: launch, Measured: t.Measured, Learn: t.Learn, Model: t.Model, Starts: t.Starts})
 		if err != nil {
 			return err
 		}
+		row := newTrainerRow(t, launch, string(spec))
+		// existing follows the table's running and queued rows.
+		if t.Status.Active() {
+			existing[t.ID] = &writtenTrainer{launch: launch, row: row, hasRow: true}
+		} else {
+			delete(existing, t.ID)
+		}
+		if saved {
+			// Its row is there: the update alone (the upsert tries an
+			// insert first), of its progress alone when the rest is as
+			// this DB wrote it, none when all is.
+			st, args := &upd, row.updateArgs
+			if e.hasRow && e.row.fixed == row.fixed {
+				if e.row.progress == row.progress {
+					return nil
+				}
+				st, args = &prog, row.progressArgs
+			}
+			if *st == nil {
+				q := updateTrainer
+				if st == &prog {
+					q = updateProgress
+				}
+				if *st, err = tx.PrepareContext(ctx, q); err != nil {
+					return err
+				}
+			}
+			res, err := (*st).ExecContext(ctx, args(t.ID)...)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n != 1 {
+				return fmt.Errorf("trainer %q: saved as running or queued, but %d rows updated (%v)", t.ID, n, err)
+			}
+			return nil
+		}
 		// A name reused by a new submission is a new record: the ended
 		// one it would overwrite keeps its row (and its owner), renamed
 		// NAME~SEQ — no Trainer name has a '~'. A Trainer saved running
-		// or queued is its own row: nothing to rename.
-		if _, saved := existing[t.ID]; !saved {
-			if _, err := tx.ExecContext(ctx, `UPDATE trainers SET id = id || '~' || seq
+		// or queued is its own row (above): nothing to rename.
+		if _, err := tx.ExecContext(ctx, `UPDATE trainers SET id = id || '~' || seq
 			WHERE id = ? AND submitted != ? AND status IN ('finished', 'cancelled', 'failed')`, t.ID, formatTime(t.Submit)); err != nil {
+			return err
+		}
+		if !haveMax {
+			if err := tx.QueryRowContext(ctx, "SELECT coalesce(max(seq), 0) FROM trainers").Scan(&maxSeq); err != nil {
 				return err
 			}
+			haveMax = true
 		}
-		seq++ // ignored on update: seq keeps its first value
-		_, err = up.ExecContext(ctx, t.ID, t.Owner, string(t.Status), launch.Launcher, t.Min, t.Max, t.Samples,
-			finiteOr0(t.Done), finiteOr0(t.Rate), len(t.Nodes), t.RescaleLoss, t.PreemptLoss, t.Rescales, t.Preemptions,
-			t.NodeSeconds, t.PendingCost, formatTime(t.Submit), formatTime(t.Admitted), formatTime(t.Ended), seq, string(spec))
+		// seq is ignored on update: it keeps its first value.
+		_, err = up.ExecContext(ctx, row.args(t.ID, maxSeq+int64(writes))...)
 		return err
 	}
-	for i := range r.State.Trainers {
-		if err := write(&r.State.Trainers[i]); err != nil {
-			return err
-		}
-	}
+	// The ended first: a Trainer that ended in this round and a new one
+	// submitted under its name in the same round are two rows (the ended
+	// one renamed NAME~SEQ). Written the other way round, the new one
+	// updated the ended one's running row, which its end then overwrote:
+	// the new submission was lost.
 	for i := range r.Ended {
-		if err := write(&r.Ended[i]); err != nil {
-			return err
+		if err := write(&r.Ended[i], true); err != nil {
+			return nil, err
 		}
 	}
-	return nil
+	for i := range r.State.Trainers {
+		if err := write(&r.State.Trainers[i], false); err != nil {
+			return nil, err
+		}
+	}
+	return existing, nil
 }
 
 func finiteOr0(x float64) float64 {
@@ -412,35 +515,45 @@ func finiteOr0(x float64) float64 {
 	return x
 }
 
-// dropAllocations compares the saved allocations with the Trainers' node
-// lists, deletes the rows of every Trainer whose list differs (or that
-// is no longer in the state) and returns the Trainers whose rows are to
-// be written again.
-func dropAllocations(ctx context.Context, tx *sql.Tx, ts []pool.Trainer) ([]*pool.Trainer, error) {
-	saved := map[string][]string{}
-	rows, err := tx.QueryContext(ctx, "SELECT trainer, node FROM allocations ORDER BY trainer, pos")
-	if err != nil {
-		return nil, err
-	}
-	for rows.Next() {
-		var t, n string
-		if err := rows.Scan(&t, &n); err != nil {
-			rows.Close()
+// dropAllocations compares the saved allocations (w's when given, else
+// the rows read back) with the Trainers' node lists, deletes the rows of
+// every Trainer whose list differs (or that is no longer in the state)
+// and returns the Trainers whose rows are to be written again. It brings
+// w up to date.
+func dropAllocations(ctx context.Context, tx *sql.Tx, ts []pool.Trainer, w *written) ([]*pool.Trainer, error) {
+	var saved map[string][]string
+	if w != nil {
+		saved = w.alloc
+	} else {
+		saved = map[string][]string{}
+		rows, err := tx.QueryContext(ctx, "SELECT trainer, node FROM allocations ORDER BY trainer, pos")
+		if err != nil {
 			return nil, err
 		}
-		saved[t] = append(saved[t], n)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
+		for rows.Next() {
+			var t, n string
+			if err := rows.Scan(&t, &n); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			saved[t] = append(saved[t], n)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
 	}
 	var changed []*pool.Trainer
 	var drop []string
+	in := make(map[string]bool, len(ts))
 	for i := range ts {
 		t := &ts[i]
 		old, ok := saved[t.ID]
-		delete(saved, t.ID)
-		if len(old) == len(t.Nodes) && slices.EqualFunc(old, t.Nodes, func(a string, b alloc.Node) bool { return a == b.Name }) {
+		if in[t.ID] {
+			old, ok = nil, false // its rows were dropped or kept above
+		}
+		in[t.ID] = true
+		if sameNames(old, t.Nodes) {
 			continue
 		}
 		if ok {
@@ -449,7 +562,19 @@ func dropAllocations(ctx context.Context, tx *sql.Tx, ts []pool.Trainer) ([]*poo
 		changed = append(changed, t)
 	}
 	for id := range saved {
-		drop = append(drop, id)
+		if !in[id] {
+			drop = append(drop, id)
+		}
+	}
+	if w != nil {
+		for _, id := range drop {
+			delete(w.alloc, id)
+		}
+		for _, t := range changed {
+			if len(t.Nodes) > 0 {
+				w.alloc[t.ID] = namesOf(t.Nodes)
+			}
+		}
 	}
 	if len(drop) == 0 {
 		return changed, nil

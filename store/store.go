@@ -63,6 +63,7 @@ type DB struct {
 	db        *sql.DB // writes: BEGIN IMMEDIATE
 	rdb       *sql.DB // reads: plain BEGIN, never takes the write lock
 	path      string
+	mem       memory // what the last Save wrote (written.go)
 }
 
 // Options tune Open.
