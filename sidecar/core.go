@@ -445,11 +445,13 @@ func (c *Core) commandRound(ctx context.Context, db *store.DB) error {
 // An open and close cost about half a millisecond (measured here);
 // rounds are seconds apart. The Reconciler itself lives as long as the
 // service (the scheduler plan's cache, for one, carries from round to
-// round).
+// round), and so does what the last save wrote (store.SaveMemory): the
+// next round's save compares with it unless someone else wrote since.
 func (c *Core) Watch(ctx context.Context, every time.Duration, noScheduler bool) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var r *Reconciler
+	var mem store.SaveMemory // what the last round's save wrote: the next compares with it
 	// A service outlives what keeps the database from opening now (a
 	// command holding its lock while it creates it, a filesystem not yet
 	// mounted or read-only): it says why, once per reason, and tries
@@ -473,11 +475,13 @@ func (c *Core) Watch(ctx context.Context, every time.Duration, noScheduler bool)
 					return err
 				}
 			}
+			db.Remember(mem)
 			r.DB = db
 			if err := r.Run(ctx); err != nil {
 				r.Log.Printf("reconcile: %v", err)
 			}
 			r.DB = nil
+			mem = db.Memory()
 			if err := db.Close(); err != nil {
 				r.Log.Printf("reconcile: closing the database: %v", err)
 			}

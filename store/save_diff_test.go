@@ -103,6 +103,15 @@ func saveRoundsMatchOneSave(t *testing.T, curves pool.CurveMode) {
 			st = p.State()
 		}
 		switch round % 10 {
+		case 1:
+			// The service's next round: a new handle given what the
+			// last one wrote (it compares with that, not the tables).
+			f, u := db.SavePaths()
+			fast, full = fast+f, full+u
+			mem := db.Memory()
+			db.Close()
+			db = MustOpen(t, filepath.Join(dir, "rounds.db"))
+			db.Remember(mem)
 		case 3:
 			// A crash between rounds: a new handle remembers nothing.
 			f, u := db.SavePaths()
@@ -136,6 +145,13 @@ func saveRoundsMatchOneSave(t *testing.T, curves pool.CurveMode) {
 				o.Trainers[0].Done++
 				o.Trainers[0].Nodes = nil
 			}
+			// db's memory is handed across the other's save, as a
+			// service's round to round across a command's: its token
+			// is no longer the stored one.
+			f, u := db.SavePaths()
+			fast, full = fast+f, full+u
+			mem := db.Memory()
+			db.Close()
 			for _, name := range []string{"rounds.db", "ref.db"} {
 				other := MustOpen(t, filepath.Join(dir, name))
 				if err := other.Save(ctx, &store.Round{State: o, AppliedID: int64(round)}); err != nil {
@@ -143,6 +159,8 @@ func saveRoundsMatchOneSave(t *testing.T, curves pool.CurveMode) {
 				}
 				other.Close()
 			}
+			db = MustOpen(t, filepath.Join(dir, "rounds.db"))
+			db.Remember(mem)
 		case 9:
 			// A save that fails after writing rows: an allocation on a
 			// node the store has not. Nothing of it stays, in the tables
@@ -161,6 +179,15 @@ func saveRoundsMatchOneSave(t *testing.T, curves pool.CurveMode) {
 		}
 		if err := db.Save(ctx, &store.Round{State: st, Ended: ended, AppliedID: int64(round), PrevNow: prev.Now, PrevTotal: prev.Totals}); err != nil {
 			t.Fatalf("round %d: %v", round, err)
+		}
+		if k := round % 10; k == 1 || k == 7 {
+			// The handle just opened saved once: with what it was handed
+			// (round 1), or reading the tables back, as another process
+			// wrote after the memory was (round 7).
+			f, u := db.SavePaths()
+			if wantFast := k == 1; f+u != 1 || (f == 1) != wantFast {
+				t.Fatalf("round %d: a handle given its predecessor's memory saved %d times fast, %d full; want fast %v", round, f, u, wantFast)
+			}
 		}
 		ref.Forget()
 		if err := ref.Save(ctx, &store.Round{State: st, Ended: ended, AppliedID: int64(round), PrevNow: prev.Now, PrevTotal: prev.Totals}); err != nil {

@@ -250,3 +250,29 @@ func saveNodesWritten(ctx context.Context, tx *sql.Tx, nodes []pool.Node, w *wri
 	}
 	return nil
 }
+
+// SaveMemory is what a DB's last committed Save wrote, handed to the next
+// handle of the same database (Memory, then Remember): the reconciler
+// service opens the database for each round only (sidecar.Core.Watch), and
+// keeps the fast save from round to round. The next handle trusts it only
+// as its own: while meta.state_written holds the token it was written with.
+type SaveMemory struct{ last *written }
+
+// Memory returns what this DB's last committed Save wrote; nothing when it
+// has not saved, or its last save failed. Take it once the DB is done
+// saving (before Close).
+func (s *DB) Memory() SaveMemory {
+	s.mem.mu.Lock()
+	defer s.mem.mu.Unlock()
+	return SaveMemory{last: s.mem.last}
+}
+
+// Remember gives a new handle what another handle of the same database
+// wrote last (Memory), if it has not saved yet itself.
+func (s *DB) Remember(m SaveMemory) {
+	s.mem.mu.Lock()
+	defer s.mem.mu.Unlock()
+	if s.mem.last == nil && s.mem.saves == 0 {
+		s.mem.last = m.last
+	}
+}
