@@ -23,16 +23,18 @@ import (
 //
 //	pilot log=… slice=… nodes=… speed=… main_jobs=… failed=… requeued=… drained=… trainer_beside_main_s=… audit_violations=… events_lost=… wait_p50_ms=… wait_p99_ms=… wait_without_p50_ms=… wait_without_p99_ms=… harvested_node_h=… predicted_node_h=… ratio=… wait_without2_p50_ms=… wait_without2_p99_ms=… wait_goal=…
 //	pilot wait pass=with|without|without2 jobs=… sched_p50_ms=… sched_p99_ms=… launch_p50_ms=… launch_p99_ms=… overrun_p50_ms=… overrun_p99_ms=… rpc_all_queries=…
-//	pilot harvest idle_node_h=… used_node_h=… held_node_h=… startup_node_h=… completing_node_h=… reconcile_node_h=… no_demand_node_h=… beside_node_s=… samples=… max_gap_s=…
+//	pilot harvest idle_node_h=… used_node_h=… held_node_h=… fault_node_h=… startup_node_h=… completing_node_h=… reconcile_node_h=… no_demand_node_h=… beside_node_s=… samples=… max_gap_s=… fault_idle_node_h=… used_outside_faults=…
 //	pilot nemesis=<name> at_s=<x> <what happened>
 //
 // harvested_node_h is the node-hours USED by Trainers: idle by sacct with
 // a Trainer process alive on the node, sampled every second; ratio is it
 // over the replay's used_node_h. The harvest line splits the idle
-// node-hours by stage (used, startup: held with no process yet,
-// completing: the pool has not got the node back since the job ended,
-// reconcile: free while a Trainer could grow, no_demand: free while none
-// could; they sum to idle_node_h), with held_node_h (the nodes the pool
+// node-hours by stage (used; fault: not used while a nemesis held a part
+// of the system down; startup: held with no process yet, completing: the
+// pool has not got the node back since the job ended, reconcile: free
+// while a Trainer could grow, no_demand: free while none could; they sum
+// to idle_node_h), with used_outside_faults (the share of the idle time
+// outside the nemeses' windows that was used), held_node_h (the nodes the pool
 // showed held: the old measure) and beside_node_s (a Trainer process seen
 // on a node while a main job surely ran there: a cross-check of the jobs'
 // own watches); see internal/lab/slurm/harvest.go.

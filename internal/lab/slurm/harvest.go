@@ -41,6 +41,15 @@ import (
 //     same choice);
 //   - no_demand: free while no admitted Trainer could take it.
 //
+// Across the stages, fault: an idle instant not used while a nemesis held
+// a part of the system down (slurmctld restarting, the reconciler service
+// killed, the database read-only, a node's sshd stopped: each nemesis's
+// window, NemesisReport.Span) is filed there whatever its stage would be;
+// fault_idle is all idle time in those windows, used or not, and
+// used_outside_faults the share of the idle time outside them that was
+// used: what the system harvests when nothing is broken, beside the whole
+// pass's figure that the result line's ratio gives.
+//
 // held is the old measure (nodes the pool shows held, over the whole
 // span, busy or not). beside is a cross-check of the jobs' own watches:
 // the node-time (in the span) of samples that saw a Trainer process alive on a node,
@@ -68,13 +77,18 @@ const harvestCheckEvery = 30
 // Harvest is how a pass's idle node-time was spent.
 type Harvest struct {
 	// IdleH is the lab's nodes' idle node-hours by sacct over the
-	// accounting's span; UsedH + StartupH + CompletingH + ReconcileH +
-	// NoDemandH is IdleH.
+	// accounting's span; UsedH + FaultH + StartupH + CompletingH +
+	// ReconcileH + NoDemandH is IdleH.
 	IdleH, UsedH, StartupH, CompletingH, ReconcileH, NoDemandH float64
-	HeldH                                                      float64 // node-hours the pool showed held, busy or not (the old measure)
-	BesideS                                                    float64 // node-seconds a Trainer process was seen on a node a main job surely held
-	Samples                                                    int
-	MaxGap                                                     time.Duration // the longest time between two samples
+	// FaultH is idle time not used while a nemesis held a part of the
+	// system down (slurmctld, the reconciler service, the database, a
+	// node's sshd: NemesisReport.Span), whatever its stage otherwise;
+	// FaultIdleH all idle time in those windows, FaultUsedH the used.
+	FaultH, FaultIdleH, FaultUsedH float64
+	HeldH                          float64 // node-hours the pool showed held, busy or not (the old measure)
+	BesideS                        float64 // node-seconds a Trainer process was seen on a node a main job surely held
+	Samples                        int
+	MaxGap                         time.Duration // the longest time between two samples
 	// The sampler's own cost and its cross-check (in the log, not the
 	// line): failed samples, mean time of the pool's read and of the
 	// processes' read, and the run-token scans against the cgroups.
@@ -87,16 +101,23 @@ type Harvest struct {
 
 // StagesH is the sum of the stages.
 func (h Harvest) StagesH() float64 {
-	return h.UsedH + h.StartupH + h.CompletingH + h.ReconcileH + h.NoDemandH
+	return h.UsedH + h.FaultH + h.StartupH + h.CompletingH + h.ReconcileH + h.NoDemandH
+}
+
+// UsedOutsideFaults is the share of the idle time outside the nemeses'
+// windows that Trainers used; NaN when there is none.
+func (h Harvest) UsedOutsideFaults() float64 {
+	return (h.UsedH - h.FaultUsedH) / (h.IdleH - h.FaultIdleH)
 }
 
 // HarvestLine is the pilot's harvest line: the idle node-hours and how
 // they were spent.
 func (r *PilotResult) HarvestLine() string {
 	h := r.Harvest
-	return fmt.Sprintf("pilot harvest idle_node_h=%.3f used_node_h=%.3f held_node_h=%.3f startup_node_h=%.3f completing_node_h=%.3f "+
-		"reconcile_node_h=%.3f no_demand_node_h=%.3f beside_node_s=%.1f samples=%d max_gap_s=%.1f",
-		h.IdleH, h.UsedH, h.HeldH, h.StartupH, h.CompletingH, h.ReconcileH, h.NoDemandH, h.BesideS, h.Samples, h.MaxGap.Seconds())
+	return fmt.Sprintf("pilot harvest idle_node_h=%.3f used_node_h=%.3f held_node_h=%.3f fault_node_h=%.3f startup_node_h=%.3f completing_node_h=%.3f "+
+		"reconcile_node_h=%.3f no_demand_node_h=%.3f beside_node_s=%.1f samples=%d max_gap_s=%.1f fault_idle_node_h=%.3f used_outside_faults=%.2f",
+		h.IdleH, h.UsedH, h.HeldH, h.FaultH, h.StartupH, h.CompletingH, h.ReconcileH, h.NoDemandH, h.BesideS, h.Samples, h.MaxGap.Seconds(),
+		h.FaultIdleH, h.UsedOutsideFaults())
 }
 
 // harvestSample is what the sampler saw at one instant.
@@ -112,7 +133,8 @@ type harvestSample struct {
 type harvestStage int
 
 const (
-	stageUsed harvestStage = iota
+	stageUsed  harvestStage = iota
+	stageFault              // set by the split from the nemeses' windows, not by a sample
 	stageStartup
 	stageCompleting
 	stageReconcile
@@ -296,8 +318,8 @@ func populatedLeaf(dir string) (bool, error) {
 }
 
 // result is the split of the sampled pass over [from, to].
-func (s *harvestSampler) result(nodes []string, jobs []accounting.Job, first map[string]time.Time, from, to time.Time) (Harvest, error) {
-	h, err := splitHarvest(nodes, jobs, first, s.samples, from, to)
+func (s *harvestSampler) result(nodes []string, jobs []accounting.Job, first map[string]time.Time, faults []interval, from, to time.Time) (Harvest, error) {
+	h, err := splitHarvest(nodes, jobs, first, s.samples, faults, from, to)
 	h.Failed = s.failed
 	if n := len(s.samples) + s.failed; n > 0 {
 		h.PoolRead = s.poolRead / time.Duration(n)
@@ -343,7 +365,7 @@ func overlap(a, b, c, d time.Time) time.Duration {
 // the top of this file). jobs are sacct's allocations; first is each
 // job's first line by its ID (zero or absent: its sacct Start is taken,
 // for beside); samples are in time order.
-func splitHarvest(nodes []string, jobs []accounting.Job, first map[string]time.Time, samples []harvestSample, from, to time.Time) (Harvest, error) {
+func splitHarvest(nodes []string, jobs []accounting.Job, first map[string]time.Time, samples []harvestSample, faults []interval, from, to time.Time) (Harvest, error) {
 	var h Harvest
 	if !to.After(from) {
 		return h, fmt.Errorf("harvest: an empty span %s to %s", from.Format(time.RFC3339), to.Format(time.RFC3339))
@@ -378,7 +400,8 @@ func splitHarvest(nodes []string, jobs []accounting.Job, first map[string]time.T
 			spans[i].b = s.at.Add(samples[i+1].at.Sub(s.at) / 2)
 		}
 	}
-	var idle, held, beside time.Duration
+	faults = union(faults)
+	var idle, held, beside, faultIdle, faultUsed time.Duration
 	var stages [nStages]time.Duration
 	for _, node := range nodes {
 		var busy, hold []interval // sacct's holds; the certain ones (beside)
@@ -407,7 +430,23 @@ func splitHarvest(nodes []string, jobs []accounting.Job, first map[string]time.T
 			}
 			st := s.stage(node)
 			for _, iv := range free {
-				stages[st] += overlap(sp.a, sp.b, iv.a, iv.b)
+				d := overlap(sp.a, sp.b, iv.a, iv.b)
+				if d == 0 {
+					continue
+				}
+				var inFault time.Duration
+				lo, hi := maxTime(sp.a, iv.a), minTime(sp.b, iv.b)
+				for _, f := range faults {
+					inFault += overlap(lo, hi, f.a, f.b)
+				}
+				faultIdle += inFault
+				if st == stageUsed {
+					faultUsed += inFault
+					stages[st] += d
+					continue
+				}
+				stages[stageFault] += inFault
+				stages[st] += d - inFault
 			}
 			if st == stageUsed {
 				for _, iv := range hold {
@@ -422,6 +461,7 @@ func splitHarvest(nodes []string, jobs []accounting.Job, first map[string]time.T
 	h.IdleH, h.HeldH, h.BesideS = hours(idle), hours(held), beside.Seconds()
 	h.UsedH, h.StartupH, h.CompletingH = hours(stages[stageUsed]), hours(stages[stageStartup]), hours(stages[stageCompleting])
 	h.ReconcileH, h.NoDemandH = hours(stages[stageReconcile]), hours(stages[stageNoDemand])
+	h.FaultH, h.FaultIdleH, h.FaultUsedH = hours(stages[stageFault]), hours(faultIdle), hours(faultUsed)
 	var sum time.Duration
 	for _, d := range stages {
 		sum += d
@@ -435,6 +475,22 @@ func splitHarvest(nodes []string, jobs []accounting.Job, first map[string]time.T
 		return h, errors.New("harvest: idle time not a number")
 	}
 	return h, nil
+}
+
+// union merges intervals into disjoint ones, in time order; empty ones
+// are dropped.
+func union(ivs []interval) []interval {
+	ivs = slices.DeleteFunc(slices.Clone(ivs), func(iv interval) bool { return !iv.b.After(iv.a) })
+	slices.SortFunc(ivs, func(x, y interval) int { return x.a.Compare(y.a) })
+	var out []interval
+	for _, iv := range ivs {
+		if n := len(out); n > 0 && !iv.a.After(out[n-1].b) {
+			out[n-1].b = maxTime(out[n-1].b, iv.b)
+			continue
+		}
+		out = append(out, iv)
+	}
+	return out
 }
 
 // idleIntervals is [from, to] less the busy intervals, in time order.
@@ -485,7 +541,16 @@ func (p *pilot) harvest(r *passResult, listing *accounting.Listing, from, to tim
 	if r.harvest == nil {
 		return Harvest{}, errors.New("harvest: the pass was not sampled")
 	}
-	h, err := r.harvest.result(p.c.Lab.Nodes, listing.Jobs, first, from, to)
+	// The nemeses' windows: from each one's moment for as long as it
+	// held something down.
+	var faults []interval
+	for _, n := range r.nemeses {
+		if n.Span > 0 {
+			a := r.start.Add(n.At)
+			faults = append(faults, interval{a, a.Add(n.Span)})
+		}
+	}
+	h, err := r.harvest.result(p.c.Lab.Nodes, listing.Jobs, first, faults, from, to)
 	p.o.Logf("pilot: harvest sampler: %d samples (%d failed), means: pool read %s, processes %s (%s), run-token scan %s (every %dth sample: %d node-checks, %d disagreeing)",
 		h.Samples, h.Failed, h.PoolRead.Round(time.Microsecond), h.ProcRead.Round(time.Microsecond), h.ProcSource, h.CheckRead.Round(time.Microsecond),
 		harvestCheckEvery, h.ProcChecks, h.ProcMismatches)

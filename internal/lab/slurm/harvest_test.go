@@ -49,7 +49,11 @@ func TestSplitHarvest(t *testing.T) {
 		{at: sec(90), free: []string{"n1"}, procs: []string{"n2"}, demand: true}, // [75, 95): reconcile 20; n2 beside 20 (B from its Start)
 		{at: sec(100), held: []string{"n1"}, procs: []string{"n1"}},              // [95, 100]: used 5, held 5
 	}
-	h, err := splitHarvest([]string{"n1", "n2"}, jobs, first, ss, sec(0), sec(100))
+	// Nemeses' windows: [60, 70) (and [65, 68) within it, counted once)
+	// takes 10 s of n1's no_demand; [96, 98) is in its use; [40, 45) in
+	// job A's run, not idle.
+	faults := []interval{{sec(60), sec(70)}, {sec(65), sec(68)}, {sec(96), sec(98)}, {sec(40), sec(45)}}
+	h, err := splitHarvest([]string{"n1", "n2"}, jobs, first, ss, faults, sec(0), sec(100))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +67,11 @@ func TestSplitHarvest(t *testing.T) {
 		{"startup", h.StartupH, hs(10)},
 		{"completing", h.CompletingH, hs(5)},
 		{"reconcile", h.ReconcileH, hs(25)},
-		{"no_demand", h.NoDemandH, hs(20)},
+		{"no_demand", h.NoDemandH, hs(10)},
+		{"fault", h.FaultH, hs(10)},
+		{"fault_idle", h.FaultIdleH, hs(12)},
+		{"fault_used", h.FaultUsedH, hs(2)},
+		{"used_outside_faults", h.UsedOutsideFaults(), 8.0 / 58},
 		{"held", h.HeldH, hs(35)},
 		{"beside_s", h.BesideS, 30},
 	} {
@@ -78,8 +86,8 @@ func TestSplitHarvest(t *testing.T) {
 		t.Errorf("the stages sum to %v, idle %v", h.StagesH(), h.IdleH)
 	}
 	r := PilotResult{Harvest: h}
-	want := "pilot harvest idle_node_h=0.019 used_node_h=0.003 held_node_h=0.010 startup_node_h=0.003 completing_node_h=0.001 " +
-		"reconcile_node_h=0.007 no_demand_node_h=0.006 beside_node_s=30.0 samples=9 max_gap_s=30.0"
+	want := "pilot harvest idle_node_h=0.019 used_node_h=0.003 held_node_h=0.010 fault_node_h=0.003 startup_node_h=0.003 completing_node_h=0.001 " +
+		"reconcile_node_h=0.007 no_demand_node_h=0.003 beside_node_s=30.0 samples=9 max_gap_s=30.0 fault_idle_node_h=0.003 used_outside_faults=0.14"
 	if got := r.HarvestLine(); got != want {
 		t.Errorf("line:\n got %s\nwant %s", got, want)
 	}
@@ -95,7 +103,7 @@ func TestSplitHarvestEdges(t *testing.T) {
 		{at: sec(-30), procs: []string{"n1", "n2"}}, // [-∞, 15) → [10, 15): used 5 on n1
 		{at: sec(60), held: []string{"n1"}},         // [15, ∞) → [15, 20]: startup 5
 	}
-	h, err := splitHarvest([]string{"n1", "n2"}, jobs, nil, ss, sec(10), sec(20))
+	h, err := splitHarvest([]string{"n1", "n2"}, jobs, nil, ss, nil, sec(10), sec(20))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,13 +114,13 @@ func TestSplitHarvestEdges(t *testing.T) {
 	if h.BesideS != 0 {
 		t.Errorf("beside %v s, want 0 (the sample's instant is before the job's hold)", h.BesideS)
 	}
-	if _, err := splitHarvest([]string{"n1"}, nil, nil, nil, sec(0), sec(10)); err == nil || !strings.Contains(err.Error(), "no sample") {
+	if _, err := splitHarvest([]string{"n1"}, nil, nil, nil, nil, sec(0), sec(10)); err == nil || !strings.Contains(err.Error(), "no sample") {
 		t.Errorf("no samples: err %v", err)
 	}
-	if _, err := splitHarvest([]string{"n1"}, nil, nil, ss, sec(10), sec(10)); err == nil {
+	if _, err := splitHarvest([]string{"n1"}, nil, nil, ss, nil, sec(10), sec(10)); err == nil {
 		t.Error("an empty span was split")
 	}
-	if _, err := splitHarvest([]string{"n1"}, nil, nil, []harvestSample{ss[1], ss[0]}, sec(0), sec(10)); err == nil {
+	if _, err := splitHarvest([]string{"n1"}, nil, nil, []harvestSample{ss[1], ss[0]}, nil, sec(0), sec(10)); err == nil {
 		t.Error("samples out of order were split")
 	}
 }
@@ -165,15 +173,22 @@ func TestSplitHarvestOracle(t *testing.T) {
 			}
 			at = at.Add(step)
 		}
-		h, err := splitHarvest(nodes, jobs, first, ss, from, to)
+		// Nemeses' windows, overlapping at times, some past the span.
+		var faults []interval
+		for range rng.IntN(4) {
+			a := sec(float64(rng.IntN(140) - 10))
+			faults = append(faults, interval{a, a.Add(time.Duration(rng.IntN(3000)) * grid)})
+		}
+		h, err := splitHarvest(nodes, jobs, first, ss, faults, from, to)
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
 		// The count: each 10 ms cell by its middle.
-		var idle, held, beside time.Duration
+		var idle, held, beside, faultIdle, faultUsed time.Duration
 		var stages [nStages]time.Duration
 		for c := from; c.Before(to); c = c.Add(grid) {
 			m := c.Add(grid / 2)
+			inFault := slices.ContainsFunc(faults, func(f interval) bool { return !m.Before(f.a) && m.Before(f.b) })
 			s := ss[0]
 			for _, x := range ss {
 				if x.at.Sub(m).Abs() < s.at.Sub(m).Abs() {
@@ -203,7 +218,16 @@ func TestSplitHarvestOracle(t *testing.T) {
 				}
 				if !busy {
 					idle += grid
-					stages[s.stage(n)] += grid
+					st := s.stage(n)
+					if inFault {
+						faultIdle += grid
+						if st == stageUsed {
+							faultUsed += grid
+						} else {
+							st = stageFault
+						}
+					}
+					stages[st] += grid
 				}
 			}
 		}
@@ -214,6 +238,7 @@ func TestSplitHarvestOracle(t *testing.T) {
 			{"idle", h.IdleH, idle.Hours()}, {"used", h.UsedH, stages[stageUsed].Hours()}, {"startup", h.StartupH, stages[stageStartup].Hours()},
 			{"completing", h.CompletingH, stages[stageCompleting].Hours()}, {"reconcile", h.ReconcileH, stages[stageReconcile].Hours()},
 			{"no_demand", h.NoDemandH, stages[stageNoDemand].Hours()}, {"held", h.HeldH, held.Hours()}, {"beside_s", h.BesideS / 3600, beside.Hours()},
+			{"fault", h.FaultH, stages[stageFault].Hours()}, {"fault_idle", h.FaultIdleH, faultIdle.Hours()}, {"fault_used", h.FaultUsedH, faultUsed.Hours()},
 		} {
 			if !near(c.got, c.want) {
 				t.Errorf("seed %d: %s: split %.9f, count %.9f", seed, c.name, c.got, c.want)

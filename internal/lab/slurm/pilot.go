@@ -137,8 +137,12 @@ func ReadSlice(path string, from, n, nodes int, speed float64) ([]PilotJob, erro
 type NemesisReport struct {
 	Name string
 	At   time.Duration // from the pass's start
-	What string        // what happened, in words
-	Err  error         // the nemesis itself could not act
+	// Span is how long it held a part of the system down from At
+	// (slurmctld, the reconciler service, the database's filesystem, a
+	// node's sshd); 0 for one that is a moment (a crash, a burst).
+	Span time.Duration
+	What string // what happened, in words
+	Err  error  // the nemesis itself could not act
 }
 
 // PilotResult is what a pilot measured.
@@ -750,7 +754,8 @@ func (p *pilot) nemesis(ctx context.Context, name string, start time.Time, add f
 	case NemesisCtld:
 		t := time.Now()
 		_, rep.Err = p.c.Lab.script(ctx, "restart-ctld", p.c.Lab.Dir, "-q", "-t", "60")
-		rep.What = fmt.Sprintf("down_up_s=%.1f", time.Since(t).Seconds())
+		rep.Span = time.Since(t)
+		rep.What = fmt.Sprintf("down_up_s=%.1f", rep.Span.Seconds())
 	case NemesisReconciler:
 		p.svcMu.Lock()
 		rep.Err = p.svc.Kill()
@@ -761,12 +766,17 @@ func (p *pilot) nemesis(ctx context.Context, name string, start time.Time, add f
 		if err := p.startService(); err != nil {
 			rep.Err = errors.Join(rep.Err, err)
 		}
+		rep.Span = time.Since(start) - rep.At
 		rep.What = "killed=SIGKILL restarted_after_s=5"
 	case NemesisNode:
 		// At a moment when a Trainer holds a node: looked for every 2 s,
 		// at most a minute.
 		for i := 0; i < 30; i++ {
+			t := time.Now()
 			if rep.What, rep.Err = p.unreachable(ctx); rep.Err != nil || !strings.HasPrefix(rep.What, "no ") || !sleepCtx(ctx, 2*time.Second) {
+				if rep.Err == nil && !strings.HasPrefix(rep.What, "no ") {
+					rep.At, rep.Span = t.Sub(start), time.Since(t)
+				}
 				break
 			}
 		}
@@ -777,7 +787,10 @@ func (p *pilot) nemesis(ctx context.Context, name string, start time.Time, add f
 			}
 		}
 	case NemesisDBReadOnly:
-		rep.What, rep.Err = p.readOnly(ctx)
+		var ro time.Time
+		if rep.What, ro, rep.Err = p.readOnly(ctx); !ro.IsZero() {
+			rep.At, rep.Span = ro.Sub(start), time.Since(ro)
+		}
 	case NemesisBurst:
 		rep.What, rep.Err = p.burst(ctx, add)
 	}
@@ -827,10 +840,11 @@ func (p *pilot) crashWorker() (string, error) {
 	return fmt.Sprintf("trainer=%s node=%s pid=%d workers=%d killed=SIGKILL", t.Trainer, t.Node, pr.PID, workers[t.Trainer]), nil
 }
 
-// readOnly remounts the database's filesystem read-only for NemesisHold.
-func (p *pilot) readOnly(ctx context.Context) (string, error) {
+// readOnly remounts the database's filesystem read-only for NemesisHold;
+// ro is when it became read-only (zero if it did not).
+func (p *pilot) readOnly(ctx context.Context) (what string, ro time.Time, err error) {
 	if p.dbDir == "" {
-		return "", errors.New("the database is not on its own filesystem")
+		return "", ro, errors.New("the database is not on its own filesystem")
 	}
 	// The kernel refuses a read-only remount while a file on it is open
 	// for writing ("mount point is busy"): a reconciler's round holds
@@ -851,17 +865,17 @@ func (p *pilot) readOnly(ctx context.Context) (string, error) {
 			break
 		}
 		if tries >= 600 || !sleepCtx(ctx, 50*time.Millisecond) {
-			return fmt.Sprintf("remount_tries=%d", tries), fmt.Errorf("remount ro: %w: %s", err, out)
+			return fmt.Sprintf("remount_tries=%d", tries), ro, fmt.Errorf("remount ro: %w: %s", err, out)
 		}
 	}
-	t := time.Now()
+	ro = time.Now()
 	sleepCtx(ctx, p.o.NemesisHold)
 	out, err := exec.Command("mount", "-o", "remount,rw", p.dbDir).CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("remount rw: %w: %s", err, out)
+		return "", ro, fmt.Errorf("remount rw: %w: %s", err, out)
 	}
 	fb, _ := os.ReadDir(p.c.In.JournalFallback)
-	return fmt.Sprintf("mount=%s remount_tries=%d ro_s=%.1f fallback_journal_files_after=%d", p.dbDir, tries, time.Since(t).Seconds(), len(fb)), nil
+	return fmt.Sprintf("mount=%s remount_tries=%d ro_s=%.1f fallback_journal_files_after=%d", p.dbDir, tries, time.Since(ro).Seconds(), len(fb)), ro, nil
 }
 
 // unmount takes the database's filesystem away once everything that
