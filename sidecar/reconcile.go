@@ -21,6 +21,15 @@ type Runner interface {
 	Apply(ctx context.Context, want []trainer.Want) []trainer.Action
 }
 
+// pacer is a Runner whose launchers can leave to a round soon what they
+// would otherwise wait for in this one (an elastic group's new workers
+// while they import torch): Pace says whether such a round follows,
+// Pending whether the last Apply asked for one (trainer.Runner.Pace).
+type pacer interface {
+	Pace(later bool)
+	Pending() bool
+}
+
 // unfencer is a Runner that can lift the reclaim fence of nodes the
 // scheduler confirmed idle (their epilog, which lifts it, may never have
 // run).
@@ -68,7 +77,8 @@ type Reconciler struct {
 	// completing are left to the next run (Pending says so) instead of
 	// being waited for, as a CLI command's round must not hang for them.
 	NoPoll bool
-	// Pending is set by a round that left released nodes completing.
+	// Pending is set by a round that left released nodes completing, or
+	// workers starting that a round soon takes in (pacer).
 	Pending bool
 	// StartCheck: before starting a Trainer on a node whose last event is
 	// older than this (0: on any node), ask Scheduler about it; a node it
@@ -82,7 +92,7 @@ type Reconciler struct {
 	Admins    func(user string) bool
 	LockPath  string
 	IdleWait  time.Duration // how long released nodes may take to be exactly idle
-	Poll      time.Duration // pause between rounds while waiting for them
+	Poll      time.Duration // pause between rounds while waiting for them, or for workers starting
 	MaxRounds int           // rounds per Run; 0 means 100
 	// Metrics is the file each round writes the pool's metrics to, for
 	// node_exporter's textfile collector (metrics.go); "": none.
@@ -248,8 +258,14 @@ func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 	if err := r.DB.Checkpoint(ctx); err != nil {
 		r.Log.Printf("%v", err)
 	}
+	starting := false
 	if r.Runner != nil {
+		pc, paced := r.Runner.(pacer)
+		if paced {
+			pc.Pace(!r.NoPoll)
+		}
 		acts := r.apply(ctx, st, snap.Launch, launches)
+		starting = paced && pc.Pending()
 		// Timed at the decision: the nodes a failed start gives back
 		// were never used, not even while the start was tried.
 		if starts := startEvents(snap.State, st, acts, now); len(starts) > 0 {
@@ -265,8 +281,8 @@ func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 			r.Log.Printf("%v", err)
 		}
 	}
-	r.Pending = waiting
-	return (waiting && !r.NoPoll) || more, nil
+	r.Pending = waiting || starting
+	return (r.Pending && !r.NoPoll) || more, nil
 }
 
 // ingestJournal moves the hooks' records into the history; true when some

@@ -48,9 +48,11 @@ type ElasticSettings struct {
 	Python     string `toml:"python"`      // interpreter with torch on the controller: runs the store process
 	PythonPath string `toml:"pythonpath"`  // directory holding bftrainer_elastic, on the controller and every node
 	StorePorts string `toml:"store_ports"` // LO-HI: each Trainer's store and control ports on the controller
-	// ReadyTimeout bounds how long a round waits for new workers to be
-	// ready (torch imported, model built); those that are not are
-	// listed by a later round.
+	// ReadyTimeout is how long new workers may take to be ready (torch
+	// imported, model built): a reconciler's rounds come back for them
+	// within their poll until then (Runner.Pace), a CLI command's round
+	// waits for them at most this; later, a worker is listed by
+	// whichever round finds it ready.
 	ReadyTimeout string `toml:"ready_timeout"`
 	// FormTimeout bounds how long a round waits for a published
 	// membership to form; more than JoinTimeout, so that a member that
@@ -415,9 +417,9 @@ func (r *elasticRound) stopLeaving(now bool) {
 	}
 }
 
-// grow starts a worker on each added node, waits (at most ready_timeout)
-// for every unlisted worker to be ready, and publishes the membership with
-// the ready ones appended.
+// grow starts a worker on each added node, waits for the unlisted ones
+// to be ready (waitReady: not at all in a paced round), and publishes the
+// membership with the ready ones appended.
 func (r *elasticRound) grow(spec Spec, added []string) {
 	t, st := r.t, r.st
 	if st.Workers == nil {
@@ -472,9 +474,21 @@ func (r *elasticRound) grow(spec Spec, added []string) {
 // announced themselves ready, and returns the nodes of those that did, in
 // the order given. A worker whose process ended meanwhile is not waited
 // for.
+//
+// When a round follows soon (Run.Paced: the reconciler's), it does not
+// wait: it looks once, and asks for that round (Run.Later) while a worker
+// not ready is within ready_timeout of its start. The round goes on
+// meanwhile — the other Trainers' starts and stops, the pool's joins —
+// instead of standing still while torch is imported (2–3 s on the lab's
+// nodes, longer with a GPU to set up); the next round lists the worker
+// once it is ready, and the runner's check finds one that died first.
 func (r *elasticRound) waitReady(nodes []string) []string {
 	begin := time.Now()
 	deadline := begin.Add(r.l.ready)
+	paced := r.t.Paced()
+	if paced {
+		deadline = begin
+	}
 	ids := make([]string, len(nodes))
 	for i, n := range nodes {
 		ids[i] = r.st.Workers[n]
@@ -494,7 +508,7 @@ func (r *elasticRound) waitReady(nodes []string) []string {
 				ready = append(ready, n)
 			}
 		}
-		if len(ready)+len(dead) == len(nodes) || time.Now().After(deadline) {
+		if len(ready)+len(dead) == len(nodes) || !time.Now().Before(deadline) {
 			break
 		}
 		if time.Since(looked) > time.Second { // did one die importing torch?
@@ -513,28 +527,47 @@ func (r *elasticRound) waitReady(nodes []string) []string {
 	if len(ready) > 0 {
 		r.act(Action{Op: "ready", Took: time.Since(begin), Note: fmt.Sprintf("%d worker(s) ready: %s", len(ready), strings.Join(ready, ","))})
 	}
-	if n := len(nodes) - len(ready) - len(dead); n > 0 {
-		r.act(Action{Op: "ready", Note: fmt.Sprintf("%d worker(s) not ready within %v: listed by a later round", n, r.l.ready)})
+	late := 0 // not ready within ready_timeout of their start
+	for _, n := range nodes {
+		if slices.Contains(ready, n) || dead[n] {
+			continue
+		}
+		if l := r.t.Rec.Nodes[n]; paced && l != nil && time.Since(l.Started) < r.l.ready {
+			r.t.Later() // still starting: the next round looks again
+			continue
+		}
+		late++
+	}
+	if late > 0 {
+		r.act(Action{Op: "ready", Note: fmt.Sprintf("%d worker(s) not ready within %v: listed by a later round", late, r.l.ready)})
 	}
 	return ready
 }
 
-// running asks the node whether the Trainer's launch there still runs.
+// running asks the node whether the Trainer's launch there still runs;
+// one that cannot be asked is taken to run.
 func (r *elasticRound) running(node string) bool {
+	run, err := r.runs(node)
+	return run || err != nil
+}
+
+// runs asks the node whether the Trainer's launch there still runs; err
+// when the node cannot be asked (unreachable).
+func (r *elasticRound) runs(node string) (bool, error) {
 	l := r.t.Rec.Nodes[node]
 	if l == nil {
-		return false
+		return false, nil
 	}
 	sts, err := r.t.List(r.ctx, node)
 	if err != nil {
-		return true // cannot tell: assume it does
+		return false, err
 	}
 	for _, s := range sts {
 		if s.Trainer == r.t.ID && s.Token == l.Token {
-			return s.State == wire.StateRunning
+			return s.State == wire.StateRunning, nil
 		}
 	}
-	return false
+	return false, nil
 }
 
 // publish publishes the next membership and records the change.
@@ -566,6 +599,10 @@ func (r *elasticRound) publish(ids []string, dir string) {
 // ends the wait at once: its peers could only give the formation up
 // after join_timeout, and the round — every Trainer's starts and stops,
 // the pool's joins — would wait with them; the next round leaves it out.
+// A member whose node cannot be asked (unreachable: its worker may run or
+// not) ends the wait too: whether it arrives is the members' to find
+// (join_timeout), and a later round sees what they found. Either asks
+// for a round soon (Run.Later).
 func (r *elasticRound) settle() {
 	deadline := time.Now().Add(r.l.form)
 	looked := time.Now()
@@ -591,8 +628,15 @@ func (r *elasticRound) settle() {
 		}
 		if time.Since(looked) > time.Second {
 			looked = time.Now()
-			if gone := r.goneMembers(); len(gone) > 0 {
+			gone, unknown := r.goneMembers()
+			if len(gone) > 0 {
 				r.act(Action{Op: "form", Note: fmt.Sprintf("epoch %d cannot form: the worker on %s is gone; the next round leaves it out", r.st.Epoch, strings.Join(gone, ","))})
+				r.t.Later()
+				return
+			}
+			if len(unknown) > 0 {
+				r.act(Action{Op: "form", Note: fmt.Sprintf("epoch %d not formed yet, and %s cannot be asked (unreachable); looked at again next round", r.st.Epoch, strings.Join(unknown, ","))})
+				r.t.Later()
 				return
 			}
 		}
@@ -603,15 +647,20 @@ func (r *elasticRound) settle() {
 }
 
 // goneMembers returns the nodes of the latest membership's members whose
-// worker no longer runs there, sorted.
-func (r *elasticRound) goneMembers() []string {
-	var gone []string
+// worker no longer runs there, and those that cannot be asked, sorted.
+func (r *elasticRound) goneMembers() (gone, unknown []string) {
 	for _, n := range sortedKeys(r.st.Workers) {
-		if slices.Contains(r.st.Members, r.st.Workers[n]) && !r.running(n) {
+		if !slices.Contains(r.st.Members, r.st.Workers[n]) {
+			continue
+		}
+		switch run, err := r.runs(n); {
+		case err != nil:
+			unknown = append(unknown, n)
+		case !run:
 			gone = append(gone, n)
 		}
 	}
-	return gone
+	return gone, unknown
 }
 
 // dropMissing stops the members of an abandoned formation that did not
@@ -656,9 +705,18 @@ func (r *elasticRound) dropMissing(s elasticStatus) bool {
 }
 
 // recover publishes the same membership again when its group broke with
-// every member alive (a hang, a transient failure): rule 7.
+// every member alive (a hang, a transient failure): rule 7. A formation
+// an earlier round stopped waiting for (settle: a member's node could not
+// be asked) that its members have given up since is published again
+// without the missing ones (rule 6), as settle would have.
 func (r *elasticRound) recover() {
 	s, err := r.ctl.status()
+	if err == nil && s.Epoch == r.st.Epoch && s.Formed < s.Epoch && s.Fate == "abort" && len(r.st.Members) > 0 {
+		if r.dropMissing(s) {
+			r.settle()
+		}
+		return
+	}
 	if err != nil || len(s.Failed) == 0 || s.Formed != s.Epoch || s.Epoch != r.st.Epoch || len(r.st.Members) == 0 {
 		return
 	}

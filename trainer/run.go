@@ -22,6 +22,14 @@ type Run struct {
 	orphans []orphan
 }
 
+// Paced reports that a round follows soon if this one asks (Later): the
+// launcher need not wait now for what that round can take in.
+func (t *Run) Paced() bool { return t.s.r.later.Load() }
+
+// Later asks for a round soon (within the reconciler's poll) to take in
+// what this one left: workers still starting.
+func (t *Run) Later() { t.s.pending = true }
+
 // Added returns the wanted nodes without a launch, in the order taken.
 func (t *Run) Added() []string {
 	var out []string

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bftrainer/bftrainer/internal/atomicfile"
@@ -52,7 +53,24 @@ type Runner struct {
 	// ReadTimeout bounds the reads of one ReadProgress; 0 means 5 s.
 	ReadTimeout time.Duration
 	Log         *log.Logger
+
+	// later: a round follows within the reconciler's poll whenever Apply
+	// says so (Pace); pending: the last Apply left work for it (Pending).
+	later, pending atomic.Bool
 }
+
+// Pace tells the launchers whether a round follows soon when an Apply
+// leaves work for it (Pending): the reconciler's rounds, which come back
+// within their poll, do; a CLI command's single round does not. When one
+// does, a launcher need not wait in this round for what the next can take
+// in — an elastic group's new workers while they import torch — and the
+// round goes on to the other Trainers, the pool's joins and leaves; when
+// none does, it waits, as far as its timeouts say.
+func (r *Runner) Pace(later bool) { r.later.Store(later) }
+
+// Pending reports that the last Apply left work a round soon should take
+// in (Run.Later).
+func (r *Runner) Pending() bool { return r.pending.Load() }
 
 // runState is the state file.
 type runState struct {
@@ -139,9 +157,10 @@ func (r *Runner) save(st *runState) error {
 
 // session is one Apply or Check: the state and its saving.
 type session struct {
-	r    *Runner
-	st   *runState
-	acts []Action
+	r       *Runner
+	st      *runState
+	acts    []Action
+	pending bool // a launcher left work for a round soon (Run.Later)
 }
 
 func (s *session) save() {
@@ -165,10 +184,12 @@ func (s *session) run(id string, rec *Record, w Want) *Run {
 
 // Apply makes the processes match want and reports every action.
 func (r *Runner) Apply(ctx context.Context, want []Want) []Action {
+	r.pending.Store(false)
 	s, err := r.open()
 	if err != nil {
 		return []Action{{Op: "state", Err: err}}
 	}
+	defer func() { r.pending.Store(s.pending) }()
 	s.resolvePending(ctx)
 	byID := map[string]Want{}
 	for _, w := range want {

@@ -1,0 +1,213 @@
+package trainer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bftrainer/bftrainer/trainer/agent"
+	"github.com/bftrainer/bftrainer/trainer/trainertest"
+	"github.com/bftrainer/bftrainer/trainer/wire"
+)
+
+// TestElasticPaced: when a round follows soon (Runner.Pace, as the
+// reconciler's rounds), a grow does not wait in its round for the new
+// workers to import torch: the round that starts them returns without
+// publishing and asks for another (Pending); a later round lists them once
+// they are ready, and the group trains at the new size. Real torch
+// workers (train.py), 1 then 2 nodes.
+func TestElasticPaced(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real torch workers")
+	}
+	trainertest.NeedTorch(t)
+	r, a := elasticRunner(t)
+	r.Pace(true)
+	root := trainertest.RepoRoot(t)
+	n1, n2 := a.N("n1"), a.N("n2")
+	ctx := context.Background()
+	dir := t.TempDir()
+	log := filepath.Join(dir, "progress.log")
+	spec, _ := json.Marshal(Spec{Workdir: dir, Env: map[string]string{"PYTHONDONTWRITEBYTECODE": "1"}, Argv: []string{"/usr/bin/python3",
+		filepath.Join(root, "contrib/trainer/train.py"), "--steps", "100000", "--batch", "8", "--sleep", "0.2",
+		"--ckpt-dir", filepath.Join(dir, "ckpt"), "--log", log, "--print-every", "0"}})
+	id := "ep-" + wire.NewRun()[:6]
+	t.Cleanup(func() {
+		r.Apply(context.Background(), nil)
+		for _, p := range tokenProcs(t, func(tk wire.Token, _ agent.Proc) bool { return tk.Trainer == id }) {
+			t.Errorf("left running: %+v", p)
+		}
+	})
+	want := Want{ID: id, Owner: currentUserName(t), Launcher: Elastic, Spec: spec, Min: 1, Max: 2}
+	apply := func(nodes ...string) []Action {
+		t.Helper()
+		w := want
+		w.Nodes = nodes
+		acts := r.Apply(ctx, []Want{w})
+		for _, a := range acts {
+			if a.Err != nil {
+				t.Fatalf("%s on %s: %v", a.Op, a.Node, a.Err)
+			}
+			t.Logf("%-11s %-14s %6.0f ms  %s", a.Op, a.Node, float64(a.Took.Microseconds())/1000, a.Note)
+		}
+		return acts
+	}
+	has := func(acts []Action, op, node string) bool {
+		return slices.ContainsFunc(acts, func(a Action) bool { return a.Op == op && (node == "" || a.Node == node) })
+	}
+	// grow applies nodes until a round publishes them; the first round
+	// must start the new node's worker and return without publishing.
+	grow := func(nodes ...string) {
+		t.Helper()
+		added := nodes[len(nodes)-1]
+		acts := apply(nodes...)
+		if !has(acts, "start", added) || has(acts, "publish", "") || !r.Pending() {
+			t.Fatalf("the round starting %s: pending %v, actions %v; want a start, no publication, pending", added, r.Pending(), ops(t, acts))
+		}
+		rounds := 1
+		trainertest.WaitFor(t, 60*time.Second, fmt.Sprintf("a round publishing %v", nodes), func() bool {
+			rounds++
+			acts := apply(nodes...)
+			if has(acts, "start", "") {
+				t.Fatalf("round %d started again: %v", rounds, ops(t, acts))
+			}
+			return has(acts, "publish", "")
+		})
+		if r.Pending() {
+			t.Fatalf("still pending after the publication")
+		}
+		t.Logf("%v published after %d rounds", nodes, rounds)
+		// Two steps at the new size.
+		at := time.Now()
+		trainertest.WaitFor(t, 60*time.Second, fmt.Sprintf("two steps on %v", nodes), func() bool {
+			seen := map[int]int{}
+			full := 0
+			ss, _ := trainertest.ReadSteps(log)
+			for _, s := range ss {
+				if s.At.After(at) && s.World == len(nodes) {
+					if seen[s.Step]++; seen[s.Step] == len(nodes) {
+						full++
+					}
+				}
+			}
+			return full >= 2
+		})
+	}
+	grow(n1)
+	grow(n1, n2)
+}
+
+// unreachableNode is the nodes' transport with one node that stops
+// answering when down is set, as ssh to a node whose sshd is gone.
+type unreachableNode struct {
+	Transport
+	node string
+	down atomic.Bool
+}
+
+func (u *unreachableNode) Agent(ctx context.Context, node string, args []string, stdin []byte) ([]byte, error) {
+	if u.down.Load() && node == u.node {
+		op := ""
+		if len(args) > 0 {
+			op = args[0]
+		}
+		return nil, &AgentError{Node: node, Op: op, Unreachable: true, Err: errors.New("ssh: connect to host: Connection refused")}
+	}
+	return u.Transport.Agent(ctx, node, args, stdin)
+}
+
+// TestElasticUnreachableMember: a member's worker dies while its node
+// cannot be asked (its sshd down: the kill was the node's own, a
+// prolog's). The group breaks; the round publishes the membership again
+// (every member looks alive), and the formation cannot complete. The
+// round does not wait for the members to give it up (join_timeout): it
+// stops waiting once the node cannot be asked and asks for a round soon;
+// a later round finds the formation given up and publishes the
+// membership without the missing member, and the group trains on at its
+// smaller size.
+func TestElasticUnreachableMember(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real torch workers")
+	}
+	trainertest.NeedTorch(t)
+	r, a := elasticRunner(t, func(s *ElasticSettings) { s.JoinTimeout, s.FormTimeout = "6s", "12s" })
+	n1, n2 := a.N("n1"), a.N("n2")
+	un := &unreachableNode{Transport: r.Nodes, node: n2}
+	r.Nodes = un
+	root := trainertest.RepoRoot(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	log := filepath.Join(dir, "progress.log")
+	spec, _ := json.Marshal(Spec{Workdir: dir, Env: map[string]string{"PYTHONDONTWRITEBYTECODE": "1"}, Argv: []string{"/usr/bin/python3",
+		filepath.Join(root, "contrib/trainer/train.py"), "--steps", "100000", "--batch", "8", "--sleep", "0.2",
+		"--ckpt-dir", filepath.Join(dir, "ckpt"), "--log", log, "--print-every", "0"}})
+	id := "eu-" + wire.NewRun()[:6]
+	t.Cleanup(func() {
+		un.down.Store(false)
+		r.Apply(context.Background(), nil)
+		for _, p := range tokenProcs(t, func(tk wire.Token, _ agent.Proc) bool { return tk.Trainer == id }) {
+			t.Errorf("left running: %+v", p)
+		}
+	})
+	w := Want{ID: id, Owner: currentUserName(t), Launcher: Elastic, Spec: spec, Min: 1, Max: 2, Nodes: []string{n1, n2}}
+	notes := func(acts []Action) string {
+		var b strings.Builder
+		for _, a := range acts {
+			if a.Err != nil && !errors.As(a.Err, new(*AgentError)) {
+				t.Fatalf("%s on %s: %v", a.Op, a.Node, a.Err)
+			}
+			fmt.Fprintf(&b, "%s %s: %s %v\n", a.Op, a.Node, a.Note, a.Err)
+		}
+		t.Log(b.String())
+		return b.String()
+	}
+	steps := func(world int) {
+		t.Helper()
+		at := time.Now()
+		trainertest.WaitFor(t, 60*time.Second, fmt.Sprintf("two steps of %d", world), func() bool {
+			seen, full := map[int]int{}, 0
+			ss, _ := trainertest.ReadSteps(log)
+			for _, s := range ss {
+				if s.At.After(at) && s.World == world {
+					if seen[s.Step]++; seen[s.Step] == world {
+						full++
+					}
+				}
+			}
+			return full >= 2
+		})
+	}
+	notes(r.Apply(ctx, []Want{w}))
+	steps(2)
+	// n2 goes dark, and its worker dies there.
+	un.down.Store(true)
+	for _, p := range tokenProcs(t, func(tk wire.Token, _ agent.Proc) bool { return tk.Trainer == id && tk.Node == n2 }) {
+		syscall.Kill(p.PID, syscall.SIGKILL)
+	}
+	// Rounds until one stops waiting on n2's member; none of them may
+	// have waited for the members to give the formation up.
+	var got string
+	trainertest.WaitFor(t, 60*time.Second, "a round that stops waiting on the unreachable member", func() bool {
+		got = notes(r.Apply(ctx, []Want{w}))
+		if strings.Contains(got, "given up by its members") {
+			t.Fatalf("a round waited for the members to give the formation up:\n%s", got)
+		}
+		return strings.Contains(got, "cannot be asked (unreachable)")
+	})
+	if !r.Pending() {
+		t.Fatal("the round that stopped waiting asked for no round soon")
+	}
+	// A later round publishes without n2 once the members gave it up.
+	trainertest.WaitFor(t, 60*time.Second, "a round publishing without the missing member", func() bool {
+		return strings.Contains(notes(r.Apply(ctx, []Want{w})), "given up by its members; not arrived: "+n2)
+	})
+	steps(1)
+}
