@@ -18,6 +18,45 @@ import (
 	"github.com/bftrainer/bftrainer/trainer/wire"
 )
 
+// longTrainer is a train.py Trainer (1–2 nodes) that trains until it is
+// stopped, and its progress log; the cleanup stops it (after undo) and
+// checks nothing of it is left.
+func longTrainer(t *testing.T, r *Runner, prefix string, undo func()) (Want, string) {
+	t.Helper()
+	dir := t.TempDir()
+	log := filepath.Join(dir, "progress.log")
+	spec, _ := json.Marshal(Spec{Workdir: dir, Env: map[string]string{"PYTHONDONTWRITEBYTECODE": "1"}, Argv: []string{"/usr/bin/python3",
+		filepath.Join(trainertest.RepoRoot(t), "contrib/trainer/train.py"), "--steps", "100000", "--batch", "8", "--sleep", "0.2",
+		"--ckpt-dir", filepath.Join(dir, "ckpt"), "--log", log, "--print-every", "0"}})
+	id := prefix + "-" + wire.NewRun()[:6]
+	t.Cleanup(func() {
+		undo()
+		r.Apply(context.Background(), nil)
+		for _, p := range tokenProcs(t, func(tk wire.Token, _ agent.Proc) bool { return tk.Trainer == id }) {
+			t.Errorf("left running: %+v", p)
+		}
+	})
+	return Want{ID: id, Owner: currentUserName(t), Launcher: Elastic, Spec: spec, Min: 1, Max: 2}, log
+}
+
+// twoSteps waits for two steps trained by world workers after now.
+func twoSteps(t *testing.T, log string, world int) {
+	t.Helper()
+	at := time.Now()
+	trainertest.WaitFor(t, 60*time.Second, fmt.Sprintf("two steps of %d workers", world), func() bool {
+		seen, full := map[int]int{}, 0
+		ss, _ := trainertest.ReadSteps(log)
+		for _, s := range ss {
+			if s.At.After(at) && s.World == world {
+				if seen[s.Step]++; seen[s.Step] == world {
+					full++
+				}
+			}
+		}
+		return full >= 2
+	})
+}
+
 // TestElasticPaced: when a round follows soon (Runner.Pace, as the
 // reconciler's rounds), a grow does not wait in its round for the new
 // workers to import torch: the round that starts them returns without
@@ -31,22 +70,9 @@ func TestElasticPaced(t *testing.T) {
 	trainertest.NeedTorch(t)
 	r, a := elasticRunner(t)
 	r.Pace(true)
-	root := trainertest.RepoRoot(t)
 	n1, n2 := a.N("n1"), a.N("n2")
 	ctx := context.Background()
-	dir := t.TempDir()
-	log := filepath.Join(dir, "progress.log")
-	spec, _ := json.Marshal(Spec{Workdir: dir, Env: map[string]string{"PYTHONDONTWRITEBYTECODE": "1"}, Argv: []string{"/usr/bin/python3",
-		filepath.Join(root, "contrib/trainer/train.py"), "--steps", "100000", "--batch", "8", "--sleep", "0.2",
-		"--ckpt-dir", filepath.Join(dir, "ckpt"), "--log", log, "--print-every", "0"}})
-	id := "ep-" + wire.NewRun()[:6]
-	t.Cleanup(func() {
-		r.Apply(context.Background(), nil)
-		for _, p := range tokenProcs(t, func(tk wire.Token, _ agent.Proc) bool { return tk.Trainer == id }) {
-			t.Errorf("left running: %+v", p)
-		}
-	})
-	want := Want{ID: id, Owner: currentUserName(t), Launcher: Elastic, Spec: spec, Min: 1, Max: 2}
+	want, log := longTrainer(t, r, "ep", func() {})
 	apply := func(nodes ...string) []Action {
 		t.Helper()
 		w := want
@@ -85,21 +111,7 @@ func TestElasticPaced(t *testing.T) {
 			t.Fatalf("still pending after the publication")
 		}
 		t.Logf("%v published after %d rounds", nodes, rounds)
-		// Two steps at the new size.
-		at := time.Now()
-		trainertest.WaitFor(t, 60*time.Second, fmt.Sprintf("two steps on %v", nodes), func() bool {
-			seen := map[int]int{}
-			full := 0
-			ss, _ := trainertest.ReadSteps(log)
-			for _, s := range ss {
-				if s.At.After(at) && s.World == len(nodes) {
-					if seen[s.Step]++; seen[s.Step] == len(nodes) {
-						full++
-					}
-				}
-			}
-			return full >= 2
-		})
+		twoSteps(t, log, len(nodes))
 	}
 	grow(n1)
 	grow(n1, n2)
@@ -142,22 +154,10 @@ func TestElasticUnreachableMember(t *testing.T) {
 	n1, n2 := a.N("n1"), a.N("n2")
 	un := &unreachableNode{Transport: r.Nodes, node: n2}
 	r.Nodes = un
-	root := trainertest.RepoRoot(t)
 	ctx := context.Background()
-	dir := t.TempDir()
-	log := filepath.Join(dir, "progress.log")
-	spec, _ := json.Marshal(Spec{Workdir: dir, Env: map[string]string{"PYTHONDONTWRITEBYTECODE": "1"}, Argv: []string{"/usr/bin/python3",
-		filepath.Join(root, "contrib/trainer/train.py"), "--steps", "100000", "--batch", "8", "--sleep", "0.2",
-		"--ckpt-dir", filepath.Join(dir, "ckpt"), "--log", log, "--print-every", "0"}})
-	id := "eu-" + wire.NewRun()[:6]
-	t.Cleanup(func() {
-		un.down.Store(false)
-		r.Apply(context.Background(), nil)
-		for _, p := range tokenProcs(t, func(tk wire.Token, _ agent.Proc) bool { return tk.Trainer == id }) {
-			t.Errorf("left running: %+v", p)
-		}
-	})
-	w := Want{ID: id, Owner: currentUserName(t), Launcher: Elastic, Spec: spec, Min: 1, Max: 2, Nodes: []string{n1, n2}}
+	w, log := longTrainer(t, r, "eu", func() { un.down.Store(false) })
+	w.Nodes = []string{n1, n2}
+	id := w.ID
 	notes := func(acts []Action) string {
 		var b strings.Builder
 		for _, a := range acts {
@@ -169,24 +169,8 @@ func TestElasticUnreachableMember(t *testing.T) {
 		t.Log(b.String())
 		return b.String()
 	}
-	steps := func(world int) {
-		t.Helper()
-		at := time.Now()
-		trainertest.WaitFor(t, 60*time.Second, fmt.Sprintf("two steps of %d", world), func() bool {
-			seen, full := map[int]int{}, 0
-			ss, _ := trainertest.ReadSteps(log)
-			for _, s := range ss {
-				if s.At.After(at) && s.World == world {
-					if seen[s.Step]++; seen[s.Step] == world {
-						full++
-					}
-				}
-			}
-			return full >= 2
-		})
-	}
 	notes(r.Apply(ctx, []Want{w}))
-	steps(2)
+	twoSteps(t, log, 2)
 	// n2 goes dark, and its worker dies there.
 	un.down.Store(true)
 	for _, p := range tokenProcs(t, func(tk wire.Token, _ agent.Proc) bool { return tk.Trainer == id && tk.Node == n2 }) {
@@ -209,5 +193,5 @@ func TestElasticUnreachableMember(t *testing.T) {
 	trainertest.WaitFor(t, 60*time.Second, "a round publishing without the missing member", func() bool {
 		return strings.Contains(notes(r.Apply(ctx, []Want{w})), "given up by its members; not arrived: "+n2)
 	})
-	steps(1)
+	twoSteps(t, log, 1)
 }
