@@ -40,7 +40,11 @@ import (
 // own watches); see internal/lab/slurm/harvest.go.
 //
 // Every nemesis line and every problem found (a job not normal, an audit
-// row) is printed; the command fails when the pilot found a problem.
+// row) is printed; the command fails when the pilot found a problem. A
+// job submitted as slurmctld went down (within 2 s before its restart, or
+// while it was down) whose script never ran is the restart's loss, in
+// every pass alike: the slurmctld-restart line says main_jobs_lost=N and
+// which, and it is not counted failed.
 type pilotCommand struct {
 	stdout, stderr io.Writer
 }

@@ -315,3 +315,34 @@ func TestCgroupNodes(t *testing.T) {
 	cmd.Wait()
 	reaped = true
 }
+
+// TestLostToRestart: a job lost to slurmctld's restart was submitted
+// within restartSlack before it began or while slurmctld was down, and
+// never ran its script; a job that ran, or came at another time, is not.
+func TestLostToRestart(t *testing.T) {
+	restarts := []interval{{sec(20), sec(23)}}
+	for _, c := range []struct {
+		submitted, first float64 // first < 0: no first line
+		want             bool
+	}{
+		{19.7, -1, true},  // just before it went down (the CI pilot's job 9: 0.25 s)
+		{18, -1, true},    // restartSlack before
+		{21.5, -1, true},  // while it was down
+		{23, -1, true},    // as it came back
+		{17.9, -1, false}, // before the slack
+		{23.1, -1, false}, // after it was back
+		{19.7, 25, false}, // its script ran: whatever happened is the job's
+		{40, -1, false},
+	} {
+		first := time.Time{}
+		if c.first >= 0 {
+			first = sec(c.first)
+		}
+		if got := lostToRestart(sec(c.submitted), first, restarts); got != c.want {
+			t.Errorf("submitted at %v s, first line at %v s: lost %v, want %v", c.submitted, c.first, got, c.want)
+		}
+	}
+	if lostToRestart(sec(19.7), time.Time{}, nil) {
+		t.Error("lost to a restart in a pass without one")
+	}
+}

@@ -509,6 +509,7 @@ type passResult struct {
 	runs             []*pilotRun
 	waits            []time.Duration // the slice's jobs: sbatch to the job's first line
 	failed, requeued int
+	lost             []string // jobs lost to slurmctld's restart (lostToRestart), not counted failed: ID:STATE
 	beside           float64
 	problems         []string
 	nemeses          []NemesisReport
@@ -643,10 +644,51 @@ func (p *pilot) pass(ctx context.Context, name string, with bool) (*passResult, 
 	for _, run := range r.runs {
 		p.read(ctx, r, run)
 	}
+	for i, n := range r.nemeses {
+		if strings.HasPrefix(n.Name, NemesisCtld) {
+			r.nemeses[i].What += fmt.Sprintf(" main_jobs_lost=%d", len(r.lost))
+			if len(r.lost) > 0 {
+				r.nemeses[i].What += " (" + strings.Join(r.lost, ",") + ": submitted as it went down, the script never ran)"
+			}
+		}
+	}
 	p.o.Logf("%s", r.split.Line())
 	p.o.Logf("pilot: pass %s ended after %s: %d jobs, %d failed, %d requeued", name, r.end.Sub(r.start).Round(time.Second),
 		len(r.runs), r.failed, r.requeued)
 	return r, errors.Join(errs...)
+}
+
+// restartSlack is how long before slurmctld's restart a job may have been
+// submitted and still be lost to it (its allocation and launch in flight).
+const restartSlack = 2 * time.Second
+
+// restarts returns the pass's slurmctld restarts, from their moment to
+// their end.
+func (r *passResult) restarts() []interval {
+	var out []interval
+	for _, n := range r.nemeses {
+		if strings.HasPrefix(n.Name, NemesisCtld) {
+			a := r.start.Add(n.At)
+			out = append(out, interval{a, a.Add(n.Span)})
+		}
+	}
+	return out
+}
+
+// lostToRestart reports a job that a slurmctld restart lost, not
+// bftrainer: submitted within restartSlack before a restart began or
+// while slurmctld was down, and its script never ran (no first line). A
+// job that ran at all, or came at another time, is not.
+func lostToRestart(submitted, first time.Time, restarts []interval) bool {
+	if !first.IsZero() {
+		return false
+	}
+	for _, iv := range restarts {
+		if !submitted.Before(iv.a.Add(-restartSlack)) && !submitted.After(iv.b) {
+			return true
+		}
+	}
+	return false
 }
 
 // spec is a slice job as sbatch takes it: the lab's main job, watching
@@ -666,6 +708,12 @@ func (p *pilot) read(ctx context.Context, r *passResult, run *pilotRun) {
 		return
 	}
 	rep, err := run.job.Report()
+	if (info["JobState"] != "COMPLETED" || info["ExitCode"] != "0:0") && lostToRestart(run.job.Submitted, rep.First, r.restarts()) {
+		// Submitted as slurmctld went down, its script never ran: the
+		// restart's loss, said on its nemesis line, in every pass alike.
+		r.lost = append(r.lost, fmt.Sprintf("%s:%s", run.job.ID, info["JobState"]))
+		return
+	}
 	if err != nil {
 		r.problems = append(r.problems, fmt.Sprintf("job %s: output: %v", run.job.ID, err))
 	}
