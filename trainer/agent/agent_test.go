@@ -429,6 +429,41 @@ func TestOwner(t *testing.T) {
 	}
 }
 
+// TestRunDirBeingHandedOver: a run directory root made for this run and
+// has not handed over yet (another node's landing of the same run, at the
+// same moment, on a shared log directory) is this run's: the start logs
+// into it and hands it to the owner, instead of refusing it as another
+// user's (seen in CI, under load: a start failed with "owned by uid 0").
+func TestRunDirBeingHandedOver(t *testing.T) {
+	u := trainertest.MustUser(t, "bftrh")
+	a := trainertest.MustAgent(t)
+	ctx := context.Background()
+	l := launch(t, "handed", a.N("n1"), "echo here; exec sleep 300")
+	l.Owner, l.Workdir, l.Run = u.Name, "/", "cccc"
+	td := filepath.Join(a.LogDir, "handed")
+	if err := os.MkdirAll(filepath.Join(td, "cccc"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(td, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, err := a.Start(ctx, l)
+	if err != nil {
+		t.Fatalf("start into a run directory being handed over: %v", err)
+	}
+	defer a.KillAll(ctx, a.N("n1"), false)
+	if filepath.Dir(s.Log) != filepath.Join(td, "cccc") {
+		t.Fatalf("logs to %s, want in %s", s.Log, filepath.Join(td, "cccc"))
+	}
+	fi, err := os.Stat(filepath.Join(td, "cccc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid := int(fi.Sys().(*syscall.Stat_t).Uid); uid != u.UID || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("run directory uid %d mode %v, want the owner's (%d), 0700", uid, fi.Mode().Perm(), u.UID)
+	}
+}
+
 // TestNameReuse: another user's run of a reused Trainer name gets a new
 // log directory; the first user's log is never given to the second, even
 // if the second's run claims the first's run id.
