@@ -90,8 +90,7 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 // read-only (the kernel refuses while a file on it is open for writing:
 // the pilot's read-only fault could not happen while the service ran) or
 // the file replaced. Rounds are an hour apart here: after the first, the
-// service must let go of every file, and a second round after the file
-// is replaced reads the new one.
+// service must let go of every file.
 func TestWatchHoldsNoDatabaseFileBetweenRounds(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "b.db")

@@ -194,8 +194,6 @@ func (w *written) rememberAllocations(ts []pool.Trainer) {
 	for i := range ts {
 		if len(ts[i].Nodes) > 0 {
 			w.alloc[ts[i].ID] = namesOf(ts[i].Nodes)
-		} else {
-			delete(w.alloc, ts[i].ID)
 		}
 	}
 }

@@ -187,12 +187,11 @@ type elasticRound struct {
 func (r *elasticRound) act(a Action) {
 	a.Trainer = r.t.ID
 	r.acts = append(r.acts, a)
-	switch {
-	case a.Err != nil:
-		r.t.Logf("%s %s%s: %v", a.Op, a.Trainer, onNode(a.Node), a.Err)
-	default:
-		r.t.Logf("%s %s%s: %s", a.Op, a.Trainer, onNode(a.Node), a.Note)
+	what := a.Note
+	if a.Err != nil {
+		what = a.Err.Error()
 	}
+	r.t.Logf("%s %s%s: %s", a.Op, a.Trainer, onNode(a.Node), what)
 }
 
 // onNode is " on NODE", or nothing without a node.

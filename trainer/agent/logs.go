@@ -51,15 +51,13 @@ func (a *Agent) openLog(l wire.Launch, own owner) (path string, f *os.File, runD
 	if err := unix.Fstat(dfd, &st); err != nil {
 		return "", nil, "", fmt.Errorf("log directory %s: %w", runDir, err)
 	}
-	// Root's (0700): another agent's landing of the same run made it and
-	// has not handed it over yet (the nodes of a run start at once, and
-	// share LOGDIR where it is on a shared filesystem, as in the lab). It
-	// is this run's — RUN is new for every run and only root creates in
+	// Root's: another agent's landing of the same run made it and has
+	// not handed it over yet (the nodes of a run start at once, and share
+	// LOGDIR where it is on a shared filesystem, as in the lab). It is
+	// this run's — RUN is new for every run and only root creates in
 	// LOGDIR/TRAINER — so it is handed over here too (the same owner).
-	if !created && st.Uid == 0 && int(st.Uid) != own.uid {
-		created = true
-	}
-	if !created && int(st.Uid) != own.uid {
+	handOver := created || st.Uid == 0
+	if !handOver && int(st.Uid) != own.uid {
 		return "", nil, "", fmt.Errorf("log directory %s: owned by uid %d, not by %s: %w", runDir, st.Uid, l.Owner, ErrNotOwner)
 	}
 	name := l.Node + ".log"
@@ -67,7 +65,7 @@ func (a *Agent) openLog(l wire.Launch, own owner) (path string, f *os.File, runD
 	if err != nil {
 		return "", nil, "", err
 	}
-	if created && own.switchTo {
+	if handOver && own.switchTo {
 		// Our files are in it: now it may be the owner's.
 		err := unix.Fchown(dfd, own.uid, own.gid)
 		if err == nil {

@@ -541,15 +541,7 @@ func (p *pilot) harvest(r *passResult, listing *accounting.Listing, from, to tim
 	if r.harvest == nil {
 		return Harvest{}, errors.New("harvest: the pass was not sampled")
 	}
-	// The nemeses' windows: from each one's moment for as long as it
-	// held something down.
-	var faults []interval
-	for _, n := range r.nemeses {
-		if n.Span > 0 {
-			a := r.start.Add(n.At)
-			faults = append(faults, interval{a, a.Add(n.Span)})
-		}
-	}
+	faults := r.windows(func(n NemesisReport) bool { return n.Span > 0 })
 	h, err := r.harvest.result(p.c.Lab.Nodes, listing.Jobs, first, faults, from, to)
 	p.o.Logf("pilot: harvest sampler: %d samples (%d failed), means: pool read %s, processes %s (%s), run-token scan %s (every %dth sample: %d node-checks, %d disagreeing)",
 		h.Samples, h.Failed, h.PoolRead.Round(time.Microsecond), h.ProcRead.Round(time.Microsecond), h.ProcSource, h.CheckRead.Round(time.Microsecond),

@@ -662,17 +662,22 @@ func (p *pilot) pass(ctx context.Context, name string, with bool) (*passResult, 
 // submitted and still be lost to it (its allocation and launch in flight).
 const restartSlack = 2 * time.Second
 
-// restarts returns the pass's slurmctld restarts, from their moment to
-// their end.
-func (r *passResult) restarts() []interval {
+// windows returns the pass's nemeses that keep says, each from its
+// moment for as long as it held something down (Span).
+func (r *passResult) windows(keep func(NemesisReport) bool) []interval {
 	var out []interval
 	for _, n := range r.nemeses {
-		if strings.HasPrefix(n.Name, NemesisCtld) {
+		if keep(n) {
 			a := r.start.Add(n.At)
 			out = append(out, interval{a, a.Add(n.Span)})
 		}
 	}
 	return out
+}
+
+// restarts returns the pass's slurmctld restarts.
+func (r *passResult) restarts() []interval {
+	return r.windows(func(n NemesisReport) bool { return strings.HasPrefix(n.Name, NemesisCtld) })
 }
 
 // lostToRestart reports a job that a slurmctld restart lost, not
@@ -821,10 +826,12 @@ func (p *pilot) nemesis(ctx context.Context, name string, start time.Time, add f
 		// at most a minute.
 		for i := 0; i < 30; i++ {
 			t := time.Now()
-			if rep.What, rep.Err = p.unreachable(ctx); rep.Err != nil || !strings.HasPrefix(rep.What, "no ") || !sleepCtx(ctx, 2*time.Second) {
-				if rep.Err == nil && !strings.HasPrefix(rep.What, "no ") {
-					rep.At, rep.Span = t.Sub(start), time.Since(t)
-				}
+			rep.What, rep.Err = p.unreachable(ctx)
+			if rep.Err == nil && !strings.HasPrefix(rep.What, "no ") {
+				rep.At, rep.Span = t.Sub(start), time.Since(t)
+				break
+			}
+			if rep.Err != nil || !sleepCtx(ctx, 2*time.Second) {
 				break
 			}
 		}
