@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,14 +21,20 @@ import (
 
 // longTrainer is a train.py Trainer (1–2 nodes) that trains until it is
 // stopped, and its progress log; the cleanup stops it (after undo) and
-// checks nothing of it is left.
-func longTrainer(t *testing.T, r *Runner, prefix string, undo func()) (Want, string) {
+// checks nothing of it is left. With a gate (a FIFO's path), each worker
+// waits, before it starts train.py, for a line written to the gate
+// (openGate): a round then cannot find it ready before the test says so.
+func longTrainer(t *testing.T, r *Runner, prefix string, undo func(), gate string) (Want, string) {
 	t.Helper()
 	dir := t.TempDir()
 	log := filepath.Join(dir, "progress.log")
-	spec, _ := json.Marshal(Spec{Workdir: dir, Env: map[string]string{"PYTHONDONTWRITEBYTECODE": "1"}, Argv: []string{"/usr/bin/python3",
+	argv := []string{"/usr/bin/python3",
 		filepath.Join(trainertest.RepoRoot(t), "contrib/trainer/train.py"), "--steps", "100000", "--batch", "8", "--sleep", "0.2",
-		"--ckpt-dir", filepath.Join(dir, "ckpt"), "--log", log, "--print-every", "0"}})
+		"--ckpt-dir", filepath.Join(dir, "ckpt"), "--log", log, "--print-every", "0"}
+	if gate != "" {
+		argv = append([]string{"/bin/sh", "-c", `read go < "$0" && exec "$@"`, gate}, argv...)
+	}
+	spec, _ := json.Marshal(Spec{Workdir: dir, Env: map[string]string{"PYTHONDONTWRITEBYTECODE": "1"}, Argv: argv})
 	id := prefix + "-" + wire.NewRun()[:6]
 	t.Cleanup(func() {
 		undo()
@@ -37,6 +44,36 @@ func longTrainer(t *testing.T, r *Runner, prefix string, undo func()) (Want, str
 		}
 	})
 	return Want{ID: id, Owner: currentUserName(t), Launcher: Elastic, Spec: spec, Min: 1, Max: 2}, log
+}
+
+// newGate makes a FIFO for longTrainer's workers to wait on.
+func newGate(t *testing.T) string {
+	t.Helper()
+	gate := filepath.Join(t.TempDir(), "gate")
+	if err := syscall.Mkfifo(gate, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return gate
+}
+
+// openGate lets the one worker waiting on the gate start train.py: it
+// waits for the worker to open the FIFO (an open for writing without a
+// reader fails with ENXIO) and writes it its line.
+func openGate(t *testing.T, gate string) {
+	t.Helper()
+	var f *os.File
+	trainertest.WaitFor(t, 60*time.Second, "a worker waiting on the gate", func() bool {
+		var err error
+		f, err = os.OpenFile(gate, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+		if err != nil && !errors.Is(err, syscall.ENXIO) {
+			t.Fatal(err)
+		}
+		return err == nil
+	})
+	defer f.Close()
+	if _, err := f.WriteString("go\n"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // twoSteps waits for two steps trained by world workers after now.
@@ -62,7 +99,9 @@ func twoSteps(t *testing.T, log string, world int) {
 // workers to import torch: the round that starts them returns without
 // publishing and asks for another (Pending); a later round lists them once
 // they are ready, and the group trains at the new size. Real torch
-// workers (train.py), 1 then 2 nodes.
+// workers (train.py), 1 then 2 nodes; each new worker waits on a gate the
+// test opens after that first round, so the round cannot find it ready
+// however fast torch is imported.
 func TestElasticPaced(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs real torch workers")
@@ -72,7 +111,8 @@ func TestElasticPaced(t *testing.T) {
 	r.Pace(true)
 	n1, n2 := a.N("n1"), a.N("n2")
 	ctx := context.Background()
-	want, log := longTrainer(t, r, "ep", func() {})
+	gate := newGate(t)
+	want, log := longTrainer(t, r, "ep", func() {}, gate)
 	apply := func(nodes ...string) []Action {
 		t.Helper()
 		w := want
@@ -98,6 +138,7 @@ func TestElasticPaced(t *testing.T) {
 		if !has(acts, "start", added) || has(acts, "publish", "") || !r.Pending() {
 			t.Fatalf("the round starting %s: pending %v, actions %v; want a start, no publication, pending", added, r.Pending(), ops(t, acts))
 		}
+		openGate(t, gate)
 		rounds := 1
 		trainertest.WaitFor(t, 60*time.Second, fmt.Sprintf("a round publishing %v", nodes), func() bool {
 			rounds++
@@ -155,7 +196,7 @@ func TestElasticUnreachableMember(t *testing.T) {
 	un := &unreachableNode{Transport: r.Nodes, node: n2}
 	r.Nodes = un
 	ctx := context.Background()
-	w, log := longTrainer(t, r, "eu", func() { un.down.Store(false) })
+	w, log := longTrainer(t, r, "eu", func() { un.down.Store(false) }, "")
 	w.Nodes = []string{n1, n2}
 	id := w.ID
 	notes := func(acts []Action) string {
