@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"log"
 	"os"
 	"path/filepath"
 	"slices"
@@ -297,9 +298,16 @@ func TestStartCheckRacingProlog(t *testing.T) {
 	}
 	j := &journal.Journal{Dir: dir}
 	run := &fenceRunner{}
-	r := &Reconciler{DB: db, Journal: j, Runner: run, Pool: pool.Config{TFwd: 10}, Scheduler: prologLister{j}, StartCheck: time.Minute, MaxRounds: 5}
+	var logged strings.Builder
+	r := &Reconciler{DB: db, Journal: j, Runner: run, Pool: pool.Config{TFwd: 10}, Scheduler: prologLister{j}, StartCheck: time.Minute, MaxRounds: 5,
+		Log: log.New(&logged, "", 0)}
 	if err := r.Run(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// The log names the node the check found busy, and why no leave of
+	// its own is recorded.
+	if want := "start check: [n1] not idle; deciding again without them (1 recorded by their prologs since the round began)"; !strings.Contains(logged.String(), want) {
+		t.Fatalf("the log:\n%s\nwants %q", logged.String(), want)
 	}
 	for _, w := range run.wants {
 		for _, l := range w {

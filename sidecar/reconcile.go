@@ -238,8 +238,13 @@ func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 		// rather than start anything. A hook that recorded the job since
 		// this round began (its prolog racing the check) is the record,
 		// with the job; the rest is recorded as the check saw it.
+		busy := slices.Clone(leave.Nodes)
 		leave.Nodes = r.recordedSince(ctx, applied, leave.Nodes)
-		r.Log.Printf("start check: %v not idle; deciding again without them", leave.Nodes)
+		if hooked := len(busy) - len(leave.Nodes); hooked > 0 {
+			r.Log.Printf("start check: %v not idle; deciding again without them (%d recorded by their prologs since the round began)", busy, hooked)
+		} else {
+			r.Log.Printf("start check: %v not idle; deciding again without them", busy)
+		}
 		if len(leave.Nodes) > 0 {
 			if _, err := r.DB.Append(ctx, *leave); err != nil {
 				return false, err
