@@ -289,14 +289,17 @@ func (m *adaptiveModel) sets(j, hi int) trainerSets {
 func (m *adaptiveModel) gains(j int) []float64 {
 	_, hi := m.p.boundsIn(j, m.size)
 	hi = max(hi, len(m.p.Trainers[j].Held))
-	rates, speed := m.rates(j, hi)
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
+	sc.reset()
+	rates, speed := m.rates(j, hi, sc)
 	out := make([]float64, hi+1)
 	ts := trainerSets{held: m.heldOutlooks(j), youngFirst: m.p.Semantics == Reference}
 	held, added := blocksOf(ts.held), m.addedBlocks(j, hi-len(ts.held))
 	buf := make([]block, 0, len(held)+len(added))
 	C := len(ts.held)
 	from := hi + 1 // the first count left to the count-by-count walk
-	if C < hi && m.growthGains(j, ts.blocks(hi, held, added, buf), rates, speed, out) {
+	if C < hi && m.growthGains(j, ts.blocks(hi, held, added, buf), rates, speed, out, sc) {
 		from = C + 1 // the growth counts are done
 	}
 	for k := 1; k <= hi; k++ {
@@ -348,12 +351,12 @@ func (m *adaptiveModel) addedBlocks(j, n int) []block {
 
 // rates returns Trainer j's metric O'(i) (0 below Min) and its
 // throughput P(i) (0 below Min) for i = 0..hi, walking the curve once
-// (interpAll: Interp's arithmetic, without a search per count).
-func (m *adaptiveModel) rates(j, hi int) (rate, speed []float64) {
+// (interpAll: Interp's arithmetic, without a search per count), in s.
+func (m *adaptiveModel) rates(j, hi int, s *scratch) (rate, speed []float64) {
 	t := &m.p.Trainers[j]
 	ys, scale := m.p.Goal().Column(&t.Curve)
-	rate = interpAll(t.Curve.Nodes, ys, hi)
-	speed = interpAll(t.Curve.Nodes, t.Curve.Throughput, hi)
+	rate = interpAll(t.Curve.Nodes, ys, s.take(hi+1))
+	speed = interpAll(t.Curve.Nodes, t.Curve.Throughput, s.take(hi+1))
 	for i := range rate {
 		if !runs(i, t.Min) {
 			rate[i], speed[i] = 0, 0
@@ -371,7 +374,7 @@ func (m *adaptiveModel) gain(j, k int) float64 {
 		return 0
 	}
 	ts := trainerSets{held: m.heldOutlooks(j), youngFirst: m.p.Semantics == Reference}
-	rates, speed := m.rates(j, k)
+	rates, speed := m.rates(j, k, nil)
 	return m.gainOf(j, k, ts.blocks(k, blocksOf(ts.held), m.addedBlocks(j, k-len(ts.held)), nil), rates, speed[k])
 }
 

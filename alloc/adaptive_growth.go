@@ -1,6 +1,9 @@
 package alloc
 
-import "math"
+import (
+	"math"
+	"sync"
+)
 
 // The growth counts of a Trainer, cohort by cohort (issue 23).
 //
@@ -34,10 +37,11 @@ import "math"
 
 // growthGains sets out[k] for the counts k = C+1..hi (hi = len(out)−1) of
 // Trainer j from full, the blocks of the set of count hi (ts.blocks(hi)),
-// with rates[i] = O'(i) and speed[i] = P(i). It reports false, leaving
+// with rates[i] = O'(i) and speed[i] = P(i), its arrays taken from sc.
+// It reports false, leaving
 // out untouched, if full's cohorts are not of the shapes above (then
 // gainOf must value those counts).
-func (m *adaptiveModel) growthGains(j int, full []block, rates, speed, out []float64) bool {
+func (m *adaptiveModel) growthGains(j int, full []block, rates, speed, out []float64, sc *scratch) bool {
 	t := &m.p.Trainers[j]
 	C := len(t.Held)
 	hi := len(out) - 1
@@ -54,7 +58,7 @@ func (m *adaptiveModel) growthGains(j int, full []block, rates, speed, out []flo
 		i = e
 	}
 	// grown[d]: the horizon of the nodes count C+d grows onto (gainOf's).
-	grown := make([]float64, D+1)
+	grown := sc.take(D + 1)
 	for d := 1; d <= D; d++ {
 		finish := math.Inf(1)
 		if P := speed[C+d]; t.Remaining > 0 && P > 0 {
@@ -66,7 +70,7 @@ func (m *adaptiveModel) growthGains(j int, full []block, rates, speed, out []flo
 	rDown := t.RDown
 	// h, pi: one cohort's block over every count's horizon (column);
 	// h2: the added block after a held one.
-	h, pi, h2 := make([]float64, D+1), make([]float64, D+1), make([]float64, D+1)
+	h, pi, h2 := sc.take(D+1), sc.take(D+1), sc.take(D+1)
 	heldBefore, addedBefore := 0, 0
 	for i := 0; i < len(full); {
 		f := full[i]
@@ -156,4 +160,36 @@ func (m *adaptiveModel) column(o *nodeOutlook, grown []float64, d0 int, h, pi []
 			pi[d] = pd
 		}
 	}
+}
+
+// scratch holds the arrays a Trainer's counts are valued with (rates,
+// speeds, horizons, survival columns: hi+1 values each, a few hundred kB
+// a Trainer at N_max = 10,624) for reuse: by the next Trainer valued on
+// the same core, and by the next solve (scratchPool). Made for every
+// Trainer, they were half of what an exascale solve allocated (126 MB at
+// 100 × 10,624), and the collector's work with them a fifth of its CPU.
+type scratch struct {
+	buf  []float64
+	used int
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// reset gives the whole scratch back: the arrays taken before must no
+// longer be used.
+func (s *scratch) reset() { s.used = 0 }
+
+// take returns n zeros, as make does; from a nil scratch, made.
+func (s *scratch) take(n int) []float64 {
+	if s == nil {
+		return make([]float64, n)
+	}
+	if len(s.buf)-s.used < n {
+		// The arrays taken so far keep the old buffer.
+		s.buf, s.used = make([]float64, max(2*len(s.buf), 8*n)), 0
+	}
+	out := s.buf[s.used : s.used+n : s.used+n]
+	s.used += n
+	clear(out)
+	return out
 }

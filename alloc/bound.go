@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+	"sync"
 )
 
 // The exact DP visits every capacity of every stage; most of them cannot
@@ -25,6 +26,15 @@ import (
 // the grid's size), where G's own fills cost a sort of all S segments
 // and two Fenwick trees over them, O(S log S).
 
+// pt is a point of a Trainer's value: count k, value v.
+type pt struct {
+	k int
+	v float64
+}
+
+// ptsPool holds envelope's points from one Trainer to the next.
+var ptsPool = sync.Pool{New: func() any { return new([]pt) }}
+
 // seg is one segment of a concave envelope: len more nodes, each worth
 // slope.
 type seg struct {
@@ -37,11 +47,14 @@ type seg struct {
 // feasible counts: the smallest feasible count k0, its value, and the
 // segments of positive slope after it, slopes decreasing.
 func (ch *choices) envelope(owner int) (k0 int, v0 float64, segs []seg, ok bool) {
-	type pt struct {
-		k int
-		v float64
-	}
-	pts := make([]pt, 0, 2+2*len(ch.pieces)+len(ch.table))
+	// The points, then the hull in place: a buffer of the pool's
+	// (a table's points are 170 kB at N_max = 10,624).
+	buf := ptsPool.Get().(*[]pt)
+	pts := slices.Grow((*buf)[:0], 2+2*len(ch.pieces)+len(ch.table))
+	defer func() {
+		*buf = pts[:0]
+		ptsPool.Put(buf)
+	}()
 	if ch.zero {
 		pts = append(pts, pt{0, ch.zeroV})
 	}

@@ -26,11 +26,11 @@ func GrowthGainsAgainstWalk(p *Problem) (worst float64, declined, counts int) {
 		if C >= hi {
 			continue
 		}
-		rates, speed := m.rates(j, hi)
+		rates, speed := m.rates(j, hi, nil)
 		ts := trainerSets{held: m.heldOutlooks(j), youngFirst: p.Semantics == Reference}
 		held, added := blocksOf(ts.held), m.addedBlocks(j, hi-C)
 		out := make([]float64, hi+1)
-		if !m.growthGains(j, ts.blocks(hi, held, added, nil), rates, speed, out) {
+		if !m.growthGains(j, ts.blocks(hi, held, added, nil), rates, speed, out, nil) {
 			declined++
 			continue
 		}

@@ -16,7 +16,7 @@ func TestInterpAllIsInterp(t *testing.T) {
 		{[]int{2, 5, 9}, []float64{1.5, 3.25, 0.1}},
 		{[]int{0, 1, 2, 64, 100}, []float64{0, 1e3, 1.9e3, 5e4, 5e4}},
 	} {
-		got := interpAll(c.xs, c.ys, 130)
+		got := interpAll(c.xs, c.ys, make([]float64, 131))
 		for x := range got {
 			if want := Interp(c.xs, c.ys, x); got[x] != want {
 				t.Fatalf("%v %v at %d: %v, Interp %v", c.xs, c.ys, x, got[x], want)
@@ -56,7 +56,7 @@ func TestInterpAllIsInterpRandom(t *testing.T) {
 			ys[i] = 1e5 * r.Float64()
 		}
 		n := r.IntN(300)
-		got := interpAll(xs, ys, n)
+		got := interpAll(xs, ys, make([]float64, n+1))
 		for x := range got {
 			if want := Interp(xs, ys, x); got[x] != want {
 				t.Fatalf("%v %v at %d: %v, Interp %v", xs, ys, x, got[x], want)

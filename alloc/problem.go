@@ -317,13 +317,14 @@ func Interp(xs []int, ys []float64, x int) float64 {
 	return y0 + (y1-y0)*float64(x-x0)/float64(x1-x0)
 }
 
-// interpAll returns Interp(xs, ys, x) for x = 0..n, with the same
+// interpAll sets out[x] = Interp(xs, ys, x) for x = 1..len(out)−1 (out[0]
+// is left as it is: Interp is 0 there) and returns out, with the same
 // arithmetic, walking the points once instead of searching for each x:
 // each run of x between two points is one loop with the segment's ends
 // at hand (adaptive's rates and speeds of every count, 10⁶ at
 // N_max = 10,624, issue 23).
-func interpAll(xs []int, ys []float64, n int) []float64 {
-	out := make([]float64, n+1)
+func interpAll(xs []int, ys []float64, out []float64) []float64 {
+	n := len(out) - 1
 	if len(xs) == 0 {
 		return out
 	}
