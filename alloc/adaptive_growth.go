@@ -37,10 +37,9 @@ import (
 
 // growthGains sets out[k] for the counts k = C+1..hi (hi = len(out)−1) of
 // Trainer j from full, the blocks of the set of count hi (ts.blocks(hi)),
-// with rates[i] = O'(i) and speed[i] = P(i), its arrays taken from sc.
-// It reports false, leaving
-// out untouched, if full's cohorts are not of the shapes above (then
-// gainOf must value those counts).
+// with rates[i] = O'(i) and speed[i] = P(i), its arrays taken from sc. It
+// reports false, leaving out untouched, if full's cohorts are not of the
+// shapes above (then gainOf must value those counts).
 func (m *adaptiveModel) growthGains(j int, full []block, rates, speed, out []float64, sc *scratch) bool {
 	t := &m.p.Trainers[j]
 	C := len(t.Held)
@@ -166,8 +165,8 @@ func (m *adaptiveModel) column(o *nodeOutlook, grown []float64, d0 int, h, pi []
 // speeds, horizons, survival columns: hi+1 values each, a few hundred kB
 // a Trainer at N_max = 10,624) for reuse: by the next Trainer valued on
 // the same core, and by the next solve (scratchPool). Made for every
-// Trainer, they were half of what an exascale solve allocated (126 MB at
-// 100 × 10,624), and the collector's work with them a fifth of its CPU.
+// Trainer, they and the envelope's points (ptsPool) were 70 of the 127 MB
+// a solve at 100 × 10,624 allocated, and cost the collector's work.
 type scratch struct {
 	buf  []float64
 	used int
