@@ -24,7 +24,7 @@ import (
 //	pilot log=… slice=… nodes=… speed=… main_jobs=… failed=… requeued=… drained=… trainer_beside_main_s=… audit_violations=… events_lost=… wait_p50_ms=… wait_p99_ms=… wait_without_p50_ms=… wait_without_p99_ms=… harvested_node_h=… predicted_node_h=… ratio=… wait_without2_p50_ms=… wait_without2_p99_ms=… wait_goal=…
 //	pilot wait pass=with|without|without2 jobs=… sched_p50_ms=… sched_p99_ms=… launch_p50_ms=… launch_p99_ms=… overrun_p50_ms=… overrun_p99_ms=… rpc_all_queries=…
 //	pilot harvest idle_node_h=… used_node_h=… held_node_h=… fault_node_h=… startup_node_h=… completing_node_h=… reconcile_node_h=… no_demand_node_h=… beside_node_s=… samples=… max_gap_s=… fault_idle_node_h=… used_outside_faults=…
-//	pilot nemesis=<name> at_s=<x> <what happened>
+//	pilot nemesis=<name> at_s=<x> <what happened> [window_idle_node_h=… window_lost_node_h=…]
 //
 // harvested_node_h is the node-hours USED by Trainers: idle by sacct with
 // a Trainer process alive on the node, sampled every second; ratio is it
@@ -37,7 +37,10 @@ import (
 // outside the nemeses' windows that was used), held_node_h (the nodes the pool
 // showed held: the old measure) and beside_node_s (a Trainer process seen
 // on a node while a main job surely ran there: a cross-check of the jobs'
-// own watches); see internal/lab/slurm/harvest.go.
+// own watches); see internal/lab/slurm/harvest.go. A nemesis that held a
+// part of the system down in the pass with bftrainer says what it cost:
+// the idle node-hours within its window and those no Trainer used there
+// (window_lost_node_h; windows that overlap share their moments).
 //
 // Every nemesis line and every problem found (a job not normal, an audit
 // row) is printed; the command fails when the pilot found a problem. A

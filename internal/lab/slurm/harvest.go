@@ -85,10 +85,14 @@ type Harvest struct {
 	// node's sshd: NemesisReport.Span), whatever its stage otherwise;
 	// FaultIdleH all idle time in those windows, FaultUsedH the used.
 	FaultH, FaultIdleH, FaultUsedH float64
-	HeldH                          float64 // node-hours the pool showed held, busy or not (the old measure)
-	BesideS                        float64 // node-seconds a Trainer process was seen on a node a main job surely held
-	Samples                        int
-	MaxGap                         time.Duration // the longest time between two samples
+	// Windows are each fault window's own idle node-hours and those of
+	// them not used, in the order the windows were given (a moment in
+	// two overlapping windows is in both): what each nemesis cost.
+	Windows []WindowHarvest
+	HeldH   float64 // node-hours the pool showed held, busy or not (the old measure)
+	BesideS float64 // node-seconds a Trainer process was seen on a node a main job surely held
+	Samples int
+	MaxGap  time.Duration // the longest time between two samples
 	// The sampler's own cost and its cross-check (in the log, not the
 	// line): failed samples, mean time of the pool's read and of the
 	// processes' read, and the run-token scans against the cgroups.
@@ -98,6 +102,10 @@ type Harvest struct {
 	ProcChecks, ProcMismatches int    // node-checks of the cgroup source against the scan, and the nodes they disagreed on
 	CheckRead                  time.Duration
 }
+
+// WindowHarvest is one fault window's idle node-hours and those of them
+// no Trainer used.
+type WindowHarvest struct{ IdleH, LostH float64 }
 
 // StagesH is the sum of the stages.
 func (h Harvest) StagesH() float64 {
@@ -400,7 +408,9 @@ func splitHarvest(nodes []string, jobs []accounting.Job, first map[string]time.T
 			spans[i].b = s.at.Add(samples[i+1].at.Sub(s.at) / 2)
 		}
 	}
+	windows := faults
 	faults = union(faults)
+	byWindow := make([]struct{ idle, lost time.Duration }, len(windows))
 	var idle, held, beside, faultIdle, faultUsed time.Duration
 	var stages [nStages]time.Duration
 	for _, node := range nodes {
@@ -440,6 +450,13 @@ func splitHarvest(nodes []string, jobs []accounting.Job, first map[string]time.T
 					inFault += overlap(lo, hi, f.a, f.b)
 				}
 				faultIdle += inFault
+				for w, f := range windows {
+					o := overlap(lo, hi, f.a, f.b)
+					byWindow[w].idle += o
+					if st != stageUsed {
+						byWindow[w].lost += o
+					}
+				}
 				if st == stageUsed {
 					faultUsed += inFault
 					stages[st] += d
@@ -462,6 +479,9 @@ func splitHarvest(nodes []string, jobs []accounting.Job, first map[string]time.T
 	h.UsedH, h.StartupH, h.CompletingH = hours(stages[stageUsed]), hours(stages[stageStartup]), hours(stages[stageCompleting])
 	h.ReconcileH, h.NoDemandH = hours(stages[stageReconcile]), hours(stages[stageNoDemand])
 	h.FaultH, h.FaultIdleH, h.FaultUsedH = hours(stages[stageFault]), hours(faultIdle), hours(faultUsed)
+	for _, w := range byWindow {
+		h.Windows = append(h.Windows, WindowHarvest{hours(w.idle), hours(w.lost)})
+	}
 	var sum time.Duration
 	for _, d := range stages {
 		sum += d

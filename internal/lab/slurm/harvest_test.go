@@ -186,9 +186,11 @@ func TestSplitHarvestOracle(t *testing.T) {
 		// The count: each 10 ms cell by its middle.
 		var idle, held, beside, faultIdle, faultUsed time.Duration
 		var stages [nStages]time.Duration
+		winIdle, winLost := make([]time.Duration, len(faults)), make([]time.Duration, len(faults))
 		for c := from; c.Before(to); c = c.Add(grid) {
 			m := c.Add(grid / 2)
 			inFault := slices.ContainsFunc(faults, func(f interval) bool { return !m.Before(f.a) && m.Before(f.b) })
+			inWindow := func(w int) bool { return !m.Before(faults[w].a) && m.Before(faults[w].b) }
 			s := ss[0]
 			for _, x := range ss {
 				if x.at.Sub(m).Abs() < s.at.Sub(m).Abs() {
@@ -219,6 +221,14 @@ func TestSplitHarvestOracle(t *testing.T) {
 				if !busy {
 					idle += grid
 					st := s.stage(n)
+					for w := range faults {
+						if inWindow(w) {
+							winIdle[w] += grid
+							if st != stageUsed {
+								winLost[w] += grid
+							}
+						}
+					}
 					if inFault {
 						faultIdle += grid
 						if st == stageUsed {
@@ -246,6 +256,14 @@ func TestSplitHarvestOracle(t *testing.T) {
 		}
 		if !near(h.StagesH(), h.IdleH) {
 			t.Errorf("seed %d: the stages sum to %v, idle %v", seed, h.StagesH(), h.IdleH)
+		}
+		if len(h.Windows) != len(faults) {
+			t.Fatalf("seed %d: %d windows' harvests, %d windows", seed, len(h.Windows), len(faults))
+		}
+		for w, got := range h.Windows {
+			if !near(got.IdleH, winIdle[w].Hours()) || !near(got.LostH, winLost[w].Hours()) {
+				t.Errorf("seed %d: window %d: idle %.9f lost %.9f, count %.9f %.9f", seed, w, got.IdleH, got.LostH, winIdle[w].Hours(), winLost[w].Hours())
+			}
 		}
 	}
 }

@@ -143,6 +143,9 @@ type NemesisReport struct {
 	Span time.Duration
 	What string // what happened, in words
 	Err  error  // the nemesis itself could not act
+	// Harvest is, for one with a Span in the pass with bftrainer, the
+	// idle node-time in its window and what of it no Trainer used.
+	Harvest *WindowHarvest
 }
 
 // PilotResult is what a pilot measured.
@@ -238,6 +241,9 @@ func (r *PilotResult) NemesisLines() []string {
 	var out []string
 	for _, n := range r.Nemeses {
 		s := fmt.Sprintf("pilot nemesis=%s at_s=%.1f %s", n.Name, n.At.Seconds(), n.What)
+		if h := n.Harvest; h != nil {
+			s += fmt.Sprintf(" window_idle_node_h=%.3f window_lost_node_h=%.3f", h.IdleH, h.LostH)
+		}
 		if n.Err != nil {
 			s += fmt.Sprintf(" error=%q", n.Err.Error())
 		}
@@ -1031,6 +1037,16 @@ func (p *pilot) check(ctx context.Context, r *passResult) error {
 	}
 	if p.res.Harvest, err = p.harvest(r, listing, first, last); err != nil {
 		return err
+	}
+	// Each fault window's cost on its nemesis's line: the windows are the
+	// pass's nemeses with a Span, in order (passResult.windows), and the
+	// result's first nemeses are this pass's.
+	w := 0
+	for i := range r.nemeses {
+		if n := &p.res.Nemeses[i]; n.Span > 0 && w < len(p.res.Harvest.Windows) {
+			n.Harvest = &p.res.Harvest.Windows[w]
+			w++
+		}
 	}
 	p.res.HarvestedNodeH = p.res.Harvest.UsedH
 	p.res.PredictedH, err = p.predict(ctx, raw, r.start)
