@@ -345,7 +345,9 @@ func (c *Cluster) Debug(ctx context.Context) string {
 		if out, err := c.In.Run(ctx, "status"); err == nil {
 			fmt.Fprintf(&b, "==> bftrainer status <==\n%s", out)
 		}
-		logs, _ := filepath.Glob(filepath.Join(c.In.LogDir, "*", "*.log"))
+		// The Trainers' output: LOGDIR/TRAINER/RUN/NODE.log (the agent's
+		// openLog; NODE is _controller for a driver, an MPI job's mpirun).
+		logs, _ := filepath.Glob(filepath.Join(c.In.LogDir, "*", "*", "*.log"))
 		for _, l := range logs {
 			if body, err := os.ReadFile(l); err == nil {
 				fmt.Fprintf(&b, "==> %s (last 1500 bytes) <==\n%s\n", l, tail(body, 1500))
