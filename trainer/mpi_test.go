@@ -124,6 +124,14 @@ func TestMPILanding(t *testing.T) {
 	trainer, node := "land-"+wire.NewRun()[:8], "n1"
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// What a killed landing of the Trainer on the node left.
+	session := strings.TrimSuffix(LandSocket(os.Getuid(), trainer, node), ".sock") + ".session"
+	if err := landDir(filepath.Dir(session)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(session, "jf.1", "0"), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
 	go func() {
 		_, err := MPILand(ctx, trainer, node, 0)
@@ -133,6 +141,7 @@ func TestMPILanding(t *testing.T) {
 		cancel()
 		<-done
 		os.Remove(LandSocket(os.Getuid(), trainer, node))
+		os.RemoveAll(session)
 	})
 	out := filepath.Join(t.TempDir(), "out")
 	f, err := os.Create(out)
@@ -150,9 +159,50 @@ func TestMPILanding(t *testing.T) {
 	if b, _ := os.ReadFile(out); code != 3 || strings.TrimSpace(string(b)) != "hello from" {
 		t.Fatalf("exit %d, output %q", code, b)
 	}
+	// The daemon's Open MPI session directories are the landing's, made
+	// afresh: what the killed landing left is gone.
+	f.Truncate(0)
+	f.Seek(0, 0)
+	if code, err := runExecChild(t, f, trainer, node, "echo $"+ompiSessionEnv+"; ls -A $"+ompiSessionEnv); err != nil || code != 0 {
+		t.Fatalf("exit %d, %v", code, err)
+	}
+	if b, _ := os.ReadFile(out); strings.TrimSpace(string(b)) != session {
+		t.Fatalf("the daemon's %s and its content: %q, want %s, empty", ompiSessionEnv, b, session)
+	}
+	if fi, err := os.Stat(session); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("the session directory: %v %v", fi, err)
+	}
 	// A second landing on the same socket refuses.
 	if _, err := MPILand(context.Background(), trainer, node, 0); err == nil || !strings.Contains(err.Error(), "served already") {
 		t.Fatalf("a second landing: %v", err)
+	}
+}
+
+// TestDaemonEnv: a daemon's Open MPI session directories are below the
+// landing's directory unless the landing's own environment (the
+// Trainer's) or the remote shell's (the site's) names them.
+func TestDaemonEnv(t *testing.T) {
+	get := func(env []string) []string {
+		var vs []string
+		for _, kv := range env {
+			if k, v, _ := strings.Cut(kv, "="); k == ompiSessionEnv {
+				vs = append(vs, v)
+			}
+		}
+		return vs
+	}
+	for _, tc := range []struct {
+		name         string
+		own, session []string
+		want         string
+	}{
+		{"neither", []string{"A=1"}, []string{"B=2"}, "/l/t.n.session"},
+		{"the Trainer's", []string{ompiSessionEnv + "=/own"}, []string{ompiSessionEnv + "=/site"}, "/own"},
+		{"the site's", []string{"A=1"}, []string{ompiSessionEnv + "=/site"}, "/site"},
+	} {
+		if got := get(daemonEnv(tc.own, tc.session, "/l/t.n.session")); len(got) != 1 || got[0] != tc.want {
+			t.Errorf("%s: %s %q, want once %q", tc.name, ompiSessionEnv, got, tc.want)
+		}
 	}
 }
 

@@ -131,7 +131,17 @@ func MPILand(ctx context.Context, trainer, node string, worker time.Duration) (i
 		return 0, fmt.Errorf("mpi landing: %w", err)
 	}
 	fmt.Fprintf(os.Stderr, "bftrainer: mpi landing of %s on %s listens on %s\n", trainer, node, path)
-	l := &landing{worker: worker > 0, done: make(chan int, 1)}
+	// The daemons' session directory: a killed landing's is left, so it
+	// is made afresh (no other landing of this Trainer and node runs:
+	// the socket above was not served).
+	tmp := strings.TrimSuffix(path, ".sock") + ".session"
+	if err := os.RemoveAll(tmp); err != nil {
+		return 0, fmt.Errorf("mpi landing: %w", err)
+	}
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return 0, fmt.Errorf("mpi landing: %w", err)
+	}
+	l := &landing{worker: worker > 0, done: make(chan int, 1), session: tmp}
 	accepted := make(chan error, 1)
 	go func() {
 		for {
@@ -178,10 +188,11 @@ func MPILand(ctx context.Context, trainer, node string, worker time.Duration) (i
 // landing is what a landing's connections share: in a worker landing,
 // the worker it adopted.
 type landing struct {
-	worker bool
-	mu     sync.Mutex
-	cmd    *exec.Cmd // the adopted worker
-	done   chan int  // its exit status
+	worker  bool
+	session string // the daemons' session directory (daemonEnv)
+	mu      sync.Mutex
+	cmd     *exec.Cmd // the adopted worker
+	done    chan int  // its exit status
 }
 
 func (l *landing) adopted() bool {
@@ -277,13 +288,15 @@ func (l *landing) serve(c *net.UnixConn) {
 	}
 	cmd := exec.Command(req.Argv[0], req.Argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = files[0], files[1], files[2]
-	cmd.Env = landEnv(os.Environ(), req.Env)
+	cmd.Env = daemonEnv(os.Environ(), req.Env, l.session)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		answer(landAnswer{Error: err.Error()})
 		return
 	}
-	answer(landAnswer{PID: cmd.Process.Pid})
+	pid := cmd.Process.Pid
+	answer(landAnswer{PID: pid})
+	fmt.Fprintf(os.Stderr, "bftrainer: mpi landing: daemon %d started\n", pid)
 	gone := make(chan struct{})
 	go func() {
 		// The client says nothing more: a read returns when it went away.
@@ -295,9 +308,11 @@ func (l *landing) serve(c *net.UnixConn) {
 	select {
 	case err := <-done:
 		code := exitStatus(cmd.ProcessState, err)
+		fmt.Fprintf(os.Stderr, "bftrainer: mpi landing: daemon %d exited %d\n", pid, code)
 		answer(landAnswer{Exit: &code})
 	case <-gone:
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		fmt.Fprintf(os.Stderr, "bftrainer: mpi landing: the remote shell of daemon %d went away: its process group killed\n", pid)
+		syscall.Kill(-pid, syscall.SIGKILL)
 		<-done
 	}
 }
@@ -360,6 +375,33 @@ func landEnv(own, session []string) []string {
 		}
 	}
 	return out
+}
+
+// ompiSessionEnv is Open MPI's (ORTE's) base of its session directories.
+const ompiSessionEnv = "OMPI_MCA_orte_tmpdir_base"
+
+// daemonEnv is a daemon's environment: landEnv's, with Open MPI's
+// session directories below the landing's own directory (session)
+// unless the Trainer or the site chose theirs. A daemon and its ranks
+// keep their session files there (the job family's directory, shared by
+// every daemon of the job on a host). In the lab every node is one host:
+// two orteds of a job on "two nodes" shared /tmp/ompi.HOST.UID/jf.N
+// (its hwloc.sm and the daemons' directories), and at times one of them
+// ended before reporting to mpirun, which waited for it for ever — the
+// MPI job hung at its start (TestSlurmMPI: 4 of 25 runs with both cores
+// busy, and the fresh-clone CI once; 0 of 60 with a directory per
+// landing). On a cluster it also
+// keeps what a killed job leaves (a reclaim's SIGKILL, no cleanup) in
+// one place that the next landing of the Trainer on the node removes,
+// instead of piling up in /tmp.
+func daemonEnv(own, session []string, dir string) []string {
+	out := landEnv(own, session)
+	for _, kv := range out {
+		if k, _, _ := strings.Cut(kv, "="); k == ompiSessionEnv {
+			return out
+		}
+	}
+	return append(out, ompiSessionEnv+"="+dir)
 }
 
 // exitStatus is a process's exit code, 128+signal for a signal.
