@@ -240,11 +240,11 @@ func (r *Reconciler) Round(ctx context.Context) (again bool, err error) {
 		// with the job; the rest is recorded as the check saw it.
 		busy := slices.Clone(leave.Nodes)
 		leave.Nodes = r.recordedSince(ctx, applied, leave.Nodes)
+		why := ""
 		if hooked := len(busy) - len(leave.Nodes); hooked > 0 {
-			r.Log.Printf("start check: %v not idle; deciding again without them (%d recorded by their prologs since the round began)", busy, hooked)
-		} else {
-			r.Log.Printf("start check: %v not idle; deciding again without them", busy)
+			why = fmt.Sprintf(" (%d recorded by their prologs since the round began)", hooked)
 		}
+		r.Log.Printf("start check: %v not idle; deciding again without them%s", busy, why)
 		if len(leave.Nodes) > 0 {
 			if _, err := r.DB.Append(ctx, *leave); err != nil {
 				return false, err

@@ -390,10 +390,9 @@ const ompiSessionEnv = "OMPI_MCA_orte_tmpdir_base"
 // ended before reporting to mpirun, which waited for it for ever — the
 // MPI job hung at its start (TestSlurmMPI: 4 of 25 runs with both cores
 // busy, and the fresh-clone CI once; 0 of 60 with a directory per
-// landing). On a cluster it also
-// keeps what a killed job leaves (a reclaim's SIGKILL, no cleanup) in
-// one place that the next landing of the Trainer on the node removes,
-// instead of piling up in /tmp.
+// landing). On a cluster it also keeps what a killed job leaves (a
+// reclaim's SIGKILL, no cleanup) in one place that the next landing of
+// the Trainer on the node removes, instead of piling up in /tmp.
 func daemonEnv(own, session []string, dir string) []string {
 	out := landEnv(own, session)
 	for _, kv := range out {

@@ -561,8 +561,20 @@ func (p *pilot) harvest(r *passResult, listing *accounting.Listing, from, to tim
 	if r.harvest == nil {
 		return Harvest{}, errors.New("harvest: the pass was not sampled")
 	}
-	faults := r.windows(func(n NemesisReport) bool { return n.Span > 0 })
+	// The fault windows are the nemeses with a Span, in order; each
+	// window's cost goes on its own nemesis's report.
+	faulty := func(n NemesisReport) bool { return n.Span > 0 }
+	faults := r.windows(faulty)
 	h, err := r.harvest.result(p.c.Lab.Nodes, listing.Jobs, first, faults, from, to)
+	if err == nil {
+		w := 0
+		for i, n := range r.nemeses {
+			if faulty(n) {
+				r.nemeses[i].Harvest = &h.Windows[w]
+				w++
+			}
+		}
+	}
 	p.o.Logf("pilot: harvest sampler: %d samples (%d failed), means: pool read %s, processes %s (%s), run-token scan %s (every %dth sample: %d node-checks, %d disagreeing)",
 		h.Samples, h.Failed, h.PoolRead.Round(time.Microsecond), h.ProcRead.Round(time.Microsecond), h.ProcSource, h.CheckRead.Round(time.Microsecond),
 		harvestCheckEvery, h.ProcChecks, h.ProcMismatches)

@@ -394,14 +394,15 @@ func Pilot(ctx context.Context, o PilotOptions) (res *PilotResult, err error) {
 	p.res.WaitSplits = append(p.res.WaitSplits, with.split)
 	p.res.Failed, p.res.Requeued, p.res.BesideS = with.failed, with.requeued, with.beside
 	p.res.Problems = append(p.res.Problems, with.problems...)
-	p.res.Nemeses = with.nemeses
 	if bad, err := p.c.Lab.Drained(ctx); err == nil {
 		p.res.Drained = len(bad)
 		for _, b := range bad {
 			p.res.Problems = append(p.res.Problems, "drained: "+b)
 		}
 	}
-	if err := p.check(ctx, with); err != nil {
+	err = p.check(ctx, with)
+	p.res.Nemeses = with.nemeses // with each fault window's cost (check)
+	if err != nil {
 		return p.res, err
 	}
 	p.stopService()
@@ -1037,16 +1038,6 @@ func (p *pilot) check(ctx context.Context, r *passResult) error {
 	}
 	if p.res.Harvest, err = p.harvest(r, listing, first, last); err != nil {
 		return err
-	}
-	// Each fault window's cost on its nemesis's line: the windows are the
-	// pass's nemeses with a Span, in order (passResult.windows), and the
-	// result's first nemeses are this pass's.
-	w := 0
-	for i := range r.nemeses {
-		if n := &p.res.Nemeses[i]; n.Span > 0 && w < len(p.res.Harvest.Windows) {
-			n.Harvest = &p.res.Harvest.Windows[w]
-			w++
-		}
 	}
 	p.res.HarvestedNodeH = p.res.Harvest.UsedH
 	p.res.PredictedH, err = p.predict(ctx, raw, r.start)

@@ -157,6 +157,16 @@ func TestPilotCI(t *testing.T) {
 	if len(r.Nemeses) != 3 || slices.ContainsFunc(r.Nemeses, func(n NemesisReport) bool { return n.Err != nil || strings.HasPrefix(n.What, "no ") }) {
 		t.Errorf("nemeses: %v", r.NemesisLines())
 	}
+	// Each fault window's cost is on its own nemesis (all three have a
+	// window here), its lost time within its idle time.
+	for _, n := range r.Nemeses {
+		switch h := n.Harvest; {
+		case (h != nil) != (n.Span > 0):
+			t.Errorf("nemesis %s: a window of %s, its cost %v", n.Name, n.Span, h)
+		case h != nil && (h.LostH < 0 || h.LostH > h.IdleH+1e-9):
+			t.Errorf("nemesis %s: %.4f node-hours lost of %.4f idle", n.Name, h.LostH, h.IdleH)
+		}
+	}
 	if r.HarvestedNodeH <= 0 {
 		t.Errorf("the Trainers harvested %.4f node-hours: nothing ran", r.HarvestedNodeH)
 	}
