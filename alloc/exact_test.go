@@ -166,3 +166,76 @@ func TestExactSummitLikeMatchesNaiveDP(t *testing.T) {
 		}
 	}
 }
+
+// TestRoundingTakesPartOfAClosedSegment: exact's windows keep the
+// capacities whose bound reaches a feasible rounding's value, so a
+// rounding far below the optimum widens them (issue 23). Twelve nodes;
+// Trainer a is linear to 16 nodes at 10 a node, four others are worth 5
+// on their one node. a's only segment does not fit, and the rounds alone
+// give the twelve nodes' best remainder to the four (20); taking the
+// twelve along a's segment is worth 120, the optimum.
+func TestRoundingTakesPartOfAClosedSegment(t *testing.T) {
+	p := &alloc.Problem{TFwd: 1, Objective: alloc.Throughput}
+	for i := range 12 {
+		p.Free = append(p.Free, alloc.Node{Name: fmt.Sprintf("n%02d", i), Order: i})
+	}
+	p.Trainers = append(p.Trainers, alloc.Trainer{ID: "a", Min: 1, Max: 16, Curve: alloc.Curve{Nodes: []int{0, 8, 16}, Throughput: []float64{0, 80, 160}}})
+	for _, id := range []string{"b", "c", "d", "e"} {
+		p.Trainers = append(p.Trainers, alloc.Trainer{ID: id, Min: 1, Max: 1, Curve: alloc.Curve{Nodes: []int{0, 1}, Throughput: []float64{0, 5}}})
+	}
+	lb, ok := alloc.ExactRounding(p)
+	if !ok {
+		t.Fatal("no bound")
+	}
+	pl, err := alloc.Exact{}.Solve(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl.Objective != 120 || pl.Counts()[0] != 12 {
+		t.Fatalf("exact: objective %v, counts %v; want 120 with a on 12", pl.Objective, pl.Counts())
+	}
+	if lb != 120 {
+		t.Errorf("rounding %v, want 120 (a on the twelve nodes)", lb)
+	}
+}
+
+// TestRoundingIsFeasible: the rounding is a solution's value, never above
+// the optimum (above it, the windows would prune the optimal path), on
+// random problems of every objective and semantics, and on the exascale
+// instances, where it now reaches the optimum.
+func TestRoundingIsFeasible(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 1))
+	check := func(name string, p *alloc.Problem) (lb, opt float64) {
+		t.Helper()
+		lb, ok := alloc.ExactRounding(p)
+		pl, err := alloc.Exact{}.Solve(context.Background(), p)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !ok || pl.Status != alloc.Optimal {
+			return lb, math.NaN()
+		}
+		if lb > pl.Objective+1e-9*math.Max(1, math.Abs(pl.Objective)) {
+			t.Fatalf("%s: rounding %v above the optimum %v", name, lb, pl.Objective)
+		}
+		return lb, pl.Objective
+	}
+	for i := range 2000 {
+		n := r.IntN(40)
+		o := alloctest.Options{
+			Trainers:  1 + r.IntN(8),
+			Nodes:     n,
+			MaxNodes:  1 + r.IntN(max(1, n)),
+			Semantics: alloc.Semantics(r.IntN(2)),
+			Objective: []alloc.Objective{alloc.Throughput, alloc.Speedup, alloc.Metric}[r.IntN(3)],
+		}
+		check(fmt.Sprintf("problem %d (%+v)", i, o), alloctest.Problem(r, o))
+	}
+	for _, c := range []struct{ J, N, nmax int }{{1000, 10624, 64}, {1000, 10624, 512}, {10, 4654, 4654}} {
+		name := fmt.Sprintf("summit %d×%d (%d)", c.J, c.N, c.nmax)
+		lb, opt := check(name, alloctest.Summit(c.J, c.N, c.nmax, 1))
+		if math.Abs(lb-opt) > 1e-12*opt {
+			t.Errorf("%s: rounding %v, optimum %v", name, lb, opt)
+		}
+	}
+}

@@ -49,3 +49,14 @@ func abs(x float64) float64 {
 	}
 	return x
 }
+
+// ExactRounding is the value of the feasible rounding exact's windows are
+// pruned against (relax's lb), and false when no bound applies.
+func ExactRounding(p *Problem) (float64, bool) {
+	chs := make([]choices, len(p.Trainers))
+	for j := range chs {
+		chs[j] = trainerChoices(p, j, p.Size(), p.StepLimit(), p.Value, true)
+	}
+	r, ok := relax(p, chs, p.Value)
+	return r.lb, ok
+}
