@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -106,7 +107,7 @@ func TestAdaptiveMatchesOracle(t *testing.T) {
 	// (perTrainer), every node its own cohort.
 	checkAgainstOracle(t, 99, alloctest.SummitCohorts(12, 1500, 1500, 1, 7))
 	// Large N_max with plateaus and superlinear stretches, and many
-	// Trainers on a large pool (prune's λ* and its rounding rounds).
+	// Trainers on a large pool (relax's λ* and its rounding rounds).
 	for i, c := range largeCases(r) {
 		checkAgainstOracle(t, 1000+i, c)
 	}
@@ -236,4 +237,68 @@ func TestGrowthGainsMatchWalk(t *testing.T) {
 		t.Fatalf("only %d growth counts compared", total)
 	}
 	t.Logf("%d growth counts, all equal", total)
+}
+
+// TestNarrowWindowsKeepTheCounts: the DP on narrow windows, kept when its
+// walk back's deficit certifies it, gives exactly the counts of the wide
+// windows alone (the tie rule's choice, not only the same objective), on
+// random problems under both pricings; and with the narrow ptol at its
+// least (4 tols), where the certificate often fails, the fallback gives
+// them too.
+func TestNarrowWindowsKeepTheCounts(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 7))
+	var problems []*alloc.Problem
+	for range 500 {
+		n := 1 + r.IntN(300)
+		problems = append(problems, oracleProblem(r, 1+r.IntN(40), n, 1+r.IntN(n)))
+	}
+	problems = append(problems, largeCases(r)...)
+	problems = append(problems, alloctest.Summit(200, 3000, 128, 3), alloctest.SummitCohorts(60, 2000, 2000, 1, 4))
+	// Ties the walk back takes at every stage, that narrow windows cut:
+	// ten Trainers with no node, each worth 10⁶ + 2·10⁻⁵ on one, then ten
+	// on two nodes each (all the nodes), worth 10⁶ on one. Moving a node
+	// from one of the latter to one of the former gains 2·10⁻⁵, within the
+	// tie tolerance (4·10⁻⁵ here), so the tie rule keeps every current
+	// size, 2·10⁻⁴ short of the optimum; narrow windows at 4 tols drop the
+	// capacity that choice leaves the first ten (none), and the walk back
+	// on them moves some nodes: the certificate must fail there.
+	ties := &alloc.Problem{TFwd: 1e6, Objective: alloc.Throughput}
+	for j := range 20 {
+		t := alloc.Trainer{ID: fmt.Sprintf("t%02d", j), Min: 1, Max: 2,
+			Curve: alloc.Curve{Nodes: []int{0, 1, 2}, Throughput: []float64{0, 1, 2}}}
+		if j < 10 {
+			t.Max, t.Curve = 1, alloc.Curve{Nodes: []int{0, 1}, Throughput: []float64{0, 1 + 2e-11}}
+		} else {
+			t.Held = []alloc.Node{{Name: fmt.Sprintf("a%02d", j), Order: 2 * j}, {Name: fmt.Sprintf("b%02d", j), Order: 2*j + 1}}
+		}
+		ties.Trainers = append(ties.Trainers, t)
+	}
+	want, _, _ := alloc.CountsWithNarrow(ties, false, math.Inf(1))
+	for j, k := range want {
+		if k != min(j/10*2, 2) {
+			t.Fatalf("the ties' problem: the wide windows' counts %v, want the first ten on 0 and the rest kept on 2", want)
+		}
+	}
+	problems = append(problems, ties)
+	narrowed, fellBack := 0, 0
+	for i, p := range problems {
+		for _, adaptive := range []bool{true, false} {
+			want, wantOK, _ := alloc.CountsWithNarrow(p, adaptive, math.Inf(1))
+			for _, rel := range []float64{0, 1e-8} {
+				got, ok, wide := alloc.CountsWithNarrow(p, adaptive, rel)
+				if ok != wantOK || !slices.Equal(got, want) {
+					t.Fatalf("problem %d (adaptive %v, rel %g, fell back %v): counts %v (ok %v), the wide windows' %v (ok %v)", i, adaptive, rel, wide, got, ok, want, wantOK)
+				}
+				if wide {
+					fellBack++
+				} else {
+					narrowed++
+				}
+			}
+		}
+	}
+	t.Logf("%d solves kept the narrow windows' counts, %d fell back", narrowed, fellBack)
+	if fellBack == 0 || narrowed == 0 {
+		t.Errorf("both paths must be taken: %d narrow, %d fell back", narrowed, fellBack)
+	}
 }

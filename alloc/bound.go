@@ -19,7 +19,7 @@ import (
 // the suffix, using at most N−c_j nodes, at most G_{>j}(N−c_j).
 //
 // G itself is not computed: by weak duality each fill is at most
-// λ·x + Σ len·(slope − λ)⁺ for every λ ≥ 0, and prune bounds it by the
+// λ·x + Σ len·(slope − λ)⁺ for every λ ≥ 0, and the windows bound it by the
 // least of these lines over a grid of λ around the LP's multiplier λ*
 // (gridPrune). That is never below G, so it prunes no more than G would;
 // it costs O(S) for the grid's sums and O(J·Γ·log N) for the windows (Γ
@@ -110,27 +110,12 @@ func (ch *choices) envelope(owner int) (k0 int, v0 float64, segs []seg, ok bool)
 	return k0, v0, segs, true
 }
 
-// prune returns, per stage j = 1..J, the capacities [from[j], to[j]]
-// (within [L[j], U[j]]) that can lie on an optimal path; from > to means
-// none. ok is false when no bound applies (then every capacity counts).
-//
-// λ*, the LP's multiplier at capacity N, is found by bisection on the
-// nodes the segments of slope > λ hold (a binary search per Trainer, no
-// global sort); the lower bound is the value of a feasible rounding: every
-// segment above λ*, then the rest by rounds (rounding).
-func prune(p *Problem, chs []choices, L, U []int, tol float64, val valueFunc) (from, to []int, ok bool) {
-	r, ok := relax(p, chs, val)
-	if !ok {
-		return nil, nil, false
-	}
-	from, to = gridPrune(r.k0, r.v0, lambdaGrid(r.star, r.top), r.per, p.Size(), L, U, r.lb-tol)
-	return from, to, true
-}
-
-// relaxation is the LP relaxation prune bounds with: each Trainer's
-// envelope (its smallest feasible count k0, the value there v0, the
-// segments per after it), the multiplier λ* at capacity N, the largest
-// slope top, and lb, the value of a feasible solution.
+// relaxation is the LP relaxation the windows are bounded with: each
+// Trainer's envelope (its smallest feasible count k0, the value there v0,
+// the segments per after it), the multiplier λ* at capacity N, the
+// largest slope top, and lb, the value of a feasible solution. The
+// windows themselves are gridPrune's, per stage j = 1..J the capacities
+// that can lie on an optimal path.
 type relaxation struct {
 	k0        []int
 	v0        []float64
@@ -139,7 +124,13 @@ type relaxation struct {
 	lb        float64
 }
 
-// relax builds the relaxation; false when no bound applies.
+// relax builds the relaxation; false when no bound applies (then every
+// capacity counts).
+//
+// λ*, the LP's multiplier at capacity N, is found by bisection on the
+// nodes the segments of slope > λ hold (a binary search per Trainer, no
+// global sort); the lower bound is the value of a feasible rounding: every
+// segment above λ*, then the rest by rounds (rounding).
 func relax(p *Problem, chs []choices, val valueFunc) (r relaxation, ok bool) {
 	J, N := len(chs), p.Size()
 	k0, v0 := make([]int, J), make([]float64, J)
@@ -296,7 +287,7 @@ func rounding(chs []choices, per [][]seg, counts, next []int, left int, val valu
 	return max(run, best)
 }
 
-// bisectStar is prune's bisection for λ* on [0, top]: the least λ, to
+// bisectStar is relax's bisection for λ* on [0, top]: the least λ, to
 // 1e-12 relative, at which fits holds (fits is monotone, true at top).
 func bisectStar(fits func(float64) bool, top float64) float64 {
 	lo, hi := 0.0, top
@@ -365,7 +356,7 @@ func crossingSlope(segs []seg, room int) float64 {
 	}
 }
 
-// lambdaGrid returns the λ of prune's lines: 0, the largest slope top,
+// lambdaGrid returns the λ of the windows' lines: 0, the largest slope top,
 // and, geometric about λ* (or below top when λ* is 0, every segment
 // fitting), λ*·(1 ± 2^−m) for m = 0..39 and λ*·2^m up to top.
 func lambdaGrid(star, top float64) []float64 {
@@ -391,7 +382,7 @@ func lambdaGrid(star, top float64) []float64 {
 	return lambdas
 }
 
-// gridPrune is prune's windows from a bound by lines: for any λ ≥ 0 the
+// gridPrune is the windows from a bound by lines: for any λ ≥ 0 the
 // best x nodes of a set of envelope segments are worth at most
 // λ·x + Σ len·(slope − λ)⁺ (weak duality of the greedy fill), so with a
 // grid of λ the stage bound is

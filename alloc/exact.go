@@ -253,6 +253,17 @@ func OptimalCounts(p *Problem) ([]int, bool) {
 // optimalCounts maximises Σ_j val(j, k_j) over feasible counts (see
 // trainerChoices for linear).
 func optimalCounts(p *Problem, val valueFunc, linear bool) ([]int, bool) {
+	counts, ok, _ := solveCounts(p, val, linear, narrowRel)
+	return counts, ok
+}
+
+// narrowRel is the narrow windows' ptol, relative to mag (below).
+const narrowRel = 1e-8
+
+// solveCounts is optimalCounts with the narrow windows' ptol at rel of
+// mag (at least 4 tol; +Inf: the wide windows only); wide reports that
+// the narrow windows' choice was not kept.
+func solveCounts(p *Problem, val valueFunc, linear bool, rel float64) (counts []int, ok, wide bool) {
 	J, N := len(p.Trainers), p.Size()
 	step := p.StepLimit()
 	chs := make([]choices, J)
@@ -266,17 +277,25 @@ func optimalCounts(p *Problem, val valueFunc, linear bool) ([]int, bool) {
 		}
 	}
 	perTrainer(J, work, func(j int) { chs[j] = trainerChoices(p, j, N, step, val, linear) })
-	scale := 1.0
+	// scale sums every |value| (the tolerances' old measure, kept for the
+	// walk back's ties); mag sums each Trainer's largest |value|, the size
+	// of a solution's value.
+	scale, mag := 1.0, 1.0
 	for j := range chs {
-		scale += math.Abs(chs[j].zeroV) + math.Abs(chs[j].curV)
-		for _, pc := range chs[j].pieces {
+		ch := &chs[j]
+		scale += math.Abs(ch.zeroV) + math.Abs(ch.curV)
+		m := max(math.Abs(ch.zeroV), math.Abs(ch.curV))
+		for _, pc := range ch.pieces {
 			scale += math.Abs(pc.alpha) + math.Abs(pc.beta)*float64(pc.b)
+			m = max(m, math.Abs(pc.alpha+pc.beta*float64(pc.a)), math.Abs(pc.alpha+pc.beta*float64(pc.b)))
 		}
-		for _, v := range chs[j].table {
+		for _, v := range ch.table {
 			scale += math.Abs(v)
+			m = max(m, math.Abs(v))
 		}
-		if !chs[j].zero && chs[j].maxK == 0 {
-			return nil, false
+		mag += m
+		if !ch.zero && ch.maxK == 0 {
+			return nil, false, false
 		}
 	}
 	tol := 1e-12 * scale
@@ -298,13 +317,53 @@ func optimalCounts(p *Problem, val valueFunc, linear bool) ([]int, bool) {
 	}
 	// Capacities that can lie on an optimal path (LP bounds): stage j
 	// keeps values for [F[j], T[j]] only; outside is −Inf, above U[j] the
-	// value at U[j].
-	F, T := slices.Clone(L), slices.Clone(U)
-	if from, to, ok := prune(p, chs, L, U, 1e-9*scale, val); ok {
-		for j := 1; j <= J; j++ {
-			F[j], T[j] = max(L[j], from[j]), min(U[j], to[j])
+	// value at U[j]. The windows keep every capacity whose bound comes
+	// within ptol of the rounding's value.
+	r, bounded := relax(p, chs, val)
+	windows := func(ptol float64) (F, T []int) {
+		F, T = slices.Clone(L), slices.Clone(U)
+		if bounded {
+			from, to := gridPrune(r.k0, r.v0, lambdaGrid(r.star, r.top), r.per, N, L, U, r.lb-ptol)
+			for j := 1; j <= J; j++ {
+				F[j], T[j] = max(L[j], from[j]), min(U[j], to[j])
+			}
 		}
+		return F, T
 	}
+	// The walk back takes, at each stage, the preferred count among those
+	// within tol of the stage's value, so its choice may fall short of the
+	// optimum by up to a tol a stage; the wide ptol (1e-9 of scale, 1,000
+	// tols) keeps the capacities of every such choice for up to 1,000
+	// Trainers. scale sums every |value|, so with a value for each count
+	// it grows with N_max (2·10¹³ at 1,000 × 10,624 (512), where a
+	// solution is worth 7·10⁹), and so did the windows (issue 23). So the
+	// DP runs first on narrow windows, ptol narrowRel of mag, and keeps
+	// their choice when it falls short of their optimum by at most
+	// narrow − 2·tol. It is then the wide windows' choice: a path through
+	// a capacity the narrow windows drop is worth less than the rounding
+	// minus narrow, so less than the optimum minus narrow; a count the
+	// walk back would take at some stage in the wide DP (attaining there
+	// within tol) completes, with the choice's later counts, a path worth
+	// at least the optimum minus the deficit minus tol, more than that. So
+	// every count that attains in the wide DP attains in the narrow one,
+	// on the same values. Otherwise the wide windows decide, as before.
+	widePtol := 1e-9 * scale
+	narrow := min(widePtol, max(rel*mag, 4*tol))
+	F, T := windows(narrow)
+	counts, deficit, ok := walkDP(chs, val, U, F, T, tol)
+	if narrow < widePtol && (!ok || deficit+2*tol > narrow) {
+		F, T = windows(widePtol)
+		counts, _, ok = walkDP(chs, val, U, F, T, tol)
+		return counts, ok, true
+	}
+	return counts, ok, false
+}
+
+// walkDP runs the DP over stages 1..J on the windows [F[j], T[j]] and
+// walks back its counts, with the tie rule below; deficit is how far
+// their value falls short of the DP's optimum, false when no counts fit.
+func walkDP(chs []choices, val valueFunc, U, F, T []int, tol float64) (counts []int, deficit float64, ok bool) {
+	J, N := len(chs), U[len(U)-1] // N: the most nodes the stages can use
 	width, maxPieces, maxLen, total := 1, 0, 0, 0
 	for j := 0; j <= J; j++ {
 		width = max(width, T[j]-F[j]+1)
@@ -372,7 +431,7 @@ func optimalCounts(p *Problem, val valueFunc, linear bool) ([]int, bool) {
 		}
 	}
 	if math.IsInf(at(J, U[J]), -1) {
-		return nil, false
+		return nil, 0, false
 	}
 	// Walk back: at each stage pick a count that attains the stage's
 	// value (within the tolerance), keeping the current size on a tie,
@@ -382,8 +441,9 @@ func optimalCounts(p *Problem, val valueFunc, linear bool) ([]int, bool) {
 	// counts scanned are at most the chosen one's, O(N + J) values in all
 	// (every count up to the stage's capacity was valued before, O(J·N)
 	// at N_max = N, issue 23).
-	counts := make([]int, J)
+	counts = make([]int, J)
 	c := U[J]
+	deficit = at(J, c)
 	for j := J; j >= 1; j-- {
 		ch := &chs[j-1]
 		target := at(j, c)
@@ -425,6 +485,11 @@ func optimalCounts(p *Problem, val valueFunc, linear bool) ([]int, bool) {
 		}
 		counts[j-1] = best
 		c = min(c-best, U[j-1])
+		if best == 0 {
+			deficit -= ch.zeroV
+		} else {
+			deficit -= val(j-1, best)
+		}
 	}
-	return counts, true
+	return counts, deficit, true
 }

@@ -60,3 +60,13 @@ func ExactRounding(p *Problem) (float64, bool) {
 	r, ok := relax(p, chs, p.Value)
 	return r.lb, ok
 }
+
+// CountsWithNarrow is optimalCounts (adaptive's pricing, or exact's) with
+// the narrow windows' ptol at rel of mag (+Inf: the wide windows only);
+// wide reports that the narrow windows' choice was not kept.
+func CountsWithNarrow(p *Problem, adaptive bool, rel float64) (counts []int, ok, wide bool) {
+	if adaptive {
+		return solveCounts(p, p.Prices(AdaptiveHorizon{}), false, rel)
+	}
+	return solveCounts(p, p.Value, true, rel)
+}
