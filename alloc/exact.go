@@ -111,15 +111,20 @@ type stage struct {
 	// top is the largest m at which ext can be finite: a tabled count k
 	// is tried at capacity c only from c−top.
 	top int
+	// pieces are the choices' pieces that hold a count the stage can
+	// take, k = c − m for c in [lo, its last capacity] and m in
+	// [base, top]: at N_max 10,624 a Trainer's curve has 16 pieces, and
+	// most lie outside a stage's window of counts.
+	pieces []piece
 }
 
 // run fills cur for capacities c0..c1.
 func (s *stage) run(d *deques, c0, c1 int) {
-	ch, ext, base := s.ch, s.ext, s.base
+	ch, ext, base, pieces := s.ch, s.ext, s.base, s.pieces
 	dqM, dqH := d.m, d.h
-	np := len(ch.pieces)
+	np := len(pieces)
 	for q := range np {
-		d.w[q] = window{head: q * d.stride, tail: q * d.stride, next: max(base, c0-ch.pieces[q].b)}
+		d.w[q] = window{head: q * d.stride, tail: q * d.stride, next: max(base, c0-pieces[q].b)}
 	}
 	C := ch.cur
 	for c := c0; c <= c1; c++ {
@@ -146,7 +151,7 @@ func (s *stage) run(d *deques, c0, c1 int) {
 			}
 		}
 		for q := range np {
-			pc, w := &ch.pieces[q], &d.w[q]
+			pc, w := &pieces[q], &d.w[q]
 			beta := pc.beta
 			for top := c - pc.a; w.next <= top; w.next++ {
 				hv := ext[w.next-base] - beta*float64(w.next)
@@ -364,10 +369,13 @@ func solveCounts(p *Problem, val valueFunc, linear bool, rel float64) (counts []
 // their value falls short of the DP's optimum, false when no counts fit.
 func walkDP(chs []choices, val valueFunc, U, F, T []int, tol float64) (counts []int, deficit float64, ok bool) {
 	J, N := len(chs), U[len(U)-1] // N: the most nodes the stages can use
-	width, maxPieces, maxLen, total := 1, 0, 0, 0
+	width, maxPieces, maxLen, total, span := 1, 0, 0, 0, 0
 	for j := 0; j <= J; j++ {
 		width = max(width, T[j]-F[j]+1)
 		total += max(0, T[j]-F[j]+1)
+		if j > 0 {
+			span = max(span, T[j]-F[j-1]+1)
+		}
 		if j < J {
 			maxPieces = max(maxPieces, len(chs[j].pieces))
 			for _, pc := range chs[j].pieces {
@@ -398,9 +406,11 @@ func walkDP(chs []choices, val valueFunc, U, F, T []int, tol float64) (counts []
 	}
 	ws := make([]deques, parts)
 	for i := range ws {
-		// A piece pushes at most width + its length values per stage.
-		ws[i] = newDeques(maxPieces, width+maxLen+2)
+		// A piece pushes at most width + its length values per stage,
+		// and at most the m of the stage's ext, [F[j−1], T[j]].
+		ws[i] = newDeques(maxPieces, min(width+maxLen, span)+2)
 	}
+	pieces := make([]piece, 0, maxPieces)
 	var wg sync.WaitGroup
 	for j := 1; j <= J; j++ {
 		lo, hi := F[j], T[j]
@@ -417,6 +427,13 @@ func walkDP(chs []choices, val valueFunc, U, F, T []int, tol float64) (counts []
 		if T[j-1] < U[j-1] {
 			st.top = T[j-1] // above it the previous stage is −Inf
 		}
+		pieces = pieces[:0]
+		for _, pc := range chs[j-1].pieces {
+			if pc.b >= lo-st.top && pc.a <= hi-base {
+				pieces = append(pieces, pc)
+			}
+		}
+		st.pieces = pieces
 		if parts == 1 || hi-lo+1 < parallelWidth {
 			st.run(&ws[0], lo, hi)
 		} else {
