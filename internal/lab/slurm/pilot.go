@@ -902,8 +902,8 @@ func (p *pilot) crashWorker() (string, error) {
 	return fmt.Sprintf("trainer=%s node=%s pid=%d workers=%d killed=SIGKILL", t.Trainer, t.Node, pr.PID, workers[t.Trainer]), nil
 }
 
-// readOnly remounts the database's filesystem read-only for NemesisHold;
-// ro is when it became read-only (zero if it did not).
+// readOnly makes the database's filesystem read-only for NemesisHold; ro
+// is when it became read-only (zero if it did not).
 func (p *pilot) readOnly(ctx context.Context) (what string, ro time.Time, err error) {
 	if p.dbDir == "" {
 		return "", ro, errors.New("the database is not on its own filesystem")
@@ -911,33 +911,75 @@ func (p *pilot) readOnly(ctx context.Context) (what string, ro time.Time, err er
 	// The kernel refuses a read-only remount while a file on it is open
 	// for writing ("mount point is busy"): a reconciler's round holds
 	// the database (the service lets go of it between rounds, see
-	// sidecar.Core.Watch). Tried every 50 ms until a moment between
-	// rounds, bounded. The journal path unit's reconciles are held back from the
-	// first try until the filesystem is writable again (pathGate): they
-	// run back to back through a burst, each holding the database, and
-	// while it is read-only every start would fail, which systemd's
-	// start limit stops after a few. The service's rounds go on.
+	// sidecar.Core.Watch). Tried every 50 ms for a moment between rounds,
+	// for remountFor. With both cores saturated the service's rounds
+	// (and the sampler's reads) can leave none for 30 s (a fresh-clone CI
+	// run under a burner: 600 tries refused), so then a read-only bind
+	// mount goes over the directory instead: as read-only for every open
+	// from then on, the kernel takes it whoever writes; a round that
+	// opened the database before finishes on the filesystem below, as
+	// one that began just before a remount would have. The journal path
+	// unit's reconciles are held back from the first try until the
+	// filesystem is writable again (pathGate): they run back to back
+	// through a burst, each holding the database, and while it is
+	// read-only every start would fail, which systemd's start limit stops
+	// after a few. The service's rounds go on.
+	const remountFor = 5 * time.Second
 	p.pathGate.Lock()
 	defer p.pathGate.Unlock()
-	tries := 0
-	for {
+	tries, how := 0, "remount"
+	for t0 := time.Now(); ; {
 		tries++
-		out, err := exec.Command("mount", "-o", "remount,ro", p.dbDir).CombinedOutput()
-		if err == nil {
+		if exec.Command("mount", "-o", "remount,ro", p.dbDir).Run() == nil {
 			break
 		}
-		if tries >= 600 || !sleepCtx(ctx, 50*time.Millisecond) {
-			return fmt.Sprintf("remount_tries=%d", tries), ro, fmt.Errorf("remount ro: %w: %s", err, out)
+		if time.Since(t0) < remountFor {
+			if !sleepCtx(ctx, 50*time.Millisecond) {
+				return fmt.Sprintf("remount_tries=%d", tries), ro, ctx.Err()
+			}
+			continue
 		}
+		if out, err := exec.Command("mount", "--bind", p.dbDir, p.dbDir).CombinedOutput(); err != nil {
+			return fmt.Sprintf("remount_tries=%d", tries), ro, fmt.Errorf("bind %s: %w: %s", p.dbDir, err, out)
+		}
+		if out, err := exec.Command("mount", "-o", "remount,bind,ro", p.dbDir, p.dbDir).CombinedOutput(); err != nil {
+			exec.Command("umount", "-l", p.dbDir).Run()
+			return fmt.Sprintf("remount_tries=%d", tries), ro, fmt.Errorf("bind %s read-only: %w: %s", p.dbDir, err, out)
+		}
+		how = "bind"
+		break
 	}
 	ro = time.Now()
 	sleepCtx(ctx, p.o.NemesisHold)
-	out, err := exec.Command("mount", "-o", "remount,rw", p.dbDir).CombinedOutput()
-	if err != nil {
-		return "", ro, fmt.Errorf("remount rw: %w: %s", err, out)
+	if how == "remount" {
+		if out, err := exec.Command("mount", "-o", "remount,rw", p.dbDir).CombinedOutput(); err != nil {
+			return "", ro, fmt.Errorf("remount rw: %w: %s", err, out)
+		}
+	} else if err := p.unbind(ctx); err != nil {
+		return "", ro, err
 	}
 	fb, _ := os.ReadDir(p.c.In.JournalFallback)
-	return fmt.Sprintf("mount=%s remount_tries=%d ro_s=%.1f fallback_journal_files_after=%d", p.dbDir, tries, time.Since(ro).Seconds(), len(fb)), ro, nil
+	return fmt.Sprintf("mount=%s how=%s remount_tries=%d ro_s=%.1f fallback_journal_files_after=%d", p.dbDir, how, tries, time.Since(ro).Seconds(), len(fb)), ro, nil
+}
+
+// unbind takes the read-only bind mount off the database's directory:
+// refused while a process has the database open through it (a round's
+// read-only open), so tried every 50 ms for 10 s, then detached lazily
+// (new opens go to the writable filesystem below at once; the open ones
+// keep the bind until they close).
+func (p *pilot) unbind(ctx context.Context) error {
+	for t0 := time.Now(); time.Since(t0) < 10*time.Second; {
+		if exec.Command("umount", p.dbDir).Run() == nil {
+			return nil
+		}
+		if !sleepCtx(ctx, 50*time.Millisecond) {
+			break
+		}
+	}
+	if out, err := exec.Command("umount", "-l", p.dbDir).CombinedOutput(); err != nil {
+		return fmt.Errorf("umount the read-only bind %s: %w: %s", p.dbDir, err, out)
+	}
+	return nil
 }
 
 // unmount takes the database's filesystem away once everything that

@@ -2,13 +2,16 @@ package slurm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -264,5 +267,64 @@ func TestWaitGoal(t *testing.T) {
 		if got := r.WaitGoal(); got != c.want {
 			t.Errorf("with %v, without %v and %v: %s, want %s", c.with, c.w1, c.w2, got, c.want)
 		}
+	}
+}
+
+// TestReadOnlyWhileWritten: the db-readonly nemesis makes the database's
+// filesystem read-only even while a process keeps a file on it open for
+// writing, which refuses the remount (a fresh-clone CI run with both
+// cores saturated: the service's rounds left no moment in 30 s). Then a
+// read-only bind mount goes over the directory: a new file cannot be
+// written there during the hold, can after it, and the bind is gone.
+func TestReadOnlyWhileWritten(t *testing.T) {
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=8m", "bftro", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
+	}
+	defer exec.Command("umount", "-l", dir).Run()
+	held, err := os.Create(filepath.Join(dir, "held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	p := &pilot{dbDir: dir, o: PilotOptions{NemesisHold: 2 * time.Second}, c: &Cluster{In: &Install{JournalFallback: filepath.Join(dir, "fallback")}}}
+	type result struct {
+		what string
+		ro   time.Time
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		what, ro, err := p.readOnly(context.Background())
+		done <- result{what, ro, err}
+	}()
+	// Read-only within the remount's bound and the hold.
+	var during error
+	for t0 := time.Now(); time.Since(t0) < 7*time.Second; time.Sleep(50 * time.Millisecond) {
+		f, err := os.Create(filepath.Join(dir, "new"))
+		if err != nil {
+			during = err
+			break
+		}
+		f.Close()
+		os.Remove(f.Name())
+	}
+	if !errors.Is(during, syscall.EROFS) {
+		t.Errorf("creating a file during the nemesis: %v, want EROFS", during)
+	}
+	if _, err := held.WriteString("still writable below"); err != nil {
+		t.Errorf("the file open before: %v", err)
+	}
+	r := <-done
+	if r.err != nil || r.ro.IsZero() || !strings.Contains(r.what, "how=bind") {
+		t.Fatalf("readOnly: %q, ro %v, %v; want the bind", r.what, r.ro, r.err)
+	}
+	f, err := os.Create(filepath.Join(dir, "after"))
+	if err != nil {
+		t.Fatalf("after the nemesis: %v", err)
+	}
+	f.Close()
+	if out, _ := os.ReadFile("/proc/self/mountinfo"); strings.Count(string(out), " "+dir+" ") != 1 {
+		t.Errorf("%s mounted %d times after the nemesis, want 1 (the tmpfs)", dir, strings.Count(string(out), " "+dir+" "))
 	}
 }
