@@ -911,7 +911,7 @@ func (p *pilot) readOnly(ctx context.Context) (what string, ro time.Time, err er
 	// The kernel refuses a read-only remount while a file on it is open
 	// for writing ("mount point is busy"): a reconciler's round holds
 	// the database (the service lets go of it between rounds, see
-	// sidecar.Core.Watch). Tried every 50 ms for a moment between rounds,
+	// sidecar.Core.Watch). Tried every 100 ms for a moment between rounds,
 	// for remountFor. With both cores saturated the service's rounds
 	// (and the sampler's reads) can leave none for 30 s (a fresh-clone CI
 	// run under a burner: 600 tries refused), so then a read-only bind
@@ -928,16 +928,13 @@ func (p *pilot) readOnly(ctx context.Context) (what string, ro time.Time, err er
 	p.pathGate.Lock()
 	defer p.pathGate.Unlock()
 	tries, how := 0, "remount"
-	for t0 := time.Now(); ; {
+	err = Poll(ctx, remountFor, func() (bool, error) {
 		tries++
-		if exec.Command("mount", "-o", "remount,ro", p.dbDir).Run() == nil {
-			break
-		}
-		if time.Since(t0) < remountFor {
-			if !sleepCtx(ctx, 50*time.Millisecond) {
-				return fmt.Sprintf("remount_tries=%d", tries), ro, ctx.Err()
-			}
-			continue
+		return exec.Command("mount", "-o", "remount,ro", p.dbDir).Run() == nil, nil
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Sprintf("remount_tries=%d", tries), ro, ctx.Err()
 		}
 		if out, err := exec.Command("mount", "--bind", p.dbDir, p.dbDir).CombinedOutput(); err != nil {
 			return fmt.Sprintf("remount_tries=%d", tries), ro, fmt.Errorf("bind %s: %w: %s", p.dbDir, err, out)
@@ -947,7 +944,6 @@ func (p *pilot) readOnly(ctx context.Context) (what string, ro time.Time, err er
 			return fmt.Sprintf("remount_tries=%d", tries), ro, fmt.Errorf("bind %s read-only: %w: %s", p.dbDir, err, out)
 		}
 		how = "bind"
-		break
 	}
 	ro = time.Now()
 	sleepCtx(ctx, p.o.NemesisHold)
@@ -964,17 +960,12 @@ func (p *pilot) readOnly(ctx context.Context) (what string, ro time.Time, err er
 
 // unbind takes the read-only bind mount off the database's directory:
 // refused while a process has the database open through it (a round's
-// read-only open), so tried every 50 ms for 10 s, then detached lazily
+// read-only open), so tried every 100 ms for 10 s, then detached lazily
 // (new opens go to the writable filesystem below at once; the open ones
 // keep the bind until they close).
 func (p *pilot) unbind(ctx context.Context) error {
-	for t0 := time.Now(); time.Since(t0) < 10*time.Second; {
-		if exec.Command("umount", p.dbDir).Run() == nil {
-			return nil
-		}
-		if !sleepCtx(ctx, 50*time.Millisecond) {
-			break
-		}
+	if Poll(ctx, 10*time.Second, func() (bool, error) { return exec.Command("umount", p.dbDir).Run() == nil, nil }) == nil {
+		return nil
 	}
 	if out, err := exec.Command("umount", "-l", p.dbDir).CombinedOutput(); err != nil {
 		return fmt.Errorf("umount the read-only bind %s: %w: %s", p.dbDir, err, out)
