@@ -221,14 +221,12 @@ var (
 
 func invalid(err error) error { return fmt.Errorf("%w%.0w", err, ErrInvalid) }
 
-// open opens the database for writing, creating it, and makes sure the
-// hooks' journal exists beside it.
+// open opens the database for writing, creating it (or its stand-in while
+// its filesystem is read-only: standin.go), and makes sure the hooks'
+// journal exists beside it.
 func (c *Core) open(ctx context.Context) (*store.DB, error) {
-	db, err := store.Open(ctx, c.o.Database, store.Options{Mode: c.o.DatabaseMode})
+	db, err := c.openWrite(ctx)
 	if err != nil {
-		if errors.Is(err, os.ErrPermission) || errors.Is(err, unix.EACCES) || errors.Is(err, unix.EROFS) {
-			return nil, fmt.Errorf("%w%.0w", err, ErrNotWritable)
-		}
 		return nil, err
 	}
 	if err := c.createJournal(); err != nil {
@@ -267,9 +265,14 @@ func (c *Core) createJournal() error {
 }
 
 // openRead opens the database for reading (for writing too when this
-// process may); a missing database is ErrNoDatabase rather than an empty
-// one created on the spot.
+// process may), or its stand-in, read only, while there is one; a missing
+// database is ErrNoDatabase rather than an empty one created on the spot.
 func (c *Core) openRead(ctx context.Context) (*store.DB, error) {
+	if s := c.StandIn(); s != "" {
+		// Newer than the database while it is there; read only, since
+		// a writer of it holds its lock (standin.go).
+		return store.Open(ctx, s, store.Options{ReadOnly: true})
+	}
 	if _, err := os.Stat(c.o.Database); err != nil {
 		return nil, fmt.Errorf("%w at %s: %w", ErrNoDatabase, c.o.Database, err)
 	}
@@ -280,12 +283,21 @@ func (c *Core) openRead(ctx context.Context) (*store.DB, error) {
 }
 
 // canWrite reports whether this process may write the database (or create
-// it): requests are recorded directly then, spooled otherwise.
+// it, or its stand-in): requests are recorded directly then, spooled
+// otherwise.
 func (c *Core) canWrite() bool {
 	if _, err := os.Stat(c.o.Database); err != nil {
 		return unix.Access(filepath.Dir(c.o.Database), unix.W_OK) == nil || os.Geteuid() == 0
 	}
-	return unix.Access(c.o.Database, unix.W_OK) == nil
+	err := unix.Access(c.o.Database, unix.W_OK)
+	if errors.Is(err, unix.EROFS) {
+		// Read-only for everyone: one who may write the stand-in's
+		// directory writes it instead (standin.go).
+		if s, ok := c.standin(); ok {
+			return unix.Access(filepath.Dir(s.path), unix.W_OK) == nil
+		}
+	}
+	return err == nil
 }
 
 // Database is the database's path, for messages.
@@ -477,6 +489,7 @@ func (c *Core) Watch(ctx context.Context, every time.Duration, noScheduler bool)
 			}
 			db.Remember(mem)
 			r.DB = db
+			r.LockPath = db.Path() + ".lock" // the database's or the stand-in's
 			if err := r.Run(ctx); err != nil {
 				r.Log.Printf("reconcile: %v", err)
 			}

@@ -66,6 +66,10 @@ type Status struct {
 	// Writable is why the database cannot be written now; nil when it can
 	// (as far as this process can tell).
 	Writable error `json:"not_writable,omitempty"`
+	// StandIn is the stand-in's path while rounds run on it (the
+	// database's filesystem read-only: standin.go); what status shows
+	// is read from it then.
+	StandIn string `json:"standin,omitempty"`
 	// Stale says, one sentence each, what makes this view out of date or
 	// the system unwell; empty when all is well.
 	Stale    []string        `json:"stale"`
@@ -174,6 +178,7 @@ func (c *Core) Status(ctx context.Context) (*Status, error) {
 	}
 	st.HookErrors = Errors{Count: n, Since: since, Last: last}
 	st.Writable = c.writable()
+	st.StandIn = c.StandIn()
 	st.Stale = c.stale(st, now)
 	return st, nil
 }
@@ -254,6 +259,9 @@ func (c *Core) stale(st *Status, now time.Time) []string {
 	}
 	if st.Writable != nil {
 		out = append(out, fmt.Sprintf("the database cannot be written: %v", st.Writable))
+	}
+	if st.StandIn != "" {
+		out = append(out, fmt.Sprintf("rounds run on the stand-in %s, a copy of the database, until the database can be written again; then its records move there", st.StandIn))
 	}
 	return out
 }

@@ -63,7 +63,8 @@ type DB struct {
 	db        *sql.DB // writes: BEGIN IMMEDIATE
 	rdb       *sql.DB // reads: plain BEGIN, never takes the write lock
 	path      string
-	mem       memory // what the last Save wrote (written.go)
+	mem       memory   // what the last Save wrote (written.go)
+	onClose   []func() // run by Close, after the database is closed
 }
 
 // Options tune Open.
@@ -230,6 +231,12 @@ func (s *DB) check(ctx context.Context, readOnly bool) error {
 
 // Close closes the database.
 func (s *DB) Close() error {
+	defer func() {
+		for _, f := range s.onClose {
+			f()
+		}
+		s.onClose = nil
+	}()
 	if s.ephemeral {
 		return nil // see Options.Ephemeral
 	}
@@ -239,6 +246,10 @@ func (s *DB) Close() error {
 	}
 	return err
 }
+
+// OnClose has Close run f once the database is closed (a lock its opener
+// holds for as long as the handle lives, say).
+func (s *DB) OnClose(f func()) { s.onClose = append(s.onClose, f) }
 
 // Path returns the database file's path.
 func (s *DB) Path() string { return s.path }
