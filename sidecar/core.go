@@ -225,7 +225,13 @@ func invalid(err error) error { return fmt.Errorf("%w%.0w", err, ErrInvalid) }
 // its filesystem is read-only: standin.go), and makes sure the hooks'
 // journal exists beside it.
 func (c *Core) open(ctx context.Context) (*store.DB, error) {
-	db, err := c.openWrite(ctx)
+	return c.openWaiting(ctx, 0)
+}
+
+// openWaiting is open, waiting up to absorbWait for the stand-in's
+// writers when it is to be absorbed (openWrite).
+func (c *Core) openWaiting(ctx context.Context, absorbWait time.Duration) (*store.DB, error) {
+	db, err := c.openWrite(ctx, absorbWait)
 	if err != nil {
 		return nil, err
 	}
@@ -460,6 +466,7 @@ func (c *Core) commandRound(ctx context.Context, db *store.DB) error {
 // round), and so does what the last save wrote (store.SaveMemory): the
 // next round's save compares with it unless someone else wrote since.
 func (c *Core) Watch(ctx context.Context, every time.Duration, noScheduler bool) error {
+	const serviceAbsorbWait = 10 * time.Second
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var r *Reconciler
@@ -470,7 +477,7 @@ func (c *Core) Watch(ctx context.Context, every time.Duration, noScheduler bool)
 	// again at the next round.
 	var said string
 	for {
-		db, err := c.open(ctx)
+		db, err := c.openWaiting(ctx, serviceAbsorbWait)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil

@@ -93,13 +93,19 @@ func (c *Core) StandIn() string {
 // is one (absorbing it first when the database can be written again), or
 // makes one when the database's filesystem is read-only. The handle holds
 // the stand-in's lock shared until it is closed.
-func (c *Core) openWrite(ctx context.Context) (*store.DB, error) {
+//
+// absorbWait is how long it waits for writers of the stand-in to close
+// before it leaves the stand-in to the next writer: 0 for commands and
+// hook-started rounds, which must not wait on a round; the service, which
+// nobody waits for, waits longer, so that rounds started one after another
+// by hooks cannot keep the stand-in in use for ever.
+func (c *Core) openWrite(ctx context.Context, absorbWait time.Duration) (*store.DB, error) {
 	s, ok := c.standin()
 	if !ok {
 		return c.openPrimary(ctx)
 	}
 	if s.exists() {
-		if db, err := c.absorb(ctx, s); db != nil || err != nil {
+		if db, err := c.absorb(ctx, s, absorbWait); db != nil || err != nil {
 			return db, err
 		}
 	}
@@ -203,11 +209,11 @@ func (c *Core) downgrade(db *store.DB, err error, ex *fileLock) (*store.DB, erro
 // written and no writer holds the stand-in, removes the stand-in and
 // returns the database; it returns nil, nil when the stand-in stays (the
 // database still read-only, or the stand-in in use): the caller opens it.
-func (c *Core) absorb(ctx context.Context, s standin) (*store.DB, error) {
+func (c *Core) absorb(ctx context.Context, s standin, wait time.Duration) (*store.DB, error) {
 	if unix.Access(c.o.Database, unix.W_OK) != nil {
 		return nil, nil
 	}
-	ex, err := lockFile(s.lock, unix.LOCK_EX, 0)
+	ex, err := lockFile(s.lock, unix.LOCK_EX, wait)
 	if err != nil {
 		return nil, nil // in use: the next writer absorbs it
 	}

@@ -922,8 +922,10 @@ func (p *pilot) readOnly(ctx context.Context) (what string, ro time.Time, err er
 	// unit's reconciles are held back from the first try until the
 	// filesystem is writable again (pathGate): they run back to back
 	// through a burst, each holding the database, and while it is
-	// read-only every start would fail, which systemd's start limit stops
-	// after a few. The service's rounds go on.
+	// read-only a record left in its journal (recorded in the stand-in,
+	// but not removable) would start one after another for the minute,
+	// which systemd's start limit stops after a few. The service's
+	// rounds go on, on the stand-in (sidecar/standin.go).
 	const remountFor = 5 * time.Second
 	p.pathGate.Lock()
 	defer p.pathGate.Unlock()
