@@ -316,7 +316,7 @@ func (c *Core) Database() string { return c.o.Database }
 func (c *Core) newReconciler(db *store.DB, noScheduler bool) (*Reconciler, error) {
 	r := &Reconciler{
 		DB: db, Journal: c.journal, Pool: c.o.Pool, Solver: c.solver, Launchers: c.o.Launchers, Spool: &spool{Dir: c.o.Spool, RunnerState: c.o.RunnerState}, Admins: c.o.Admins,
-		IdleWait: c.o.IdleWait, Poll: c.o.Poll, MaxRounds: c.o.MaxRounds, StartCheck: c.o.StartCheck, Metrics: c.o.MetricsFile,
+		IdleWait: c.o.IdleWait, Poll: c.o.Poll, MaxRounds: c.o.MaxRounds, StartCheck: c.o.StartCheck, Metrics: c.o.MetricsFile, Database: c.o.Database,
 		Backlog: func() (int, error) { n, _, err := c.journal.Backlog(); return n, err }, Now: c.o.Now, Log: c.o.Log,
 	}
 	if c.o.Runner != nil {

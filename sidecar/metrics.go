@@ -98,6 +98,13 @@ func (r *Reconciler) writeMetrics(ctx context.Context, st pool.State, now time.T
 			r.Log.Printf("metrics: journal backlog: %v", err)
 		}
 	}
+	if r.Database != "" {
+		standin := 0.0
+		if r.DB.Path() != r.Database {
+			standin = 1
+		}
+		e.gauge("bftrainer_standin", "1 while rounds run on the stand-in, a copy of the database, because the database's filesystem is read-only.", standin)
+	}
 	e.gauge("bftrainer_last_round_timestamp_seconds", "When the reconciler's last round ended, Unix time.", float64(now.UnixNano())/1e9)
 	return writeAtomic(r.Metrics, e.b.Bytes())
 }

@@ -174,7 +174,8 @@ func TestMetricsFile(t *testing.T) {
 // TestMetricsDocumented: docs/metrics.md documents every metric the file
 // has, with its type, and no other.
 func TestMetricsDocumented(t *testing.T) {
-	r := &Reconciler{DB: MustDB(t), Metrics: filepath.Join(t.TempDir(), "bftrainer.prom"),
+	db := MustDB(t)
+	r := &Reconciler{DB: db, Metrics: filepath.Join(t.TempDir(), "bftrainer.prom"), Database: db.Path(),
 		Backlog: func() (int, error) { return 5, nil }}
 	if _, err := r.Round(context.Background()); err != nil {
 		t.Fatal(err)
@@ -182,6 +183,9 @@ func TestMetricsDocumented(t *testing.T) {
 	fams := parseMetrics(t, r.Metrics)
 	if got := metric(t, fams, "bftrainer_journal_records", ""); got != 5 {
 		t.Errorf("journal records %v, want the backlog's 5", got)
+	}
+	if got := metric(t, fams, "bftrainer_standin", ""); got != 0 {
+		t.Errorf("stand-in %v on the database itself, want 0", got)
 	}
 	doc, err := os.ReadFile(filepath.Join("..", "docs", "metrics.md"))
 	if err != nil {

@@ -97,6 +97,9 @@ type Reconciler struct {
 	// Metrics is the file each round writes the pool's metrics to, for
 	// node_exporter's textfile collector (metrics.go); "": none.
 	Metrics string
+	// Database is the database's path: a round on another (the
+	// stand-in, standin.go) says so in the metrics; "": not said.
+	Database string
 	// Backlog counts the hook records waiting in the journal, for the
 	// metrics; nil: not written.
 	Backlog func() (int, error)

@@ -48,7 +48,7 @@ func newStandinSetup(t *testing.T) *standinSetup {
 		}
 	})
 	user := "alice"
-	c, err := New(Options{Database: filepath.Join(s.dbDir, "b.db"), JournalFallback: filepath.Join(dir, "fallback"),
+	c, err := New(Options{Database: filepath.Join(s.dbDir, "b.db"), JournalFallback: filepath.Join(dir, "fallback"), MetricsFile: filepath.Join(dir, "bftrainer.prom"),
 		Pool: pool.Config{TFwd: 10}, User: func() string { return user }, Log: log.New(s.logs, "", 0)})
 	if err != nil {
 		t.Fatal(err)
@@ -155,6 +155,9 @@ func TestStandIn(t *testing.T) {
 	if n, _, _ := c.journal.Backlog(); n != 0 {
 		t.Fatalf("%d hook record(s) left in the fallback after a round on the stand-in", n)
 	}
+	if got := metric(t, parseMetrics(t, c.o.MetricsFile), "bftrainer_standin", ""); got != 1 {
+		t.Errorf("bftrainer_standin %v on the stand-in, want 1", got)
+	}
 
 	// Writable again: the next writer (here a round) moves it back.
 	writable()
@@ -163,6 +166,9 @@ func TestStandIn(t *testing.T) {
 	}
 	if c.StandIn() != "" {
 		t.Fatalf("the stand-in is still there; log:\n%s", s.logs)
+	}
+	if got := metric(t, parseMetrics(t, c.o.MetricsFile), "bftrainer_standin", ""); got != 0 {
+		t.Errorf("bftrainer_standin %v back on the database, want 0", got)
 	}
 	for _, suffix := range []string{"", "-wal", "-shm"} {
 		if _, err := os.Stat(standin + suffix); !errors.Is(err, os.ErrNotExist) {

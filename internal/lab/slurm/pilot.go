@@ -849,9 +849,9 @@ func (p *pilot) nemesis(ctx context.Context, name string, start time.Time, add f
 			}
 		}
 	case NemesisDBReadOnly:
-		var ro time.Time
-		if rep.What, ro, rep.Err = p.readOnly(ctx); !ro.IsZero() {
-			rep.At, rep.Span = ro.Sub(start), time.Since(ro)
+		var ro, rw time.Time
+		if rep.What, ro, rw, rep.Err = p.readOnly(ctx); !ro.IsZero() {
+			rep.At, rep.Span = ro.Sub(start), rw.Sub(ro)
 		}
 	case NemesisBurst:
 		rep.What, rep.Err = p.burst(ctx, add)
@@ -903,10 +903,11 @@ func (p *pilot) crashWorker() (string, error) {
 }
 
 // readOnly makes the database's filesystem read-only for NemesisHold; ro
-// is when it became read-only (zero if it did not).
-func (p *pilot) readOnly(ctx context.Context) (what string, ro time.Time, err error) {
+// is when it became read-only (zero if it did not), rw when it was
+// writable again.
+func (p *pilot) readOnly(ctx context.Context) (what string, ro, rw time.Time, err error) {
 	if p.dbDir == "" {
-		return "", ro, errors.New("the database is not on its own filesystem")
+		return "", ro, rw, errors.New("the database is not on its own filesystem")
 	}
 	// The kernel refuses a read-only remount while a file on it is open
 	// for writing ("mount point is busy"): a reconciler's round holds
@@ -936,28 +937,44 @@ func (p *pilot) readOnly(ctx context.Context) (what string, ro time.Time, err er
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			return fmt.Sprintf("remount_tries=%d", tries), ro, ctx.Err()
+			return fmt.Sprintf("remount_tries=%d", tries), ro, rw, ctx.Err()
 		}
 		if out, err := exec.Command("mount", "--bind", p.dbDir, p.dbDir).CombinedOutput(); err != nil {
-			return fmt.Sprintf("remount_tries=%d", tries), ro, fmt.Errorf("bind %s: %w: %s", p.dbDir, err, out)
+			return fmt.Sprintf("remount_tries=%d", tries), ro, rw, fmt.Errorf("bind %s: %w: %s", p.dbDir, err, out)
 		}
 		if out, err := exec.Command("mount", "-o", "remount,bind,ro", p.dbDir, p.dbDir).CombinedOutput(); err != nil {
 			exec.Command("umount", "-l", p.dbDir).Run()
-			return fmt.Sprintf("remount_tries=%d", tries), ro, fmt.Errorf("bind %s read-only: %w: %s", p.dbDir, err, out)
+			return fmt.Sprintf("remount_tries=%d", tries), ro, rw, fmt.Errorf("bind %s read-only: %w: %s", p.dbDir, err, out)
 		}
 		how = "bind"
 	}
 	ro = time.Now()
 	sleepCtx(ctx, p.o.NemesisHold)
+	// The rounds meanwhile ran on the stand-in (sidecar/standin.go).
+	standin := p.c.In.JournalFallback + "-standin.db"
+	_, err = os.Stat(standin)
+	used := err == nil
+	fb, _ := os.ReadDir(p.c.In.JournalFallback)
 	if how == "remount" {
 		if out, err := exec.Command("mount", "-o", "remount,rw", p.dbDir).CombinedOutput(); err != nil {
-			return "", ro, fmt.Errorf("remount rw: %w: %s", err, out)
+			return "", ro, rw, fmt.Errorf("remount rw: %w: %s", err, out)
 		}
 	} else if err := p.unbind(ctx); err != nil {
-		return "", ro, err
+		return "", ro, rw, err
 	}
-	fb, _ := os.ReadDir(p.c.In.JournalFallback)
-	return fmt.Sprintf("mount=%s how=%s remount_tries=%d ro_s=%.1f fallback_journal_files_after=%d", p.dbDir, how, tries, time.Since(ro).Seconds(), len(fb)), ro, nil
+	rw = time.Now()
+	// Writable again: the next writer that finds it free moves it back.
+	absorbed := "n/a"
+	if used {
+		t := time.Now()
+		if err := Poll(ctx, time.Minute, func() (bool, error) { _, err := os.Stat(standin); return errors.Is(err, os.ErrNotExist), nil }); err != nil {
+			absorbed = "no"
+		} else {
+			absorbed = fmt.Sprintf("%.1f", time.Since(t).Seconds())
+		}
+	}
+	return fmt.Sprintf("mount=%s how=%s remount_tries=%d ro_s=%.1f standin=%t fallback_journal_files_at_end=%d standin_absorbed_after_s=%s",
+		p.dbDir, how, tries, rw.Sub(ro).Seconds(), used, len(fb), absorbed), ro, rw, nil
 }
 
 // unbind takes the read-only bind mount off the database's directory:

@@ -295,7 +295,7 @@ func TestReadOnlyWhileWritten(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		what, ro, err := p.readOnly(context.Background())
+		what, ro, _, err := p.readOnly(context.Background())
 		done <- result{what, ro, err}
 	}()
 	// Read-only within the remount's bound and the hold.
