@@ -88,3 +88,16 @@ func TestFrontDoorChecks(t *testing.T) {
 		t.Fatalf("Hosts of a path: %v, want ErrInvalid", err)
 	}
 }
+
+// TestSpoolNeedsADirectory: with no spool configured a request that would
+// be spooled is refused, not left in the working directory, where no
+// reconciler looks.
+func TestSpoolNeedsADirectory(t *testing.T) {
+	before, _ := filepath.Glob("*.req")
+	if _, err := (&spool{}).put(spoolRequest{Kind: store.KindCancel, Trainer: "t1"}); err == nil {
+		t.Fatal("spooled with no spool directory")
+	}
+	if after, _ := filepath.Glob("*.req"); len(after) != len(before) {
+		t.Fatalf("requests in the working directory: %v", after)
+	}
+}

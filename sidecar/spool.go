@@ -53,6 +53,10 @@ const SpoolMode = os.ModeSticky | 0o733
 // place, so the reconciler never reads half a request) and returns its
 // path.
 func (s *spool) put(r spoolRequest) (string, error) {
+	if s.Dir == "" {
+		// Not the working directory, where no reconciler would look.
+		return "", errors.New("spool: no spool directory is configured (path.spool)")
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return "", err
