@@ -150,6 +150,10 @@ type elasticState struct {
 	// Leaving are nodes whose worker the latest membership left out on
 	// the plan's behalf: it leaves by itself and is stopped once it has.
 	Leaving map[string]string `json:"leaving,omitempty"`
+	// LeaveDue is when each leaving worker's grace ends: a round waits
+	// for it to leave until then, once; a later round (its stop failed:
+	// the node cannot be asked) stops it again without waiting.
+	LeaveDue map[string]time.Time `json:"leave_due,omitempty"`
 	// Change is the latest published change until its cost is measured.
 	Change *elasticChange `json:"change,omitempty"`
 	// Exited is when a worker was first seen to have exited 0 (the job
@@ -383,25 +387,49 @@ func (r *elasticRound) stopLeaving(now bool) {
 		ids[i] = st.Leaving[n]
 	}
 	begin := time.Now()
-	deadline := begin.Add(r.l.grace)
+	if st.LeaveDue == nil {
+		st.LeaveDue = map[string]time.Time{}
+	}
+	// Each worker is waited for until its own grace ends, given once:
+	// a worker still recorded after it (its stop failed, the node
+	// unreachable: sshd down) does not hold up every round after.
+	deadline := begin
+	waited := map[string]bool{}
+	for i, n := range nodes {
+		due, ok := st.LeaveDue[n]
+		if !ok {
+			due = begin.Add(r.l.grace)
+			st.LeaveDue[n] = due
+		}
+		if due.After(begin) {
+			waited[ids[i]] = true
+			if due.After(deadline) {
+				deadline = due
+			}
+		}
+	}
 	left := map[string]bool{}
-	for !now {
+	for !now && len(waited) > 0 {
 		ws, err := r.ctl.workers(ids)
 		if err != nil {
 			r.act(Action{Op: "control", Err: err})
 			break
 		}
+		all := true
 		for id, w := range ws {
 			if w.Left != nil {
 				left[id] = true
 			}
 		}
-		if len(left) == len(ids) || time.Now().After(deadline) || !sleepCtx(r.ctx, 10*time.Millisecond) {
+		for id := range waited {
+			all = all && left[id]
+		}
+		if all || time.Now().After(deadline) || !sleepCtx(r.ctx, 10*time.Millisecond) {
 			break
 		}
 	}
 	for i, n := range nodes {
-		if launch := t.Rec.Nodes[n]; launch != nil && launch.Exit == nil && !left[ids[i]] && !now {
+		if launch := t.Rec.Nodes[n]; launch != nil && launch.Exit == nil && !left[ids[i]] && !now && waited[ids[i]] {
 			r.act(Action{Node: n, Op: "leave", Note: fmt.Sprintf("worker %s did not leave within %v: killed", ids[i], r.l.grace)})
 		} else if left[ids[i]] {
 			r.act(Action{Node: n, Op: "leave", Took: time.Since(begin), Note: fmt.Sprintf("worker %s left the group", ids[i])})
@@ -411,6 +439,7 @@ func (r *elasticRound) stopLeaving(now bool) {
 	for _, n := range nodes {
 		if _, still := t.Rec.Nodes[n]; !still {
 			delete(st.Leaving, n)
+			delete(st.LeaveDue, n)
 			delete(st.Workers, n)
 		}
 	}

@@ -236,3 +236,74 @@ func TestElasticUnreachableMember(t *testing.T) {
 	})
 	twoSteps(t, log, 1)
 }
+
+// TestElasticLeaveGraceOnce: the plan takes a worker's node away while the
+// node cannot be asked (its sshd down) and the worker cannot leave (it is
+// stopped). The round waits for it to leave for the grace, then tries to
+// stop it, which fails; the rounds after try the stop again without
+// waiting again (the pilot's dark node held every round 10 s, three
+// times, while no released node was lent). Once the node answers, it is
+// stopped.
+func TestElasticLeaveGraceOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real torch workers")
+	}
+	trainertest.NeedTorch(t)
+	r, a := elasticRunner(t, func(s *ElasticSettings) { s.LeaveGrace = "2s" })
+	n1, n2 := a.N("n1"), a.N("n2")
+	un := &unreachableNode{Transport: r.Nodes, node: n2}
+	r.Nodes = un
+	ctx := context.Background()
+	var stopped []int
+	w, log := longTrainer(t, r, "eg", func() {
+		un.down.Store(false)
+		for _, pid := range stopped {
+			syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}, "")
+	w.Nodes = []string{n1, n2}
+	id := w.ID
+	r.Apply(ctx, []Want{w})
+	twoSteps(t, log, 2)
+	// n2 goes dark and its worker cannot leave.
+	un.down.Store(true)
+	for _, p := range tokenProcs(t, func(tk wire.Token, _ agent.Proc) bool { return tk.Trainer == id && tk.Node == n2 }) {
+		if syscall.Kill(p.PID, syscall.SIGSTOP) == nil {
+			stopped = append(stopped, p.PID)
+		}
+	}
+	if len(stopped) == 0 {
+		t.Fatal("no worker process of n2 to stop")
+	}
+	w.Nodes = []string{n1}
+	graces := func(acts []Action) (waited, stopFailed int) {
+		for _, a := range acts {
+			if a.Node != n2 {
+				continue
+			}
+			if a.Op == "leave" && strings.Contains(a.Note, "did not leave within") {
+				waited++
+			}
+			if a.Op == "stop" && a.Err != nil {
+				stopFailed++
+			}
+		}
+		return waited, stopFailed
+	}
+	for round := range 3 {
+		waited, failed := graces(r.Apply(ctx, []Want{w}))
+		if failed != 1 {
+			t.Fatalf("round %d: %d failed stops of n2's worker, want 1 (its node is dark)", round, failed)
+		}
+		if want := map[bool]int{true: 1, false: 0}[round == 0]; waited != want {
+			t.Fatalf("round %d waited %d times for n2's worker to leave, want %d (its grace is given once)", round, waited, want)
+		}
+	}
+	twoSteps(t, log, 1)
+	// The node answers again: the worker is stopped.
+	un.down.Store(false)
+	r.Apply(ctx, []Want{w})
+	if left := tokenProcs(t, func(tk wire.Token, _ agent.Proc) bool { return tk.Trainer == id && tk.Node == n2 }); len(left) != 0 {
+		t.Fatalf("n2's worker still there once its node answered: %v", left)
+	}
+}
