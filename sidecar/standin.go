@@ -240,28 +240,3 @@ func (c *Core) absorb(ctx context.Context, s standin, wait time.Duration) (*stor
 	}
 	return c.downgrade(db, nil, ex)
 }
-
-// lockFile takes a flock(2) of the kind how (LOCK_SH or LOCK_EX) on path,
-// trying every 10 ms for up to wait; an error if it is not had by then.
-func lockFile(path string, how int, wait time.Duration) (*fileLock, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
-	if err != nil {
-		// A lock can be had on a file opened for reading: a writer of
-		// the database's group, not root, may not create it.
-		if f, err = os.Open(path); err != nil {
-			return nil, fmt.Errorf("lock: %w", err)
-		}
-	}
-	deadline := time.Now().Add(wait)
-	for {
-		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
-		if err == nil {
-			return &fileLock{f: f}, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
