@@ -109,7 +109,10 @@ func (c *Core) openWrite(ctx context.Context, absorbWait time.Duration) (*store.
 			return db, err
 		}
 	}
-	os.MkdirAll(filepath.Dir(s.lock), 0o755) // under /run, gone after a boot
+	// Under /run, gone after a boot; a failure shows at the lock's open.
+	if err := os.MkdirAll(filepath.Dir(s.lock), 0o755); err != nil {
+		c.o.Log.Printf("stand-in: %v", err)
+	}
 	shared, err := lockFile(s.lock, unix.LOCK_SH, standinWait)
 	if err != nil {
 		// No lock to hold (the fallback's directory is not ours): the

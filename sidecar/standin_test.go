@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log"
@@ -223,9 +222,7 @@ func TestStandInWaitsForAWriter(t *testing.T) {
 	if db.Path() != c.StandIn() || c.StandIn() == "" {
 		t.Fatalf("opened %s, want the stand-in (%q)", db.Path(), c.StandIn())
 	}
-	var b bytes.Buffer
-	b.WriteString(s.logs.String())
-	if !strings.Contains(b.String(), "rounds run on the stand-in") {
-		t.Fatalf("log:\n%s", b.String())
+	if !strings.Contains(s.logs.String(), "rounds run on the stand-in") {
+		t.Fatalf("log:\n%s", s.logs)
 	}
 }
