@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -71,8 +72,15 @@ func (c *Core) standin() (standin, bool) {
 	if c.o.JournalFallback == "" || c.o.Database == "" {
 		return standin{}, false
 	}
-	base := filepath.Clean(c.o.JournalFallback) + "-standin"
-	return standin{path: base + ".db", lock: base + ".lock"}, true
+	path := StandInPath(c.o.JournalFallback)
+	return standin{path: path, lock: strings.TrimSuffix(path, ".db") + ".lock"}, true
+}
+
+// StandInPath is where the stand-in of a configuration whose
+// journal_fallback is fallback lies while rounds run on it (its lock
+// beside it, .lock for .db): <fallback>-standin.db.
+func StandInPath(fallback string) string {
+	return filepath.Clean(fallback) + "-standin.db"
 }
 
 // exists reports whether the stand-in is there.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/bftrainer/bftrainer/internal/lab/slurm"
 	"github.com/bftrainer/bftrainer/pool"
+	"github.com/bftrainer/bftrainer/sidecar"
 	"github.com/bftrainer/bftrainer/store"
 )
 
@@ -174,7 +175,7 @@ func faults(t *testing.T, c *slurm.Cluster) {
 				// Writable: the first writer to find the stand-in
 				// free moves it into the database (a round a hook
 				// started may be using it yet).
-				standin := c.In.JournalFallback + "-standin.db"
+				standin := sidecar.StandInPath(c.In.JournalFallback)
 				err = slurm.Poll(ctx, time.Minute, func() (bool, error) {
 					if _, err := c.Run(ctx, "reconcile"); err != nil {
 						return false, err

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/bftrainer/bftrainer/accounting"
+	"github.com/bftrainer/bftrainer/sidecar"
 	"github.com/bftrainer/bftrainer/sim"
 	"github.com/bftrainer/bftrainer/trainer/trainertest"
 )
@@ -951,7 +952,7 @@ func (p *pilot) readOnly(ctx context.Context) (what string, ro, rw time.Time, er
 	ro = time.Now()
 	sleepCtx(ctx, p.o.NemesisHold)
 	// The rounds meanwhile ran on the stand-in (sidecar/standin.go).
-	standin := p.c.In.JournalFallback + "-standin.db"
+	standin := sidecar.StandInPath(p.c.In.JournalFallback)
 	_, err = os.Stat(standin)
 	used := err == nil
 	fb, _ := os.ReadDir(p.c.In.JournalFallback)
