@@ -274,6 +274,13 @@ func (k *SSHClient) daemon(name string, listen []string) (*daemon, error) {
 		suffix = "-" + name
 	}
 	d := &daemon{conf: filepath.Join(k.Dir, "sshd_config"+suffix), log: filepath.Join(k.Dir, "sshd"+suffix+".log"), listen: listen, port: k.Port}
+	// SetEnv SHLVL=1: bash, started by sshd to run a command, reads
+	// ~/.bashrc only as a top-level shell (SHLVL unset or 0). This
+	// machine's root has a .bashrc that runs `pyenv init` (about 100
+	// processes: 0.36 s a command on a quiet machine, more under load),
+	// which a compute node's root does not; every ssh action of a test
+	// or the pilot paid it (a multiplexed command: 0.36 s, with this
+	// 0.02 s).
 	var sc strings.Builder
 	for _, a := range listen {
 		fmt.Fprintf(&sc, "ListenAddress %s:%d\n", a, k.Port)
@@ -294,6 +301,7 @@ PrintLastLog no
 MaxStartups 200
 MaxSessions 100
 LogLevel ERROR
+SetEnv SHLVL=1
 `, filepath.Join(k.Dir, "host_ed25519"), filepath.Join(k.Dir, "sshd"+suffix+".pid"), filepath.Join(k.Dir, "authorized_keys"))
 	if err := os.WriteFile(d.conf, []byte(sc.String()), 0o644); err != nil {
 		return nil, err

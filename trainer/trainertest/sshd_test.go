@@ -46,6 +46,11 @@ func testNodeSSHD(t *testing.T, multiplex bool) {
 			t.Fatalf("ssh %s: exit %d: %s", n, rc, out)
 		}
 	}
+	// A command's shell is not a top-level one, so it reads no
+	// ~/.bashrc of this machine's root (the daemon's SetEnv).
+	if out, err := exec.Command("ssh", "-F", s.Config, "root@n1", "--", "echo $SHLVL").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "2" {
+		t.Errorf("SHLVL of a command's shell: %q (%v), want 2: bash would read root's ~/.bashrc", out, err)
+	}
 	if err := s.Stop("n2"); err != nil {
 		t.Fatal(err)
 	}
