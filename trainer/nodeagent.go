@@ -21,6 +21,7 @@ type AgentSettings struct {
 	CgroupRoot     string        // the delegated subtree; "": CGROUP2MOUNT/bftrainer
 	PidsMax        int64         // per launch, where the controller exists; 0: none
 	MemoryMax      int64         // bytes, per launch; 0: none
+	IdleCPU        bool          // start programs at SCHED_IDLE (cpu_priority = "idle")
 	DeviceGlob     string        // device files a kill waits to be released; "": none
 	// Sweep scans /proc for every run token of the node whatever the
 	// containment: for a kill whose configuration did not load.
@@ -61,6 +62,7 @@ func NewNodeAgent(s AgentSettings) *agent.Agent {
 		Containment:    s.Containment,
 		CgroupRoot:     s.CgroupRoot,
 		Limits:         agent.Limits{Pids: s.PidsMax, Memory: s.MemoryMax},
+		IdleCPU:        s.IdleCPU,
 		DeviceGlob:     s.DeviceGlob,
 		Sweep:          s.Sweep,
 		JobMarkers:     s.JobMarkers,

@@ -21,7 +21,7 @@ import (
 // then the same slice twice without bftrainer, bftrainer audit and the replay's
 // prediction from the pass's own sacct:
 //
-//	pilot log=… slice=… nodes=… speed=… main_jobs=… failed=… requeued=… drained=… trainer_beside_main_s=… audit_violations=… events_lost=… wait_p50_ms=… wait_p99_ms=… wait_without_p50_ms=… wait_without_p99_ms=… harvested_node_h=… predicted_node_h=… ratio=… wait_without2_p50_ms=… wait_without2_p99_ms=… wait_goal=…
+//	pilot log=… slice=… nodes=… speed=… main_jobs=… failed=… requeued=… drained=… trainer_beside_main_s=… audit_violations=… events_lost=… wait_p50_ms=… wait_p99_ms=… wait_without_p50_ms=… wait_without_p99_ms=… harvested_node_h=… predicted_node_h=… ratio=… wait_without2_p50_ms=… wait_without2_p99_ms=… wait_goal=… trainer_cpu=… trainer_procs_not_idle=…/…
 //	pilot wait pass=with|without|without2 jobs=… sched_p50_ms=… sched_p99_ms=… launch_p50_ms=… launch_p99_ms=… overrun_p50_ms=… overrun_p99_ms=… rpc_all_queries=…
 //	pilot harvest idle_node_h=… used_node_h=… held_node_h=… fault_node_h=… startup_node_h=… completing_node_h=… reconcile_node_h=… no_demand_node_h=… beside_node_s=… samples=… max_gap_s=… fault_idle_node_h=… used_outside_faults=…
 //	pilot nemesis=<name> at_s=<x> <what happened> [window_idle_node_h=… window_lost_node_h=…]
@@ -71,6 +71,7 @@ func (c *pilotCommand) Run(ctx context.Context, args []string) error {
 	seed := fs.Uint64("seed", 1, "`SEED` of the nemeses' moments")
 	solver := fs.String("solver", "adaptive", "pool.solver, live and in the replay's prediction")
 	journalPath := fs.Bool("journal-path", true, "run the guide's optional bftrainer-journal.path: a reconcile the moment a hook writes, not only at the service's tick")
+	trainerCPU := fs.String("trainer-cpu", "idle", "trainer.cpu_priority of the Trainers (normal or idle). The lab's nodes share this machine's cores with slurmctld, the slurmds and every main job, where on a cluster a Trainer's CPU is its own node's: idle (SCHED_IDLE) is the lab's stand-in for that")
 	keep := fs.Bool("keep", false, "keep the lab's directory (the history, the replay's inputs)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -92,7 +93,7 @@ func (c *pilotCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	r, err := slurm.Pilot(ctx, slurm.PilotOptions{Repo: repoAbs, Log: *log, From: *from, Jobs: *jobs, Nodes: *nodes, Speed: *speed,
-		Elastic: *elastic, Torchrun: *torchrun, Exec: *execs, Nemeses: ns, NemesisHold: *hold, Without: *without, Seed: *seed, Solver: *solver, JournalPath: *journalPath, Keep: *keep,
+		Elastic: *elastic, Torchrun: *torchrun, Exec: *execs, Nemeses: ns, NemesisHold: *hold, Without: *without, Seed: *seed, Solver: *solver, JournalPath: *journalPath, TrainerCPU: *trainerCPU, Keep: *keep,
 		Logf: func(format string, args ...any) { fmt.Fprintf(c.stderr, "bftrainer-bench: "+format+"\n", args...) }})
 	if err != nil {
 		if r != nil {

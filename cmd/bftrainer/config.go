@@ -115,6 +115,7 @@ type TrainerConfig struct {
 	CgroupRoot         string   `toml:"cgroup_root"`
 	PidsMax            int64    `toml:"pids_max"`
 	MemoryMax          string   `toml:"memory_max"`
+	CPUPriority        string   `toml:"cpu_priority"` // normal, idle
 	DeviceGlob         string   `toml:"device_glob"`
 	AllowRootOwner     bool     `toml:"allow_root_owner"`
 	// Launcher holds the [trainer.launcher.NAME] tables until each
@@ -125,6 +126,13 @@ type TrainerConfig struct {
 	launchers map[string]trainer.Launcher // built from their settings
 	sweep     bool                        // kill without a configuration (fallbackConfig)
 }
+
+// Values of trainer.cpu_priority: the scheduling class Trainer programs
+// start in.
+const (
+	cpuNormal = "normal" // the node's default class
+	cpuIdle   = "idle"   // SCHED_IDLE: only CPU time nothing else wants
+)
 
 // FileMode is a permission written as an octal string ("0644") in TOML.
 type FileMode struct{ os.FileMode }
@@ -222,6 +230,7 @@ func defaults() Config {
 	t.Parallel = 16
 	t.KillWait = Duration{5 * time.Second}
 	t.Containment = "auto"
+	t.CPUPriority = cpuNormal
 	t.DeviceGlob = "/dev/nvidia*"
 	t.launchers, _ = t.buildLaunchers(nil) // the defaults build
 	return c
@@ -420,6 +429,9 @@ func (t *TrainerConfig) validate() []error {
 	}
 	if t.PidsMax < 0 {
 		errs = append(errs, errors.New("trainer.pids_max: want ≥ 0 (0: no limit)"))
+	}
+	if t.CPUPriority != cpuNormal && t.CPUPriority != cpuIdle {
+		errs = append(errs, fmt.Errorf("trainer.cpu_priority: %q, want %q or %q", t.CPUPriority, cpuNormal, cpuIdle))
 	}
 	var err error
 	if t.memoryMax, err = parseBytes(t.MemoryMax); err != nil {

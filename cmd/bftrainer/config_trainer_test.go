@@ -58,6 +58,8 @@ func TestTrainerConfigValidate(t *testing.T) {
 		{"mpi-elastic no drain", "[trainer.launcher.mpi-elastic]\ndrain = \"10s\"\n", "unknown key trainer.launcher.mpi-elastic.drain"},
 		{"containment", "[trainer]\ncontainment = \"off\"\npids_max = 512\nmemory_max = \"8G\"\n", ""},
 		{"unknown containment", "[trainer]\ncontainment = \"maybe\"\n", "trainer.containment"},
+		{"idle Trainers", "[trainer]\ncpu_priority = \"idle\"\n", ""},
+		{"unknown cpu priority", "[trainer]\ncpu_priority = \"low\"\n", "trainer.cpu_priority"},
 		{"memory garbage", "[trainer]\nmemory_max = \"lots\"\n", "trainer.memory_max"},
 		{"relative device glob", "[trainer]\ndevice_glob = \"nvidia*\"\n", "trainer.device_glob"},
 		{"world-writable database", "database_mode = \"0666\"\n", "database_mode"},

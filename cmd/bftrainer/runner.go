@@ -115,6 +115,7 @@ func nodeAgent(cfg Config) trainer.AgentSettings {
 		CgroupRoot:     t.CgroupRoot,
 		PidsMax:        t.PidsMax,
 		MemoryMax:      t.memoryMax,
+		IdleCPU:        t.CPUPriority == cpuIdle,
 		DeviceGlob:     t.DeviceGlob,
 		Sweep:          t.sweep,
 		JobMarkers:     schedulers().JobMarkers(),

@@ -42,6 +42,9 @@ type Agent struct {
 	Containment string
 	CgroupRoot  string // the delegated subtree; "" means CGROUP2MOUNT/bftrainer
 	Limits      Limits // per launch, where the controllers exist
+	// IdleCPU starts every program at SCHED_IDLE (trainer.cpu_priority =
+	// "idle"): a scheduling class, not a limit — a program may leave it.
+	IdleCPU bool
 	// DeviceGlob names the device files (GPUs) a kill reports holders of
 	// and waits to be released; "" checks none.
 	DeviceGlob string

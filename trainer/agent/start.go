@@ -228,7 +228,7 @@ func (a *Agent) prepare(l wire.Launch, own owner) (*prepared, error) {
 	}
 	req := wire.SuperviseRequest{Registry: a.Registry.Dir, Node: l.Node, Trainer: l.Trainer, Token: l.Token,
 		Path: path, Argv: l.Argv, Env: envList(l.Token, env), Dir: dir,
-		UID: own.uid, GID: own.gid, Groups: own.groups, Switch: own.switchTo}
+		UID: own.uid, GID: own.gid, Groups: own.groups, Switch: own.switchTo, Idle: a.IdleCPU}
 	return &prepared{req: req, logPath: logPath, log: logf}, nil
 }
 

@@ -18,12 +18,14 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/bftrainer/bftrainer/trainer/registry"
 	"github.com/bftrainer/bftrainer/trainer/wire"
+	"golang.org/x/sys/unix"
 )
 
 // Main is the supervisor. It reads its request on stdin and acknowledges
@@ -59,7 +61,11 @@ func Main(stdin io.Reader, ack *os.File, stderr io.Writer) error {
 	// Take the signals before the program exists, so none is lost.
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if req.Idle {
+		start = func() error { return startIdle(cmd) }
+	}
+	if err := start(); err != nil {
 		writeAck(ack, wire.Ack{Error: err.Error()})
 		return err
 	}
@@ -83,6 +89,26 @@ func Main(stdin io.Reader, ack *os.File, stderr io.Writer) error {
 	}
 	logger.Printf("%s on %s: pid %d exited (code %d %s) %v", req.Trainer, req.Node, cmd.Process.Pid, ex.Code, ex.Signal, errOrOK(werr))
 	return recordExit(req, ex)
+}
+
+// startIdle starts cmd at SCHED_IDLE. The class is a thread's, and a
+// child is born with its forking thread's: so the fork happens from a
+// thread of ours made idle for it, which ends with its goroutine (never
+// unlocked) instead of running the supervisor's other work idle. The
+// program is idle from its first instruction, with no window in which it
+// or a thread or child of it runs in the normal class.
+func startIdle(cmd *exec.Cmd) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_IDLE}
+		if err := unix.SchedSetAttr(0, &attr, 0); err != nil {
+			errc <- fmt.Errorf("supervisor: SCHED_IDLE: %w", err)
+			return
+		}
+		errc <- cmd.Start()
+	}()
+	return <-errc
 }
 
 // join writes our pid to each cgroup v1 "cgroup.procs" file.

@@ -17,6 +17,7 @@ import (
 	"github.com/bftrainer/bftrainer/trainer/registry"
 	"github.com/bftrainer/bftrainer/trainer/supervisor"
 	"github.com/bftrainer/bftrainer/trainer/wire"
+	"golang.org/x/sys/unix"
 )
 
 // superviseEnv, set, makes the test binary the supervisor, as the node
@@ -323,4 +324,40 @@ func TestSwitchToOwner(t *testing.T) {
 		t.Fatalf("a workdir the owner may not enter: ack %+v, want permission denied", r.ack)
 	}
 	r.wait(t)
+}
+
+// TestIdle: with Idle, the program and a child it forks run at
+// SCHED_IDLE from their start; without, in the normal class.
+func TestIdle(t *testing.T) {
+	for _, idle := range []bool{true, false} {
+		t.Run(fmt.Sprintf("idle=%v", idle), func(t *testing.T) {
+			reg := registry.Registry{Dir: filepath.Join(t.TempDir(), "nodes")}
+			req := request(t, reg, "tok", "sleep 1000 & echo $$ $!; wait")
+			req.Idle = idle
+			r := supervise(t, mustJSON(t, req))
+			if r.ack.Error != "" {
+				t.Fatalf("ack %+v; stderr %s", r.ack, r.stderr)
+			}
+			if !r.out.Scan() {
+				t.Fatalf("no pids from the program; stderr %s", r.stderr)
+			}
+			want := uint32(unix.SCHED_NORMAL)
+			if idle {
+				want = unix.SCHED_IDLE
+			}
+			for _, f := range strings.Fields(r.out.Text()) {
+				pid, err := strconv.Atoi(f)
+				if err != nil {
+					t.Fatalf("pid %q: %v", f, err)
+				}
+				attr, err := unix.SchedGetAttr(pid, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if attr.Policy != want {
+					t.Errorf("pid %d runs in scheduling class %d, want %d", pid, attr.Policy, want)
+				}
+			}
+		})
+	}
 }

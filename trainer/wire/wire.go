@@ -213,6 +213,10 @@ type SuperviseRequest struct {
 	// own pid to before it starts the program (limits on hierarchies that
 	// clone3 cannot start a process in).
 	Join []string `json:"join,omitempty"`
+	// Idle starts the program at SCHED_IDLE (trainer.cpu_priority =
+	// "idle"): it and all it forks run only on CPU time no other process
+	// of the node wants.
+	Idle bool `json:"idle,omitempty"`
 }
 
 // Ack is the supervisor's first word: the program's pid, or why it could

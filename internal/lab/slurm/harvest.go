@@ -13,6 +13,7 @@ import (
 
 	"github.com/bftrainer/bftrainer/accounting"
 	"github.com/bftrainer/bftrainer/pool"
+	"golang.org/x/sys/unix"
 )
 
 // The pilot's harvest (issue 27's goal: node-hours used by Trainers
@@ -100,7 +101,11 @@ type Harvest struct {
 	PoolRead, ProcRead         time.Duration
 	ProcSource                 string // "cgroup", "token" or "cgroup+token" (the fallback used at times)
 	ProcChecks, ProcMismatches int    // node-checks of the cgroup source against the scan, and the nodes they disagreed on
-	CheckRead                  time.Duration
+	// ClassChecks are the Trainers' own processes (not root's
+	// supervisors) whose scheduling class the cross-check read; NotIdle
+	// those of them not at SCHED_IDLE (trainer.cpu_priority).
+	ClassChecks, NotIdle int
+	CheckRead            time.Duration
 }
 
 // WindowHarvest is one fault window's idle node-hours and those of them
@@ -176,6 +181,7 @@ type harvestSampler struct {
 	poolRead, procRead, checkRead time.Duration
 	cgroup, token                 int
 	checks, mismatches            int
+	classChecks, notIdle          int
 }
 
 func newHarvestSampler(in *Install, nodes []string) *harvestSampler {
@@ -196,6 +202,7 @@ func (s *harvestSampler) sample(ctx context.Context) {
 	if len(s.samples)%harvestCheckEvery == 0 {
 		t := time.Now()
 		procs, err := s.tokenNodes()
+		s.classes()
 		s.checkRead += time.Since(t)
 		if err == nil {
 			for _, n := range s.nodes {
@@ -256,6 +263,26 @@ func (s *harvestSampler) read(ctx context.Context, at time.Time) (harvestSample,
 		}
 	}
 	return hs, nil
+}
+
+// classes reads the scheduling class of each Trainer process of the
+// owner's (the supervisors are root's, in the normal class by design).
+func (s *harvestSampler) classes() {
+	ps, err := s.in.TrainerProcs()
+	if err != nil {
+		return
+	}
+	for _, p := range ps {
+		if p.UID == 0 {
+			continue
+		}
+		if attr, err := unix.SchedGetAttr(p.PID, 0); err == nil { // gone meanwhile: not counted
+			s.classChecks++
+			if attr.Policy != unix.SCHED_IDLE {
+				s.notIdle++
+			}
+		}
+	}
 }
 
 // tokenNodes are the nodes with a live process carrying a run token of
@@ -342,6 +369,7 @@ func (s *harvestSampler) result(nodes []string, jobs []accounting.Job, first map
 		h.ProcSource = "token"
 	}
 	h.ProcChecks, h.ProcMismatches = s.checks, s.mismatches
+	h.ClassChecks, h.NotIdle = s.classChecks, s.notIdle
 	if k := len(s.samples) / harvestCheckEvery; k > 0 {
 		h.CheckRead = s.checkRead / time.Duration(k)
 	}

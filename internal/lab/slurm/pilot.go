@@ -1,6 +1,7 @@
 package slurm
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -74,8 +75,13 @@ type PilotOptions struct {
 	// the service: a reconcile the moment a hook writes (pathunit.go).
 	JournalPath bool
 	Solver      string // pool.solver, live and in the replay's prediction; "" means the default, adaptive
-	Keep        bool   // keep the lab's directory (the history, the replay's inputs) for a look afterwards
-	Logf        func(format string, args ...any)
+	// TrainerCPU is trainer.cpu_priority ("" means the default, normal).
+	// The lab's nodes share this machine's cores with slurmctld, the
+	// slurmds and every main job; on a cluster a Trainer's CPU is its own
+	// node's. "idle" (SCHED_IDLE) is the lab's stand-in for that.
+	TrainerCPU string
+	Keep       bool // keep the lab's directory (the history, the replay's inputs) for a look afterwards
+	Logf       func(format string, args ...any)
 }
 
 // PilotJob is one job of the slice, scaled to the lab.
@@ -174,6 +180,7 @@ type PilotResult struct {
 	Problems []string
 	// TrainerNotes say what became of the Trainers the nemeses hit.
 	TrainerNotes []string
+	TrainerCPU   string // trainer.cpu_priority of the pass with bftrainer
 	Wall         time.Duration
 }
 
@@ -191,10 +198,12 @@ func (r *PilotResult) Line() string {
 	}
 	return fmt.Sprintf("pilot log=%s slice=%d+%d nodes=%d speed=%g main_jobs=%d failed=%d requeued=%d drained=%d trainer_beside_main_s=%.1f "+
 		"audit_violations=%d events_lost=%d wait_p50_ms=%s wait_p99_ms=%s wait_without_p50_ms=%s wait_without_p99_ms=%s "+
-		"harvested_node_h=%.3f predicted_node_h=%.3f ratio=%.2f wait_without2_p50_ms=%s wait_without2_p99_ms=%s wait_goal=%s",
+		"harvested_node_h=%.3f predicted_node_h=%.3f ratio=%.2f wait_without2_p50_ms=%s wait_without2_p99_ms=%s wait_goal=%s "+
+		"trainer_cpu=%s trainer_procs_not_idle=%d/%d",
 		filepath.Base(r.Log), r.From, r.Jobs, r.Nodes, r.Speed, r.MainJobs, r.Failed, r.Requeued, r.Drained, r.BesideS,
 		r.AuditViolations, r.EventsLost, ms(r.Wait, 0.5), ms(r.Wait, 0.99), ms(r.WaitWithout, 0.5), ms(r.WaitWithout, 0.99),
-		r.HarvestedNodeH, r.PredictedH, ratio, ms(r.WaitWithout2, 0.5), ms(r.WaitWithout2, 0.99), r.WaitGoal())
+		r.HarvestedNodeH, r.PredictedH, ratio, ms(r.WaitWithout2, 0.5), ms(r.WaitWithout2, 0.99), r.WaitGoal(),
+		r.TrainerCPU, r.Harvest.NotIdle, r.Harvest.ClassChecks)
 }
 
 // WaitGoal says whether the queue wait met issue 27's goal: with
@@ -319,7 +328,7 @@ func Pilot(ctx context.Context, o PilotOptions) (res *PilotResult, err error) {
 		return nil, err
 	}
 	p := &pilot{o: o, jobs: jobs, rng: rand.New(rand.NewPCG(o.Seed, 27))}
-	p.res = &PilotResult{Log: o.Log, From: o.From, Jobs: o.Jobs, Nodes: o.Nodes, Speed: o.Speed}
+	p.res = &PilotResult{Log: o.Log, From: o.From, Jobs: o.Jobs, Nodes: o.Nodes, Speed: o.Speed, TrainerCPU: cmp.Or(o.TrainerCPU, "normal")}
 	// Ended jobs stay in scontrol for the whole pilot: each is checked
 	// after the pass.
 	p.c, err = Up(ctx, ClusterOptions{Repo: o.Repo, Nodes: o.Nodes, Prefix: o.Prefix, Accounting: true,
@@ -370,6 +379,9 @@ func Pilot(ctx context.Context, o PilotOptions) (res *PilotResult, err error) {
 	s.Spawn = "never"
 	s.Solver = o.Solver
 	s.Plan = true
+	if o.TrainerCPU != "" {
+		s.Extra = fmt.Sprintf("cpu_priority = %q", o.TrainerCPU)
+	}
 	s.Metrics = filepath.Join(p.c.Dir, "metrics", "bftrainer.prom")
 	if err := os.MkdirAll(filepath.Dir(s.Metrics), 0o755); err != nil {
 		return nil, err

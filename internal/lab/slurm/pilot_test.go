@@ -130,7 +130,7 @@ func TestPilotCI(t *testing.T) {
 	defer cancel()
 	r, err := Pilot(ctx, PilotOptions{Repo: trainertest.RepoRoot(t), Log: log, From: from, Jobs: 25, Nodes: 6, Prefix: "pci",
 		Speed: 900, Elastic: 1, Exec: 1, JournalPath: true, Nemeses: []string{NemesisCtld, NemesisNode, NemesisDBReadOnly}, NemesisHold: 20 * time.Second, Seed: 1, Drain: 2 * time.Minute,
-		SyncEvery: 20 * time.Second, Keep: os.Getenv("BFT_PILOT_KEEP") != "", Logf: t.Logf})
+		SyncEvery: 20 * time.Second, TrainerCPU: "idle", Keep: os.Getenv("BFT_PILOT_KEEP") != "", Logf: t.Logf})
 	if r != nil {
 		t.Log(r.Line())
 		t.Log(r.HarvestLine())
@@ -192,6 +192,12 @@ func TestPilotCI(t *testing.T) {
 	if h.Samples == 0 || h.MaxGap <= 0 {
 		t.Errorf("%d samples, the longest gap %s", h.Samples, h.MaxGap)
 	}
+	// trainer.cpu_priority = "idle" reached the nodes' agents: every
+	// Trainer process the cross-checks saw ran at SCHED_IDLE.
+	if h.NotIdle != 0 {
+		t.Errorf("%d of %d Trainer processes seen outside SCHED_IDLE", h.NotIdle, h.ClassChecks)
+	}
+	t.Logf("%d Trainer processes' scheduling class read, all SCHED_IDLE", h.ClassChecks)
 }
 
 // TestGeneratedLog: the CI pilot's generated log reads as SWF with every
