@@ -365,6 +365,26 @@ func killCgroup(dir string) error {
 	return os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
 }
 
+// hasten moves every thread of a killed cgroup back to the normal
+// scheduling class. A killed process still runs to exit (a large
+// Trainer's address space takes tens of milliseconds of CPU to tear
+// down), and at SCHED_IDLE (trainer.cpu_priority = "idle") it would get
+// that CPU only when nothing else on the node wants it, while the
+// reclaim waits for it. Threads gone meanwhile are skipped: best effort,
+// the wait after it is what the kill's guarantee rests on.
+func hasten(dir string) {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.threads"))
+	if err != nil {
+		return
+	}
+	normal := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_NORMAL}
+	for _, f := range strings.Fields(string(b)) {
+		if tid, err := strconv.Atoi(f); err == nil {
+			unix.SchedSetAttr(tid, &normal, 0)
+		}
+	}
+}
+
 // Populated reports whether any process is in the cgroup's subtree.
 func Populated(dir string) (bool, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))

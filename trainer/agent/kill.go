@@ -202,6 +202,9 @@ func (k *killing) killCgroups() {
 			continue
 		}
 		k.dirs = append(k.dirs, d)
+		if k.a.IdleCPU {
+			hasten(d)
+		}
 		if len(pids) > 0 {
 			k.rep.Cgroups = append(k.rep.Cgroups, wire.KilledCgroup{Trainer: filepath.Base(filepath.Dir(d)), Path: d, PIDs: pids})
 		}
