@@ -202,11 +202,14 @@ func testMPIElastic(t *testing.T, command, rankEnv string) {
 	// Every worker lost at once (their nodes' prologs): the next start is
 	// a new MPI generation, over three hosts, from the runtime's
 	// checkpoint; each worker's rank in the first group is its MPI rank.
-	at = time.Now()
+	// The clock starts once every worker is dead: the old generation ran
+	// at world 3 too, and under load it logged two whole steps between an
+	// earlier mark and the kills (settled then returned its dead pids).
 	for _, n := range again.nodes {
 		e.hook(t, "prolog_slurmd", n, "201")
 		noneLeft(n)
 	}
+	at = time.Now()
 	e.run(t, append([]string{"node", "leave", "--job", "201"}, again.nodes...)...)
 	// The jobs end (their epilogs lift the fences) and three nodes join
 	// again.
