@@ -23,8 +23,8 @@ func (Adaptive) Solve(_ context.Context, p *Problem) (*Plan, error) {
 		return nil, err
 	}
 	pr := AdaptiveHorizon{}
-	val := p.Prices(pr)
-	counts, ok := optimalCounts(p, val, false)
+	val, rows := p.priceRows(pr)
+	counts, ok := optimalCounts(p, val, rows, false)
 	if !ok {
 		return keepPriced(p, pr, val, "adaptive", Infeasible, "no feasible allocation under the step limit; kept the current one"), nil
 	}
@@ -112,20 +112,30 @@ func (AdaptiveHorizon) Name() string { return "adaptive" }
 // Gains returns the adaptive gain of every Trainer and count; it computes
 // the life table and each Trainer's gains once.
 func (AdaptiveHorizon) Gains(p *Problem) func(j, k int) float64 {
+	gain, _ := adaptiveGains(p)
+	return gain
+}
+
+// adaptiveGains is Gains, and into: Trainer j's gains for k = 0..hi
+// (hi its largest count), every array taken from sc (reset), the table
+// too, and not kept (gain keeps its own, built on first use; a Trainer's
+// by one goroutine at a time).
+func adaptiveGains(p *Problem) (gain func(j, k int) float64, into func(j int, sc *scratch) []float64) {
 	m := newAdaptiveModel(p)
 	tables := make([][]float64, len(p.Trainers))
-	return func(j, k int) float64 {
+	gain = func(j, k int) float64 {
+		if k <= 0 {
+			return 0
+		}
 		if tables[j] == nil {
 			tables[j] = m.gains(j)
 		}
-		if k <= 0 || k >= len(tables[j]) {
-			if k <= 0 {
-				return 0
-			}
-			return m.gain(j, k)
+		if t := tables[j]; k < len(t) {
+			return t[k]
 		}
-		return tables[j][k]
+		return m.gain(j, k)
 	}
+	return gain, func(j int, sc *scratch) []float64 { return m.gainsIn(j, sc, true) }
 }
 
 // adaptiveModel is what AdaptiveHorizon needs of one Problem.
@@ -287,20 +297,33 @@ func (m *adaptiveModel) sets(j, hi int) trainerSets {
 // priced past the free pool (all on the youngest node: one block), that
 // is a few blocks where k is thousands of nodes.
 func (m *adaptiveModel) gains(j int) []float64 {
-	_, hi := m.p.boundsIn(j, m.size)
-	hi = max(hi, len(m.p.Trainers[j].Held))
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
 	sc.reset()
+	return m.gainsIn(j, sc, false)
+}
+
+// gainsIn is gains with its arrays taken from sc, the table too if
+// scratchOut (then it is valid until sc is reset).
+func (m *adaptiveModel) gainsIn(j int, sc *scratch, scratchOut bool) []float64 {
+	_, hi := m.p.boundsIn(j, m.size)
+	hi = max(hi, len(m.p.Trainers[j].Held))
+	var out []float64
+	if scratchOut {
+		out = sc.take(hi + 1)
+	} else {
+		out = make([]float64, hi+1)
+	}
 	rates, speed := m.rates(j, hi, sc)
-	out := make([]float64, hi+1)
 	ts := trainerSets{held: m.heldOutlooks(j), youngFirst: m.p.Semantics == Reference}
 	held, added := blocksOf(ts.held), m.addedBlocks(j, hi-len(ts.held))
 	buf := make([]block, 0, len(held)+len(added))
 	C := len(ts.held)
 	from := hi + 1 // the first count left to the count-by-count walk
-	if C < hi && m.growthGains(j, ts.blocks(hi, held, added, buf), rates, speed, out, sc) {
-		from = C + 1 // the growth counts are done
+	if C < hi {
+		if ok, _ := m.growthGains(j, ts.blocks(hi, held, added, buf), rates, speed, out, sc); ok {
+			from = C + 1 // the growth counts are done
+		}
 	}
 	for k := 1; k <= hi; k++ {
 		if k == from {

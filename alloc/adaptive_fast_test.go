@@ -204,39 +204,97 @@ func BenchmarkAdaptiveBefore(b *testing.B) {
 	}
 }
 
-// TestGrowthGainsMatchWalk holds growthGains (a Trainer's growth counts
-// valued cohort by cohort) to the count-by-count walk it replaced
-// (gainOf on each count's blocks): bit for bit, on random problems with
-// oracleProblem's edge cases (no idle history, no clock, planned starts,
-// Trainers near their end, every node its own cohort, non-concave
-// curves), N_max from 1 to N, and Summit-like pools whose first Trainer
-// is priced on many blocks; and growthGains takes every Trainer (its
-// fallback to the walk is for merges of another shape, which the merge's
-// rules never make).
+// TestGrowthGainsMatchWalk: growthGains gives the count-by-count walk's
+// values on random problems (oracleProblem's edge cases: no idle history,
+// no clock, planned starts past, within and beyond the horizons, Trainers
+// near their end, every node its own cohort, curves with superlinear
+// stretches and plateaus, N_max from 1 to N, both semantics) and
+// Summit-like pools: bit for bit where it values each cohort at each
+// count (the running sums off), and to 10⁻¹¹ of the Trainer's largest
+// |value| with every term it may sum summed (sumsFrom 1). It fails when the start
+// rank ignores the count, when a planned start is not cut, when a
+// division in column becomes a multiplication by the reciprocal, and with
+// the sums on when a term's constant, coefficient or bin is wrong.
 func TestGrowthGainsMatchWalk(t *testing.T) {
-	r := rand.New(rand.NewPCG(23, 7))
-	total := 0
-	for i := range 1203 {
-		n := 1 + r.IntN(300)
-		p := oracleProblem(r, 1+r.IntN(6), n, 1+r.IntN(n))
-		switch i {
-		case 1200:
-			p = alloctest.SummitCohorts(5, 2000, 2000, 1, 3)
-		case 1201:
-			p = alloctest.SummitCohorts(20, 3000, 3000, 16, 4)
-		case 1202:
-			p = alloctest.SummitCohorts(40, 3000, 64, 4, 5)
-		}
-		worst, declined, counts := alloc.GrowthGainsAgainstWalk(p)
-		if worst != 0 || declined != 0 {
-			t.Fatalf("problem %d: largest difference %v from the walk, %d Trainers declined", i, worst, declined)
-		}
-		total += counts
+	for _, c := range []struct {
+		name      string
+		sumsFrom  int
+		tolerance float64
+	}{{"lookups", math.MaxInt, 0}, {"sums", 1, 1e-11}} {
+		t.Run(c.name, func(t *testing.T) {
+			defer alloc.SetSumsFrom(c.sumsFrom)()
+			r := rand.New(rand.NewPCG(23, 7))
+			total, summed, worstAll := 0, 0, 0.0
+			for i := range 1203 {
+				n := 1 + r.IntN(300)
+				p := oracleProblem(r, 1+r.IntN(6), n, 1+r.IntN(n))
+				switch i {
+				case 1200:
+					p = alloctest.SummitCohorts(5, 2000, 2000, 1, 3)
+				case 1201:
+					p = alloctest.SummitCohorts(20, 3000, 3000, 16, 4)
+				case 1202:
+					p = alloctest.SummitCohorts(40, 3000, 64, 4, 5)
+				}
+				if i%3 == 0 {
+					fallingTail(p)
+				}
+				if i%5 == 1 {
+					pastTheTable(p)
+				}
+				worst, declined, counts, s := alloc.GrowthGainsAgainstWalk(p)
+				if worst > c.tolerance || declined != 0 {
+					t.Fatalf("problem %d: largest relative difference %v from the walk, %d Trainers declined", i, worst, declined)
+				}
+				total += counts
+				summed += s
+				worstAll = max(worstAll, worst)
+			}
+			if total < 100000 {
+				t.Fatalf("only %d growth counts compared", total)
+			}
+			if (c.sumsFrom == 1) != (summed > 0) {
+				t.Fatalf("%d terms summed with sumsFrom %d", summed, c.sumsFrom)
+			}
+			t.Logf("%d growth counts, %d terms summed, largest relative difference %.3g", total, summed, worstAll)
+		})
 	}
-	if total < 100000 {
-		t.Fatalf("only %d growth counts compared", total)
+}
+
+// fallingTail makes each Trainer's throughput fall past its curve's
+// middle point (a curve whose rate drops as nodes are added), so that
+// T(k) = Remaining/P(k), and with it the horizon of growth, rises with
+// the count.
+func fallingTail(p *alloc.Problem) {
+	for j := range p.Trainers {
+		c := &p.Trainers[j].Curve
+		for i := len(c.Throughput)/2 + 1; i < len(c.Throughput); i++ {
+			c.Throughput[i] = c.Throughput[i-1] * 0.6
+		}
 	}
-	t.Logf("%d growth counts, all equal", total)
+}
+
+// pastTheTable makes every node two days older than drawn and the pool's
+// horizon τ days long, so that a node's age plus its horizon can pass the
+// life table's last edge (the oldest node's bin), where S(a) decays at the
+// observed hazard instead.
+func pastTheTable(p *alloc.Problem) {
+	if p.Idle == nil || p.Now.IsZero() {
+		return
+	}
+	idle := *p.Idle
+	idle.Frees = max(idle.Frees, 1)
+	idle.Seconds = float64(idle.Frees) * 3e5
+	p.Idle = &idle
+	all := [][]alloc.Node{p.Free}
+	for j := range p.Trainers {
+		all = append(all, p.Trainers[j].Held)
+	}
+	for _, ns := range all {
+		for i := range ns {
+			ns[i].Since = ns[i].Since.Add(-48 * time.Hour)
+		}
+	}
 }
 
 // TestNarrowWindowsKeepTheCounts: the DP on narrow windows, kept when its

@@ -28,19 +28,25 @@ import (
 // growthGains turns the loops round: cohorts outside, counts inside. Each
 // count's value receives the same terms, in the same order (its cohorts
 // in rank order), with the same arithmetic as gainOf — the same numbers
-// bit for bit (TestAdaptiveGainsMatchOracle: largest relative difference
-// 0) — but no set is gathered or copied per count, and a cohort's
-// survival lookups for all counts run as one loop over its outlook
-// (column), without a call per lookup. The work is still one lookup per
-// cohort and count (the horizon min(τ, T(k)) moves with k); what goes is
-// the rest.
+// bit for bit (TestGrowthGainsMatchWalk, its "lookups" case) — but no set
+// is gathered or copied per count, and a cohort's survival lookups for
+// all counts run as one loop over its outlook (column), without a call
+// per lookup. That is one lookup per cohort and count, since the horizon
+// min(τ, T(k)) moves with k. For a Trainer of sumsFrom growth counts or
+// more, a cohort's terms go to running sums from the count on which its
+// coefficients stop moving (adaptive_sums.go), and the block a count
+// holds in part is valued from its own quadratic (oneTerm): a few
+// multiply-adds a count instead of a lookup per cohort, the same values
+// to rounding (10⁻¹¹ of the Trainer's largest value in the tests), not
+// bit for bit.
 
 // growthGains sets out[k] for the counts k = C+1..hi (hi = len(out)−1) of
 // Trainer j from full, the blocks of the set of count hi (ts.blocks(hi)),
 // with rates[i] = O'(i) and speed[i] = P(i), its arrays taken from sc. It
 // reports false, leaving out untouched, if full's cohorts are not of the
-// shapes above (then gainOf must value those counts).
-func (m *adaptiveModel) growthGains(j int, full []block, rates, speed, out []float64, sc *scratch) bool {
+// shapes above (then gainOf must value those counts); summed is how many
+// terms it summed (adaptive_sums.go).
+func (m *adaptiveModel) growthGains(j int, full []block, rates, speed, out []float64, sc *scratch) (ok bool, summed int) {
 	t := &m.p.Trainers[j]
 	C := len(t.Held)
 	hi := len(out) - 1
@@ -52,7 +58,7 @@ func (m *adaptiveModel) growthGains(j int, full []block, rates, speed, out []flo
 			e++
 		}
 		if e-i > 2 || (e-i == 2 && (full[i].o.added || !full[i+1].o.added)) {
-			return false
+			return false, 0
 		}
 		i = e
 	}
@@ -67,6 +73,38 @@ func (m *adaptiveModel) growthGains(j int, full []block, rates, speed, out []flo
 	}
 	g := out[C:] // g[d]: count C+d
 	rDown := t.RDown
+	// From sumsFrom growth counts, a cohort's terms of fixed coefficients
+	// go to the running sums (adaptive_sums.go): sumAt(from, o...) says
+	// whether they may, and the counts before from are valued here.
+	sums := D >= sumsFrom
+	var terms []sumTerm
+	var konst []float64
+	// hmin, hmax: the least and greatest horizon of the growth counts
+	// (compares, not min and max: the builtins' NaN and signed-zero rules
+	// cost more than the loop).
+	hmin, hmax := grown[1], grown[1]
+	if sums {
+		konst = sc.take(D + 2)
+		for _, H := range grown[1:] {
+			if H < hmin {
+				hmin = H
+			}
+			if H > hmax {
+				hmax = H
+			}
+		}
+	}
+	sumAt := func(from int, os ...*nodeOutlook) bool {
+		if !sums || from > D {
+			return false
+		}
+		for _, o := range os {
+			if !m.summable(o, hmin, hmax) {
+				return false
+			}
+		}
+		return true
+	}
 	// h, pi: one cohort's block over every count's horizon (column);
 	// h2: the added block after a held one.
 	h, pi, h2 := sc.take(D+1), sc.take(D+1), sc.take(D+1)
@@ -79,13 +117,35 @@ func (m *adaptiveModel) growthGains(j int, full []block, rates, speed, out []flo
 		}
 		if !f.o.added {
 			// A held block: in every count's set, after the first
-			// min(addedBefore, d) added nodes.
+			// min(addedBefore, d) added nodes. From the count past them
+			// (and past s2) its ranks are fixed.
 			hTau := f.o.hTau
-			m.column(f.o, grown, 1, h, pi)
+			stop := D + 1 // the first count summed
+			from := max(1, addedBefore)
+			outlooks := []*nodeOutlook{f.o}
 			if s2 != nil {
-				m.column(s2.o, grown, addedBefore+1, h2, nil)
+				from = addedBefore + s2.n
+				outlooks = append(outlooks, s2.o)
 			}
-			for d := 1; d <= D; d++ {
+			if sumAt(from, outlooks...) {
+				stop = from
+				start := heldBefore + addedBefore
+				mid := start + f.n
+				end := mid
+				if s2 != nil {
+					end += s2.n
+				}
+				konst[from] += (rates[mid] - rates[start]) * hTau
+				terms = append(terms, sumTerm{o: f.o, bp: rDown * rates[end] / f.o.s, from: from})
+				if end > mid {
+					terms = append(terms, sumTerm{o: s2.o, ah: (rates[end] - rates[mid]) / s2.o.s, from: from})
+				}
+			}
+			m.column(f.o, grown[:stop], 1, h, pi)
+			if s2 != nil {
+				m.column(s2.o, grown[:stop], addedBefore+1, h2, nil)
+			}
+			for d := 1; d < stop; d++ {
 				start := heldBefore + min(addedBefore, d)
 				mid := start + f.n
 				end := mid
@@ -102,15 +162,32 @@ func (m *adaptiveModel) growthGains(j int, full []block, rates, speed, out []flo
 			}
 		} else {
 			// An added block alone: in the sets of the counts past the
-			// added nodes before it, all at once from there.
+			// added nodes before it, all at once from there; whole from
+			// the count that holds all of it.
 			start := heldBefore + addedBefore
-			m.column(f.o, grown, addedBefore+1, h, pi)
-			for d := addedBefore + 1; d <= D; d++ {
-				end := start + min(f.n, d-addedBefore)
-				v := g[d]
-				v -= rDown * rates[end] * pi[d]
-				v += (rates[end] - rates[start]) * h[d]
-				g[d] = v
+			stop := D + 1
+			if from := addedBefore + f.n; sumAt(from, f.o) {
+				stop = from
+				end := start + f.n
+				terms = append(terms, sumTerm{o: f.o, ah: (rates[end] - rates[start]) / f.o.s, bp: rDown * rates[end] / f.o.s, from: from})
+			}
+			if stop < D+1 || sumAt(1, f.o) {
+				// The counts that hold part of it: its own quadratic.
+				one := m.oneTerm(f.o)
+				for d := addedBefore + 1; d < stop; d++ {
+					end := start + min(f.n, d-addedBefore)
+					hd, pd := one.at(grown[d])
+					g[d] += (rates[end]-rates[start])*hd - rDown*rates[end]*pd
+				}
+			} else {
+				m.column(f.o, grown[:stop], addedBefore+1, h, pi)
+				for d := addedBefore + 1; d < stop; d++ {
+					end := start + min(f.n, d-addedBefore)
+					v := g[d]
+					v -= rDown * rates[end] * pi[d]
+					v += (rates[end] - rates[start]) * h[d]
+					g[d] = v
+				}
 			}
 		}
 		if f.o.added {
@@ -124,7 +201,10 @@ func (m *adaptiveModel) growthGains(j int, full []block, rates, speed, out []flo
 			i++
 		}
 	}
-	return true
+	if sums {
+		m.sweep(terms, konst, grown, g)
+	}
+	return true, len(terms)
 }
 
 // column sets h[d], pi[d] = m.over(o, grown[d]) for d = d0..len(grown)−1

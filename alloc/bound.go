@@ -40,17 +40,17 @@ var ptsPool = sync.Pool{New: func() any { return new([]pt) }}
 type seg struct {
 	slope float64
 	len   int
-	owner int // Trainer index, for rounding
 }
 
 // envelope returns the concave envelope of a Trainer's value over its
 // feasible counts: the smallest feasible count k0, its value, and the
 // segments of positive slope after it, slopes decreasing.
-func (ch *choices) envelope(owner int) (k0 int, v0 float64, segs []seg, ok bool) {
+// The segments go to dst (its capacity at least ch.points()).
+func (ch *choices) envelope(dst []seg) (k0 int, v0 float64, segs []seg, ok bool) {
 	// The points, then the hull in place: a buffer of the pool's
 	// (a table's points are 170 kB at N_max = 10,624).
 	buf := ptsPool.Get().(*[]pt)
-	pts := slices.Grow((*buf)[:0], 2+2*len(ch.pieces)+len(ch.table))
+	pts := slices.Grow((*buf)[:0], ch.points())
 	defer func() {
 		*buf = pts[:0]
 		ptsPool.Put(buf)
@@ -98,16 +98,67 @@ func (ch *choices) envelope(owner int) (k0 int, v0 float64, segs []seg, ok bool)
 		hull = append(hull, q)
 	}
 	k0, v0 = hull[0].k, hull[0].v
-	segs = make([]seg, 0, len(hull)-1)
+	segs = dst[:0]
 	for i := 1; i < len(hull); i++ {
 		d := hull[i].k - hull[i-1].k
 		s := (hull[i].v - hull[i-1].v) / float64(d)
 		if s <= 0 {
 			break
 		}
-		segs = append(segs, seg{slope: s, len: d, owner: owner})
+		segs = append(segs, seg{slope: s, len: d})
 	}
 	return k0, v0, segs, true
+}
+
+// points is the most points envelope reads of ch.
+func (ch *choices) points() int { return 2 + 2*len(ch.pieces) + len(ch.table) }
+
+// segBuf holds a solve's envelope segments, their running lengths and a
+// copy for crossingSlope, for the next solve. Made fresh for every solve,
+// their pages (17 MB of segments and lengths at 100 × 10,624, where every
+// count is a vertex) cost more than the hull that fills them. One is kept
+// (segKept), not in a sync.Pool: the collector empties a pool within two
+// cycles, and a solve of that size starts one or two. It holds what the
+// largest recent solve needed, up to segKeepMax segments;
+// relaxation.release gives it back.
+type segBuf struct {
+	segs []seg
+	lens []int
+	all  []seg // every segment in one slice, for crossingSlope
+}
+
+const segKeepMax = 1 << 21 // 32 MB of segments, 16 MB of lengths
+
+var segKept struct {
+	sync.Mutex
+	buf *segBuf
+}
+
+// takeSegBuf returns the kept buffer, or a new one if another solve has it.
+func takeSegBuf() *segBuf {
+	segKept.Lock()
+	defer segKept.Unlock()
+	b := segKept.buf
+	segKept.buf = nil
+	if b == nil {
+		b = new(segBuf)
+	}
+	return b
+}
+
+// release gives the segments' buffer back: r's per must no longer be read.
+func (r *relaxation) release() {
+	if r.buf == nil {
+		return
+	}
+	if cap(r.buf.segs) <= segKeepMax {
+		segKept.Lock()
+		if segKept.buf == nil || cap(segKept.buf.segs) < cap(r.buf.segs) {
+			segKept.buf = r.buf
+		}
+		segKept.Unlock()
+	}
+	r.buf, r.per = nil, nil
 }
 
 // relaxation is the LP relaxation the windows are bounded with: each
@@ -122,6 +173,7 @@ type relaxation struct {
 	per       [][]seg
 	star, top float64
 	lb        float64
+	buf       *segBuf // per's storage, from segPool
 }
 
 // relax builds the relaxation; false when no bound applies (then every
@@ -137,14 +189,22 @@ func relax(p *Problem, chs []choices, val valueFunc) (r relaxation, ok bool) {
 	per := make([][]seg, J)
 	okj := make([]bool, J)
 	work := 0
+	// Trainer j's segments (at most its points less one) and their
+	// running lengths go to its own stretch of one buffer, from segPool.
+	at := make([]int, J+1)
 	for j := range chs {
 		work += len(chs[j].table)
+		at[j+1] = at[j] + chs[j].points()
 	}
+	r.buf = takeSegBuf()
+	r.buf.segs = slices.Grow(r.buf.segs[:0], at[J])[:at[J]]
+	r.buf.lens = slices.Grow(r.buf.lens[:0], at[J]+J)[:at[J]+J]
 	// lens[j][i]: Σ len of per[j][:i].
 	lens := make([][]int, J)
 	perTrainer(J, work, func(j int) {
-		k0[j], v0[j], per[j], okj[j] = chs[j].envelope(j)
-		l := make([]int, len(per[j])+1)
+		k0[j], v0[j], per[j], okj[j] = chs[j].envelope(r.buf.segs[at[j]:at[j+1]:at[j+1]])
+		l := r.buf.lens[at[j]+j : at[j]+j+len(per[j])+1]
+		l[0] = 0
 		for i, sg := range per[j] {
 			l[i+1] = l[i] + sg.len
 		}
@@ -196,10 +256,11 @@ func relax(p *Problem, chs []choices, val valueFunc) (r relaxation, ok bool) {
 		searches += bits.Len(uint(len(per[j])))
 	}
 	if S < 40*searches {
-		all := make([]seg, 0, S)
+		all := slices.Grow(r.buf.all[:0], S)
 		for j := range J {
 			all = append(all, per[j]...)
 		}
+		r.buf.all = all
 		cross := crossingSlope(all, N-base)
 		fits = func(m float64) bool { return m >= cross }
 	}
@@ -215,7 +276,7 @@ func relax(p *Problem, chs []choices, val valueFunc) (r relaxation, ok bool) {
 		used += lens[j][next[j]]
 	}
 	lb := rounding(chs, per, counts, next, N-used, val)
-	return relaxation{k0: k0, v0: v0, per: per, star: star, top: top, lb: lb}, true
+	return relaxation{k0: k0, v0: v0, per: per, star: star, top: top, lb: lb, buf: r.buf}, true
 }
 
 // rounding completes a feasible rounding of the relaxation and returns

@@ -192,11 +192,15 @@ type choices struct {
 // valueFunc is an objective term: Trainer j's value on k nodes.
 type valueFunc func(j, k int) float64
 
+// rowFunc sets dst[i] to Trainer j's value on lo+i nodes: a valueFunc's
+// numbers, a Trainer's counts at a time.
+type rowFunc func(j, lo int, dst []float64)
+
 // trainerChoices describes Trainer j's feasible counts and their values.
 // With linear set, val is linear between the curve's breakpoints and on
 // either side of the current size (Problem.Value is), so runs of counts
 // become pieces; otherwise the value of every count is kept in a table.
-func trainerChoices(p *Problem, j, n, step int, val valueFunc, linear bool) choices {
+func trainerChoices(p *Problem, j, n, step int, val valueFunc, rows rowFunc, linear bool) choices {
 	t := &p.Trainers[j]
 	c := len(t.Held)
 	lo, hi := p.boundsIn(j, n)
@@ -209,14 +213,21 @@ func trainerChoices(p *Problem, j, n, step int, val valueFunc, linear bool) choi
 		return ch
 	}
 	ch.maxK, ch.lo = hi, lo
+	if !linear {
+		// The table first: with rows, val then reads it for these counts.
+		ch.table = make([]float64, hi-lo+1)
+		if rows != nil {
+			rows(j, lo, ch.table)
+		} else {
+			for k := lo; k <= hi; k++ {
+				ch.table[k-lo] = val(j, k)
+			}
+		}
+	}
 	if c >= lo && c <= hi {
 		ch.cur, ch.curV = c, val(j, c)
 	}
 	if !linear {
-		ch.table = make([]float64, hi-lo+1)
-		for k := lo; k <= hi; k++ {
-			ch.table[k-lo] = val(j, k)
-		}
 		return ch
 	}
 	// Breakpoints where the value's slope may change.
@@ -252,13 +263,13 @@ func trainerChoices(p *Problem, j, n, step int, val valueFunc, linear bool) choi
 // OptimalCounts returns node counts maximising the Problem's objective, and
 // false if no feasible counts exist. The Problem must be valid.
 func OptimalCounts(p *Problem) ([]int, bool) {
-	return optimalCounts(p, p.Value, true)
+	return optimalCounts(p, p.Value, nil, true)
 }
 
 // optimalCounts maximises Σ_j val(j, k_j) over feasible counts (see
-// trainerChoices for linear).
-func optimalCounts(p *Problem, val valueFunc, linear bool) ([]int, bool) {
-	counts, ok, _ := solveCounts(p, val, linear, narrowRel)
+// trainerChoices for linear; rows, if not nil, gives val's tables).
+func optimalCounts(p *Problem, val valueFunc, rows rowFunc, linear bool) ([]int, bool) {
+	counts, ok, _ := solveCounts(p, val, rows, linear, narrowRel)
 	return counts, ok
 }
 
@@ -268,7 +279,7 @@ const narrowRel = 1e-8
 // solveCounts is optimalCounts with the narrow windows' ptol at rel of
 // mag (at least 4 tol; +Inf: the wide windows only); wide reports that
 // the narrow windows' choice was not kept.
-func solveCounts(p *Problem, val valueFunc, linear bool, rel float64) (counts []int, ok, wide bool) {
+func solveCounts(p *Problem, val valueFunc, rows rowFunc, linear bool, rel float64) (counts []int, ok, wide bool) {
 	J, N := len(p.Trainers), p.Size()
 	step := p.StepLimit()
 	chs := make([]choices, J)
@@ -281,7 +292,7 @@ func solveCounts(p *Problem, val valueFunc, linear bool, rel float64) (counts []
 			work += hi
 		}
 	}
-	perTrainer(J, work, func(j int) { chs[j] = trainerChoices(p, j, N, step, val, linear) })
+	perTrainer(J, work, func(j int) { chs[j] = trainerChoices(p, j, N, step, val, rows, linear) })
 	// scale sums every |value| (the tolerances' old measure, kept for the
 	// walk back's ties); mag sums each Trainer's largest |value|, the size
 	// of a solution's value.
@@ -295,8 +306,11 @@ func solveCounts(p *Problem, val valueFunc, linear bool, rel float64) (counts []
 			m = max(m, math.Abs(pc.alpha+pc.beta*float64(pc.a)), math.Abs(pc.alpha+pc.beta*float64(pc.b)))
 		}
 		for _, v := range ch.table {
-			scale += math.Abs(v)
-			m = max(m, math.Abs(v))
+			a := math.Abs(v)
+			scale += a
+			if a > m { // not max: its NaN rules cost more (values are never NaN)
+				m = a
+			}
 		}
 		mag += m
 		if !ch.zero && ch.maxK == 0 {
@@ -325,6 +339,7 @@ func solveCounts(p *Problem, val valueFunc, linear bool, rel float64) (counts []
 	// value at U[j]. The windows keep every capacity whose bound comes
 	// within ptol of the rounding's value.
 	r, bounded := relax(p, chs, val)
+	defer r.release()
 	windows := func(ptol float64) (F, T []int) {
 		F, T = slices.Clone(L), slices.Clone(U)
 		if bounded {

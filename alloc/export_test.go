@@ -15,9 +15,11 @@ func PricedAdditionAges(p *Problem, j, delta int) []float64 {
 // GrowthGainsAgainstWalk values every growth count k = C+1..hi of every
 // Trainer both ways — growthGains (cohorts outside, counts inside) and
 // the count-by-count walk (ts.blocks, gainOf) — and returns the largest
-// absolute difference and how many Trainers growthGains declined (it
-// reports false on a merge of another shape).
-func GrowthGainsAgainstWalk(p *Problem) (worst float64, declined, counts int) {
+// difference relative to the Trainer's largest value (at least 1: a
+// value near 0 may be a difference of terms far larger), how many Trainers
+// growthGains declined (it reports false on a merge of another shape),
+// how many counts were compared and how many terms growthGains summed.
+func GrowthGainsAgainstWalk(p *Problem) (worst float64, declined, counts, summed int) {
 	m := newAdaptiveModel(p)
 	for j := range p.Trainers {
 		_, hi := p.boundsIn(j, m.size)
@@ -30,17 +32,21 @@ func GrowthGainsAgainstWalk(p *Problem) (worst float64, declined, counts int) {
 		ts := trainerSets{held: m.heldOutlooks(j), youngFirst: p.Semantics == Reference}
 		held, added := blocksOf(ts.held), m.addedBlocks(j, hi-C)
 		out := make([]float64, hi+1)
-		if !m.growthGains(j, ts.blocks(hi, held, added, nil), rates, speed, out, nil) {
+		ok, n := m.growthGains(j, ts.blocks(hi, held, added, nil), rates, speed, out, nil)
+		if !ok {
 			declined++
 			continue
 		}
+		summed += n
+		diff, size := 0.0, 1.0
 		for k := C + 1; k <= hi; k++ {
 			w := m.gainOf(j, k, ts.blocks(k, held, added, nil), rates, speed[k])
-			worst = max(worst, abs(out[k]-w))
+			diff, size = max(diff, abs(out[k]-w)), max(size, abs(w))
 			counts++
 		}
+		worst = max(worst, diff/size)
 	}
-	return worst, declined, counts
+	return worst, declined, counts, summed
 }
 
 func abs(x float64) float64 {
@@ -55,7 +61,7 @@ func abs(x float64) float64 {
 func ExactRounding(p *Problem) (float64, bool) {
 	chs := make([]choices, len(p.Trainers))
 	for j := range chs {
-		chs[j] = trainerChoices(p, j, p.Size(), p.StepLimit(), p.Value, true)
+		chs[j] = trainerChoices(p, j, p.Size(), p.StepLimit(), p.Value, nil, true)
 	}
 	r, ok := relax(p, chs, p.Value)
 	return r.lb, ok
@@ -66,7 +72,16 @@ func ExactRounding(p *Problem) (float64, bool) {
 // wide reports that the narrow windows' choice was not kept.
 func CountsWithNarrow(p *Problem, adaptive bool, rel float64) (counts []int, ok, wide bool) {
 	if adaptive {
-		return solveCounts(p, p.Prices(AdaptiveHorizon{}), false, rel)
+		val, rows := p.priceRows(AdaptiveHorizon{})
+		return solveCounts(p, val, rows, false, rel)
 	}
-	return solveCounts(p, p.Value, true, rel)
+	return solveCounts(p, p.Value, nil, true, rel)
+}
+
+// SetSumsFrom sets the number of growth counts from which growthGains sums
+// terms (sumsFrom) and returns a func that restores it.
+func SetSumsFrom(n int) (restore func()) {
+	old := sumsFrom
+	sumsFrom = n
+	return func() { sumsFrom = old }
 }

@@ -81,7 +81,7 @@ func (Greedy) Solve(_ context.Context, p *Problem) (*Plan, error) {
 	counts := make([]int, J)
 	used := 0
 	for j := range chs {
-		chs[j] = trainerChoices(p, j, N, step, p.Value, true)
+		chs[j] = trainerChoices(p, j, N, step, p.Value, nil, true)
 		if !chs[j].zero {
 			// 0 is not allowed (Reference step limit): start at the
 			// smallest feasible size.

@@ -504,7 +504,29 @@ func (p *Problem) Prices(pr Pricing) func(j, k int) float64 {
 	if _, ok := pr.(FixedHorizon); ok {
 		return p.Value
 	}
-	gain := pr.Gains(p)
+	val, _ := p.priceRows(pr)
+	return val
+}
+
+// priceRows is Prices, and for AdaptiveHorizon also a rowFunc: the same
+// values a Trainer's counts at a time, without two calls per count (nil
+// for other pricings). The rows it fills are what val then reads for
+// those counts (the same numbers), so that a Trainer's gains are not kept
+// twice: their table is scratch, given back once the row is filled.
+func (p *Problem) priceRows(pr Pricing) (valueFunc, rowFunc) {
+	if pr == nil {
+		return p.Value, nil
+	}
+	if _, ok := pr.(FixedHorizon); ok {
+		return p.Value, nil
+	}
+	var gain func(j, k int) float64
+	var into func(j int, sc *scratch) []float64
+	if _, ok := pr.(AdaptiveHorizon); ok {
+		gain, into = adaptiveGains(p)
+	} else {
+		gain = pr.Gains(p)
+	}
 	// Each Trainer's current rate and weight, found once (price's
 	// arithmetic, without an interpolation per count).
 	rate, weight := make([]float64, len(p.Trainers)), make([]float64, len(p.Trainers))
@@ -512,10 +534,10 @@ func (p *Problem) Prices(pr Pricing) func(j, k int) float64 {
 		t := &p.Trainers[j]
 		rate[j], weight[j] = t.Rate(p.Goal(), len(t.Held)), t.Priority()
 	}
-	return func(j, k int) float64 {
+	price := func(j, k int, g float64) float64 {
 		t := &p.Trainers[j]
 		c := len(t.Held)
-		v := gain(j, k)
+		v := g
 		switch {
 		case k > c:
 			v -= t.RUp * rate[j]
@@ -524,6 +546,33 @@ func (p *Problem) Prices(pr Pricing) func(j, k int) float64 {
 		}
 		return weight[j] * v
 	}
+	if into == nil {
+		return func(j, k int) float64 { return price(j, k, gain(j, k)) }, nil
+	}
+	// rows[j], from count lo[j]: the row filled for Trainer j.
+	rows, lo := make([][]float64, len(p.Trainers)), make([]int, len(p.Trainers))
+	val := func(j, k int) float64 {
+		if r := rows[j]; k >= lo[j] && k-lo[j] < len(r) {
+			return r[k-lo[j]]
+		}
+		return price(j, k, gain(j, k))
+	}
+	fill := func(j, from int, dst []float64) {
+		sc := scratchPool.Get().(*scratch)
+		defer scratchPool.Put(sc)
+		sc.reset()
+		g := into(j, sc)
+		for i := range dst {
+			k := from + i
+			if k <= 0 || k >= len(g) {
+				dst[i] = price(j, k, gain(j, k))
+				continue
+			}
+			dst[i] = price(j, k, g[k])
+		}
+		rows[j], lo[j] = dst, from
+	}
+	return val, fill
 }
 
 // Goal is the objective the Problem maximises: Objective, with "" read as
