@@ -23,7 +23,8 @@ func (Adaptive) Solve(_ context.Context, p *Problem) (*Plan, error) {
 		return nil, err
 	}
 	pr := AdaptiveHorizon{}
-	val, rows := p.priceRows(pr)
+	val, rows, done := p.priceRows(pr)
+	defer done()
 	counts, ok := optimalCounts(p, val, rows, false)
 	if !ok {
 		return keepPriced(p, pr, val, "adaptive", Infeasible, "no feasible allocation under the step limit; kept the current one"), nil

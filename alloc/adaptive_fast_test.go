@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -358,5 +360,49 @@ func TestNarrowWindowsKeepTheCounts(t *testing.T) {
 	t.Logf("%d solves kept the narrow windows' counts, %d fell back", narrowed, fellBack)
 	if fellBack == 0 || narrowed == 0 {
 		t.Errorf("both paths must be taken: %d narrow, %d fell back", narrowed, fellBack)
+	}
+}
+
+// TestKeptBuffersShareNothing: solves running at once, and solves after
+// others of other sizes, give the plans a lone solve gives, though the
+// tables and segments of one solve are kept for the next (kept.go).
+func TestKeptBuffersShareNothing(t *testing.T) {
+	problems := []*alloc.Problem{
+		alloctest.SummitCohorts(30, 3000, 3000, 1, 8),
+		alloctest.Summit(200, 3000, 128, 9),
+		alloctest.SummitCohorts(5, 800, 800, 4, 10),
+	}
+	solvers := []alloc.Solver{alloc.Adaptive{}, alloc.Exact{}}
+	want := make([][]*alloc.Plan, len(solvers))
+	for s, sv := range solvers {
+		for _, p := range problems {
+			pl, err := sv.Solve(context.Background(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[s] = append(want[s], pl)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 6 {
+				s, n := (g+i)%len(solvers), (g*7+i)%len(problems)
+				got, err := solvers[s].Solve(context.Background(), problems[n])
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				if !reflect.DeepEqual(got, want[s][n]) {
+					errs <- fmt.Sprintf("%s on problem %d (goroutine %d, round %d): objective %v, alone %v", solvers[s].Name(), n, g, i, got.Objective, want[s][n].Objective)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }

@@ -47,55 +47,52 @@ type seg struct {
 // segments of positive slope after it, slopes decreasing.
 // The segments go to dst (its capacity at least ch.points()).
 func (ch *choices) envelope(dst []seg) (k0 int, v0 float64, segs []seg, ok bool) {
-	// The points, then the hull in place: a buffer of the pool's
-	// (a table's points are 170 kB at N_max = 10,624).
+	// The hull in a buffer of the pool's (a table's points are 170 kB at
+	// N_max = 10,624).
 	buf := ptsPool.Get().(*[]pt)
 	pts := slices.Grow((*buf)[:0], ch.points())
 	defer func() {
 		*buf = pts[:0]
 		ptsPool.Put(buf)
 	}()
-	if ch.zero {
-		pts = append(pts, pt{0, ch.zeroV})
+	var hull []pt
+	if len(ch.pieces) == 0 && (ch.cur <= 0 || ch.table != nil && ch.cur >= ch.lo && ch.cur <= ch.maxK) {
+		// 0, then the table's counts (the current size among them):
+		// already in order, read where they are.
+		hull = pts[:0]
+		if ch.zero {
+			hull = append(hull, pt{0, ch.zeroV})
+		}
+		for i, v := range ch.table {
+			hull = hullAdd(hull, pt{ch.lo + i, v})
+		}
+	} else {
+		// The points, then the hull in place.
+		if ch.zero {
+			pts = append(pts, pt{0, ch.zeroV})
+		}
+		for _, pc := range ch.pieces {
+			pts = append(pts, pt{pc.a, pc.alpha + pc.beta*float64(pc.a)}, pt{pc.b, pc.alpha + pc.beta*float64(pc.b)})
+		}
+		// A table holds the current size's value too (the same val(j, C)):
+		// adding it again would only unsort the points.
+		if ch.cur > 0 && (ch.table == nil || ch.cur < ch.lo || ch.cur > ch.maxK) {
+			pts = append(pts, pt{ch.cur, ch.curV})
+		}
+		for i, v := range ch.table {
+			pts = append(pts, pt{ch.lo + i, v})
+		}
+		if byK := func(a, b pt) int { return a.k - b.k }; !slices.IsSortedFunc(pts, byK) {
+			slices.SortStableFunc(pts, byK)
+		}
+		// The hull never holds more points than have been read.
+		hull = pts[:0]
+		for _, q := range pts {
+			hull = hullAdd(hull, q)
+		}
 	}
-	for _, pc := range ch.pieces {
-		pts = append(pts, pt{pc.a, pc.alpha + pc.beta*float64(pc.a)}, pt{pc.b, pc.alpha + pc.beta*float64(pc.b)})
-	}
-	// A table holds the current size's value too (the same val(j, C)):
-	// adding it again would only unsort the points.
-	if ch.cur > 0 && (ch.table == nil || ch.cur < ch.lo || ch.cur > ch.maxK) {
-		pts = append(pts, pt{ch.cur, ch.curV})
-	}
-	for i, v := range ch.table {
-		pts = append(pts, pt{ch.lo + i, v})
-	}
-	if len(pts) == 0 {
+	if len(hull) == 0 {
 		return 0, 0, nil, false
-	}
-	if byK := func(a, b pt) int { return a.k - b.k }; !slices.IsSortedFunc(pts, byK) {
-		slices.SortStableFunc(pts, byK)
-	}
-	// Upper hull, left to right (monotone chain), in place: the hull never
-	// holds more points than have been read.
-	hull := pts[:0]
-	for _, q := range pts {
-		if n := len(hull); n > 0 && hull[n-1].k == q.k {
-			if q.v > hull[n-1].v {
-				hull = hull[:n-1]
-			} else {
-				continue
-			}
-		}
-		for len(hull) >= 2 {
-			a, b := hull[len(hull)-2], hull[len(hull)-1]
-			// b is under the chord a–q: drop it.
-			if (b.v-a.v)*float64(q.k-a.k) <= (q.v-a.v)*float64(b.k-a.k) {
-				hull = hull[:len(hull)-1]
-				continue
-			}
-			break
-		}
-		hull = append(hull, q)
 	}
 	k0, v0 = hull[0].k, hull[0].v
 	segs = dst[:0]
@@ -113,52 +110,25 @@ func (ch *choices) envelope(dst []seg) (k0 int, v0 float64, segs []seg, ok bool)
 // points is the most points envelope reads of ch.
 func (ch *choices) points() int { return 2 + 2*len(ch.pieces) + len(ch.table) }
 
-// segBuf holds a solve's envelope segments, their running lengths and a
-// copy for crossingSlope, for the next solve. Made fresh for every solve,
-// their pages (17 MB of segments and lengths at 100 × 10,624, where every
-// count is a vertex) cost more than the hull that fills them. One is kept
-// (segKept), not in a sync.Pool: the collector empties a pool within two
-// cycles, and a solve of that size starts one or two. It holds what the
-// largest recent solve needed, up to segKeepMax segments;
-// relaxation.release gives it back.
-type segBuf struct {
-	segs []seg
-	lens []int
-	all  []seg // every segment in one slice, for crossingSlope
-}
-
-const segKeepMax = 1 << 21 // 32 MB of segments, 16 MB of lengths
-
-var segKept struct {
-	sync.Mutex
-	buf *segBuf
-}
-
-// takeSegBuf returns the kept buffer, or a new one if another solve has it.
-func takeSegBuf() *segBuf {
-	segKept.Lock()
-	defer segKept.Unlock()
-	b := segKept.buf
-	segKept.buf = nil
-	if b == nil {
-		b = new(segBuf)
-	}
-	return b
-}
-
-// release gives the segments' buffer back: r's per must no longer be read.
-func (r *relaxation) release() {
-	if r.buf == nil {
-		return
-	}
-	if cap(r.buf.segs) <= segKeepMax {
-		segKept.Lock()
-		if segKept.buf == nil || cap(segKept.buf.segs) < cap(r.buf.segs) {
-			segKept.buf = r.buf
+// hullAdd adds q, at a count no lower than the hull's last, to an upper
+// hull built left to right (monotone chain).
+func hullAdd(hull []pt, q pt) []pt {
+	if n := len(hull); n > 0 && hull[n-1].k == q.k {
+		if q.v <= hull[n-1].v {
+			return hull
 		}
-		segKept.Unlock()
+		hull = hull[:n-1]
 	}
-	r.buf, r.per = nil, nil
+	for len(hull) >= 2 {
+		a, b := hull[len(hull)-2], hull[len(hull)-1]
+		// b is under the chord a–q: drop it.
+		if (b.v-a.v)*float64(q.k-a.k) <= (q.v-a.v)*float64(b.k-a.k) {
+			hull = hull[:len(hull)-1]
+			continue
+		}
+		break
+	}
+	return append(hull, q)
 }
 
 // relaxation is the LP relaxation the windows are bounded with: each
@@ -196,7 +166,7 @@ func relax(p *Problem, chs []choices, val valueFunc) (r relaxation, ok bool) {
 		work += len(chs[j].table)
 		at[j+1] = at[j] + chs[j].points()
 	}
-	r.buf = takeSegBuf()
+	r.buf = segKept.take()
 	r.buf.segs = slices.Grow(r.buf.segs[:0], at[J])[:at[J]]
 	r.buf.lens = slices.Grow(r.buf.lens[:0], at[J]+J)[:at[J]+J]
 	// lens[j][i]: Σ len of per[j][:i].

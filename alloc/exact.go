@@ -192,9 +192,9 @@ type choices struct {
 // valueFunc is an objective term: Trainer j's value on k nodes.
 type valueFunc func(j, k int) float64
 
-// rowFunc sets dst[i] to Trainer j's value on lo+i nodes: a valueFunc's
-// numbers, a Trainer's counts at a time.
-type rowFunc func(j, lo int, dst []float64)
+// rowFunc returns Trainer j's values on lo..lo+n−1 nodes: a valueFunc's
+// numbers, a Trainer's counts at a time, in a table it owns.
+type rowFunc func(j, lo, n int) []float64
 
 // trainerChoices describes Trainer j's feasible counts and their values.
 // With linear set, val is linear between the curve's breakpoints and on
@@ -215,10 +215,10 @@ func trainerChoices(p *Problem, j, n, step int, val valueFunc, rows rowFunc, lin
 	ch.maxK, ch.lo = hi, lo
 	if !linear {
 		// The table first: with rows, val then reads it for these counts.
-		ch.table = make([]float64, hi-lo+1)
 		if rows != nil {
-			rows(j, lo, ch.table)
+			ch.table = rows(j, lo, hi-lo+1)
 		} else {
+			ch.table = make([]float64, hi-lo+1)
 			for k := lo; k <= hi; k++ {
 				ch.table[k-lo] = val(j, k)
 			}

@@ -72,7 +72,8 @@ func ExactRounding(p *Problem) (float64, bool) {
 // wide reports that the narrow windows' choice was not kept.
 func CountsWithNarrow(p *Problem, adaptive bool, rel float64) (counts []int, ok, wide bool) {
 	if adaptive {
-		val, rows := p.priceRows(AdaptiveHorizon{})
+		val, rows, done := p.priceRows(AdaptiveHorizon{})
+		defer done()
 		return solveCounts(p, val, rows, false, rel)
 	}
 	return solveCounts(p, p.Value, nil, true, rel)

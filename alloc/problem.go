@@ -25,6 +25,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -504,7 +505,7 @@ func (p *Problem) Prices(pr Pricing) func(j, k int) float64 {
 	if _, ok := pr.(FixedHorizon); ok {
 		return p.Value
 	}
-	val, _ := p.priceRows(pr)
+	val, _, _ := p.priceRows(pr)
 	return val
 }
 
@@ -512,13 +513,16 @@ func (p *Problem) Prices(pr Pricing) func(j, k int) float64 {
 // values a Trainer's counts at a time, without two calls per count (nil
 // for other pricings). The rows it fills are what val then reads for
 // those counts (the same numbers), so that a Trainer's gains are not kept
-// twice: their table is scratch, given back once the row is filled.
-func (p *Problem) priceRows(pr Pricing) (valueFunc, rowFunc) {
+// twice: their table is scratch, given back once the row is filled. The
+// rows come from a slab kept across solves (tableSlab): done gives it
+// back, after which neither val nor the rows may be used.
+func (p *Problem) priceRows(pr Pricing) (val valueFunc, fill rowFunc, done func()) {
+	done = func() {}
 	if pr == nil {
-		return p.Value, nil
+		return p.Value, nil, done
 	}
 	if _, ok := pr.(FixedHorizon); ok {
-		return p.Value, nil
+		return p.Value, nil, done
 	}
 	var gain func(j, k int) float64
 	var into func(j int, sc *scratch) []float64
@@ -534,45 +538,62 @@ func (p *Problem) priceRows(pr Pricing) (valueFunc, rowFunc) {
 		t := &p.Trainers[j]
 		rate[j], weight[j] = t.Rate(p.Goal(), len(t.Held)), t.Priority()
 	}
+	// The rescale costs rounded on their own (float64(…)), so that no
+	// platform fuses them into the subtraction: fill and price must give
+	// the same bits.
 	price := func(j, k int, g float64) float64 {
 		t := &p.Trainers[j]
 		c := len(t.Held)
 		v := g
 		switch {
 		case k > c:
-			v -= t.RUp * rate[j]
+			v -= float64(t.RUp * rate[j])
 		case k < c:
-			v -= t.RDown * rate[j]
+			v -= float64(t.RDown * rate[j])
 		}
 		return weight[j] * v
 	}
 	if into == nil {
-		return func(j, k int) float64 { return price(j, k, gain(j, k)) }, nil
+		return func(j, k int) float64 { return price(j, k, gain(j, k)) }, nil, done
 	}
 	// rows[j], from count lo[j]: the row filled for Trainer j.
 	rows, lo := make([][]float64, len(p.Trainers)), make([]int, len(p.Trainers))
-	val := func(j, k int) float64 {
+	val = func(j, k int) float64 {
 		if r := rows[j]; k >= lo[j] && k-lo[j] < len(r) {
 			return r[k-lo[j]]
 		}
 		return price(j, k, gain(j, k))
 	}
-	fill := func(j, from int, dst []float64) {
+	slab := new(tableSlab)
+	var once sync.Once
+	fill = func(j, from, n int) []float64 {
+		once.Do(func() { slab = takeTableSlab() })
+		dst := slab.take(n)
 		sc := scratchPool.Get().(*scratch)
 		defer scratchPool.Put(sc)
 		sc.reset()
 		g := into(j, sc)
+		// price's arithmetic, its cases as ranges of counts: below the
+		// current size c, c, above it (and what g does not hold).
+		t := &p.Trainers[j]
+		c, w := len(t.Held), weight[j]
+		up, down := float64(t.RUp*rate[j]), float64(t.RDown*rate[j])
 		for i := range dst {
-			k := from + i
-			if k <= 0 || k >= len(g) {
+			switch k := from + i; {
+			case k <= 0 || k >= len(g):
 				dst[i] = price(j, k, gain(j, k))
-				continue
+			case k < c:
+				dst[i] = w * (g[k] - down)
+			case k > c:
+				dst[i] = w * (g[k] - up)
+			default:
+				dst[i] = w * g[k]
 			}
-			dst[i] = price(j, k, g[k])
 		}
 		rows[j], lo[j] = dst, from
+		return dst
 	}
-	return val, fill
+	return val, fill, func() { once.Do(func() {}); slab.release() }
 }
 
 // Goal is the objective the Problem maximises: Objective, with "" read as
