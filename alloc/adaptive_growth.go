@@ -62,14 +62,26 @@ func (m *adaptiveModel) growthGains(j int, full []block, rates, speed, out []flo
 		}
 		i = e
 	}
-	// grown[d]: the horizon of the nodes count C+d grows onto (gainOf's).
+	// grown[d]: the horizon of the nodes count C+d grows onto (gainOf's);
+	// hmin, hmax: the least and greatest of them (compares, not min and
+	// max: the builtins' NaN and signed-zero rules cost more than the
+	// loop; finish is never NaN).
 	grown := sc.take(D + 1)
+	hmin, hmax := math.Inf(1), math.Inf(-1)
 	for d := 1; d <= D; d++ {
-		finish := math.Inf(1)
+		H := m.gap
 		if P := speed[C+d]; t.Remaining > 0 && P > 0 {
-			finish = t.Remaining / P
+			if finish := t.Remaining / P; finish < H {
+				H = finish
+			}
 		}
-		grown[d] = min(finish, m.gap)
+		grown[d] = H
+		if H < hmin {
+			hmin = H
+		}
+		if H > hmax {
+			hmax = H
+		}
 	}
 	g := out[C:] // g[d]: count C+d
 	rDown := t.RDown
@@ -79,20 +91,8 @@ func (m *adaptiveModel) growthGains(j int, full []block, rates, speed, out []flo
 	sums := D >= sumsFrom
 	var terms []sumTerm
 	var konst []float64
-	// hmin, hmax: the least and greatest horizon of the growth counts
-	// (compares, not min and max: the builtins' NaN and signed-zero rules
-	// cost more than the loop).
-	hmin, hmax := grown[1], grown[1]
 	if sums {
 		konst = sc.take(D + 2)
-		for _, H := range grown[1:] {
-			if H < hmin {
-				hmin = H
-			}
-			if H > hmax {
-				hmax = H
-			}
-		}
 	}
 	sumAt := func(from int, os ...*nodeOutlook) bool {
 		if !sums || from > D {
