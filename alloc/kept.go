@@ -83,9 +83,15 @@ const tableKeepMax = 1 << 22 // 32 MB
 
 var tablesKept kept[tableSlab]
 
-// takeTableSlab returns the kept slab, emptied, or a new one.
-func takeTableSlab() *tableSlab {
+// takeTableSlab returns the kept slab, emptied, or a new one, of at least
+// size values when that is within tableKeepMax: made here, not at the
+// first solve's release, its pages are first touched by the solve that
+// fills them.
+func takeTableSlab(size int) *tableSlab {
 	s := tablesKept.take()
+	if size > len(s.buf) && size <= tableKeepMax {
+		s.buf = make([]float64, size)
+	}
 	s.used.Store(0)
 	s.need.Store(0)
 	return s

@@ -567,7 +567,15 @@ func (p *Problem) priceRows(pr Pricing) (val valueFunc, fill rowFunc, done func(
 	slab := new(tableSlab)
 	var once sync.Once
 	fill = func(j, from, n int) []float64 {
-		once.Do(func() { slab = takeTableSlab() })
+		once.Do(func() {
+			// Room for every Trainer's counts 0..hi: no row is longer.
+			size, n := 0, p.Size()
+			for j := range p.Trainers {
+				_, hi := p.boundsIn(j, n)
+				size += max(hi, len(p.Trainers[j].Held)) + 1
+			}
+			slab = takeTableSlab(size)
+		})
 		dst := slab.take(n)
 		sc := scratchPool.Get().(*scratch)
 		defer scratchPool.Put(sc)
