@@ -113,15 +113,16 @@ func (AdaptiveHorizon) Name() string { return "adaptive" }
 // Gains returns the adaptive gain of every Trainer and count; it computes
 // the life table and each Trainer's gains once.
 func (AdaptiveHorizon) Gains(p *Problem) func(j, k int) float64 {
-	gain, _ := adaptiveGains(p)
+	gain, _, _ := adaptiveGains(p)
 	return gain
 }
 
 // adaptiveGains is Gains, and into: Trainer j's gains for k = 0..hi
 // (hi its largest count), every array taken from sc (reset), the table
 // too, and not kept (gain keeps its own, built on first use; a Trainer's
-// by one goroutine at a time).
-func adaptiveGains(p *Problem) (gain func(j, k int) float64, into func(j int, sc *scratch) []float64) {
+// by one goroutine at a time). release keeps the model's arrays for the
+// next solve: neither gain nor into may be called after it.
+func adaptiveGains(p *Problem) (gain func(j, k int) float64, into func(j int, sc *scratch) []float64, release func()) {
 	m := newAdaptiveModel(p)
 	tables := make([][]float64, len(p.Trainers))
 	gain = func(j, k int) float64 {
@@ -136,7 +137,7 @@ func adaptiveGains(p *Problem) (gain func(j, k int) float64, into func(j int, sc
 		}
 		return m.gain(j, k)
 	}
-	return gain, func(j int, sc *scratch) []float64 { return m.gainsIn(j, sc, true) }
+	return gain, func(j int, sc *scratch) []float64 { return m.gainsIn(j, sc, true) }, m.release
 }
 
 // adaptiveModel is what AdaptiveHorizon needs of one Problem.
@@ -145,10 +146,10 @@ type adaptiveModel struct {
 	now      time.Time // decision time (Problem.Now, or the youngest node's Since)
 	gap      float64   // τ: Problem.Idle.FreeGap()
 	sv       *survival
-	free     []nodeOutlook // free nodes, oldest first
-	youngest nodeOutlook   // the youngest node of the decision
-	// freeAdded and youngestAdded are free and youngest marked added:
-	// what the blocks of a Trainer's growth point to.
+	youngest nodeOutlook // the youngest node of the decision
+	// freeAdded are the free nodes' outlooks, oldest first, and
+	// youngestAdded the youngest's, marked added: what the blocks of a
+	// Trainer's growth point to.
 	freeAdded     []nodeOutlook
 	youngestAdded nodeOutlook
 	before        []int // B_j
@@ -156,7 +157,12 @@ type adaptiveModel struct {
 	// i-th starting at position freeStart[i].
 	freeBlocks []block
 	freeStart  []int
-	size       int // p.Size()
+	// heldAll[heldAt[j]:heldAt[j+1]]: Trainer j's nodes' outlooks, in
+	// Place's order.
+	heldAll []nodeOutlook
+	heldAt  []int
+	buf     *modelBuf // where ages, freeAdded and heldAll came from
+	size    int       // p.Size()
 }
 
 func newAdaptiveModel(p *Problem) *adaptiveModel {
@@ -172,25 +178,42 @@ func newAdaptiveModel(p *Problem) *adaptiveModel {
 			}
 		}
 	}
-	ages := make([]float64, 0, p.Size())
-	free := sortedNodes(p.Free)
-	for i := range free {
-		ages = append(ages, ageSeconds(m.now, free[i].Since))
+	m.buf = modelsKept.take()
+	ages := sized(m.buf.ages, p.Size())[:0]
+	// The nodes by index in Place's order, not copied (80 bytes a node).
+	kb := keysKept.take()
+	defer keysKept.give(kb, func(k *[]nodeKey) int { return cap(*k) })
+	keys := sortKeys(p.Free, *kb)
+	for _, k := range keys {
+		ages = append(ages, ageSeconds(m.now, p.Free[k.i].Since))
 	}
+	held := 0
 	for j := range p.Trainers {
 		for _, n := range p.Trainers[j].Held {
 			ages = append(ages, ageSeconds(m.now, n.Since))
 		}
+		held += len(p.Trainers[j].Held)
 	}
 	m.sv = newSurvival(p.Idle, ages)
-	m.free = make([]nodeOutlook, len(free))
-	for i := range free {
-		m.free[i] = m.outlookUntil(ages[i], free[i].Until)
-	}
-	m.freeAdded = slices.Clone(m.free)
-	for i := range m.freeAdded {
+	m.freeAdded = sized(m.buf.free, len(p.Free))
+	for i, k := range keys {
+		m.freeAdded[i] = m.outlookUntil(ages[i], p.Free[k.i].Until)
 		m.freeAdded[i].added = true
 	}
+	// Every Trainer's held outlooks, once: the gains and each gain off
+	// the table read them.
+	m.heldAt = make([]int, len(p.Trainers)+1)
+	m.heldAll = sized(m.buf.held, held)[:0]
+	for j := range p.Trainers {
+		ns := p.Trainers[j].Held
+		keys = sortKeys(ns, keys)
+		for _, k := range keys {
+			m.heldAll = append(m.heldAll, m.outlookUntil(ageSeconds(m.now, ns[k.i].Since), ns[k.i].Until))
+		}
+		m.heldAt[j+1] = len(m.heldAll)
+	}
+	*kb = keys
+	m.buf.ages = ages
 	m.freeBlocks = blocksOf(m.freeAdded)
 	m.freeStart = make([]int, len(m.freeBlocks))
 	for i, at := 1, 0; i < len(m.freeBlocks); i++ {
@@ -270,15 +293,11 @@ type trainerSets struct {
 
 func (m *adaptiveModel) sets(j, hi int) trainerSets {
 	t := &m.p.Trainers[j]
-	held := sortedNodes(t.Held)
-	ts := trainerSets{held: make([]nodeOutlook, len(held)), youngFirst: m.p.Semantics == Reference}
-	for i := range held {
-		ts.held[i] = m.outlookUntil(ageSeconds(m.now, held[i].Since), held[i].Until)
-	}
-	for i := 0; len(held)+i < hi; i++ {
+	ts := trainerSets{held: m.heldOutlooks(j), youngFirst: m.p.Semantics == Reference}
+	for i := 0; len(t.Held)+i < hi; i++ {
 		o := m.youngest
-		if pos := m.before[j] + i; pos < len(m.free) {
-			o = m.free[pos]
+		if pos := m.before[j] + i; pos < len(m.freeAdded) {
+			o = m.freeAdded[pos]
 		}
 		o.added = true
 		ts.added = append(ts.added, o)
@@ -336,14 +355,10 @@ func (m *adaptiveModel) gainsIn(j int, sc *scratch, scratchOut bool) []float64 {
 	return out
 }
 
-// heldOutlooks returns the outlooks of Trainer j's nodes, in Place's order.
+// heldOutlooks returns the outlooks of Trainer j's nodes, in Place's
+// order (the model's: not to be changed).
 func (m *adaptiveModel) heldOutlooks(j int) []nodeOutlook {
-	held := sortedNodes(m.p.Trainers[j].Held)
-	out := make([]nodeOutlook, len(held))
-	for i := range held {
-		out[i] = m.outlookUntil(ageSeconds(m.now, held[i].Since), held[i].Until)
-	}
-	return out
+	return m.heldAll[m.heldAt[j]:m.heldAt[j+1]:m.heldAt[j+1]]
 }
 
 // addedBlocks returns the blocks of the n nodes Trainer j's growth is
@@ -354,7 +369,7 @@ func (m *adaptiveModel) heldOutlooks(j int) []nodeOutlook {
 func (m *adaptiveModel) addedBlocks(j, n int) []block {
 	var out []block
 	pos, end := m.before[j], m.before[j]+max(n, 0)
-	if stop := min(end, len(m.free)); pos < stop {
+	if stop := min(end, len(m.freeAdded)); pos < stop {
 		b, _ := slices.BinarySearch(m.freeStart, pos+1)
 		b-- // the last block starting at or before pos
 		for ; pos < stop; b++ {

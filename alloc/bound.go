@@ -50,7 +50,7 @@ func (ch *choices) envelope(dst []seg) (k0 int, v0 float64, segs []seg, ok bool)
 	// The hull in a buffer of the pool's (a table's points are 170 kB at
 	// N_max = 10,624).
 	buf := ptsPool.Get().(*[]pt)
-	pts := slices.Grow((*buf)[:0], ch.points())
+	pts := sized(*buf, ch.points())[:0]
 	defer func() {
 		*buf = pts[:0]
 		ptsPool.Put(buf)
@@ -143,7 +143,7 @@ type relaxation struct {
 	per       [][]seg
 	star, top float64
 	lb        float64
-	buf       *segBuf // per's storage, from segPool
+	buf       *segBuf // per's storage and the DP's, kept (segKept)
 }
 
 // relax builds the relaxation; false when no bound applies (then every
@@ -160,15 +160,15 @@ func relax(p *Problem, chs []choices, val valueFunc) (r relaxation, ok bool) {
 	okj := make([]bool, J)
 	work := 0
 	// Trainer j's segments (at most its points less one) and their
-	// running lengths go to its own stretch of one buffer, from segPool.
+	// running lengths go to its own stretch of one buffer, kept (segKept).
 	at := make([]int, J+1)
 	for j := range chs {
 		work += len(chs[j].table)
 		at[j+1] = at[j] + chs[j].points()
 	}
 	r.buf = segKept.take()
-	r.buf.segs = slices.Grow(r.buf.segs[:0], at[J])[:at[J]]
-	r.buf.lens = slices.Grow(r.buf.lens[:0], at[J]+J)[:at[J]+J]
+	r.buf.segs = sized(r.buf.segs, at[J])
+	r.buf.lens = sized(r.buf.lens, at[J]+J)
 	// lens[j][i]: Σ len of per[j][:i].
 	lens := make([][]int, J)
 	perTrainer(J, work, func(j int) {
@@ -226,7 +226,7 @@ func relax(p *Problem, chs []choices, val valueFunc) (r relaxation, ok bool) {
 		searches += bits.Len(uint(len(per[j])))
 	}
 	if S < 40*searches {
-		all := slices.Grow(r.buf.all[:0], S)
+		all := sized(r.buf.all, S)[:0]
 		for j := range J {
 			all = append(all, per[j]...)
 		}
@@ -428,11 +428,12 @@ func lambdaGrid(star, top float64) []float64 {
 // path; it is tight where the grid holds the fills' marginal slopes,
 // which along an optimal path are near λ*: hence lambdaGrid. Measured on the exascale
 // instances, its windows are within 3 % of G's (issue 23).
-func gridPrune(k0 []int, v0 []float64, lambdas []float64, per [][]seg, N int, L, U []int, lb float64) (from, to []int) {
+func gridPrune(k0 []int, v0 []float64, lambdas []float64, per [][]seg, N int, L, U []int, lb float64, keep *[]float64) (from, to []int) {
 	J := len(k0)
 	G := len(lambdas)
-	// psi[j*G+g]: Σ over Trainers before j of Σ len·(slope − λ_g)⁺.
-	psi := make([]float64, (J+1)*G)
+	// psi[j*G+g]: Σ over Trainers before j of Σ len·(slope − λ_g)⁺, in
+	// keep's array.
+	psi := zeros(keep, (J+1)*G)
 	for j := range J {
 		row, next := psi[j*G:(j+1)*G], psi[(j+1)*G:(j+2)*G]
 		copy(next, row)

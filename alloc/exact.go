@@ -343,7 +343,7 @@ func solveCounts(p *Problem, val valueFunc, rows rowFunc, linear bool, rel float
 	windows := func(ptol float64) (F, T []int) {
 		F, T = slices.Clone(L), slices.Clone(U)
 		if bounded {
-			from, to := gridPrune(r.k0, r.v0, lambdaGrid(r.star, r.top), r.per, N, L, U, r.lb-ptol)
+			from, to := gridPrune(r.k0, r.v0, lambdaGrid(r.star, r.top), r.per, N, L, U, r.lb-ptol, &r.buf.psi)
 			for j := 1; j <= J; j++ {
 				F[j], T[j] = max(L[j], from[j]), min(U[j], to[j])
 			}
@@ -370,10 +370,10 @@ func solveCounts(p *Problem, val valueFunc, rows rowFunc, linear bool, rel float
 	widePtol := 1e-9 * scale
 	narrow := min(widePtol, max(rel*mag, 4*tol))
 	F, T := windows(narrow)
-	counts, deficit, ok := walkDP(chs, val, U, F, T, tol)
+	counts, deficit, ok := walkDP(chs, val, U, F, T, tol, &r.buf.dp)
 	if narrow < widePtol && (!ok || deficit+2*tol > narrow) {
 		F, T = windows(widePtol)
-		counts, _, ok = walkDP(chs, val, U, F, T, tol)
+		counts, _, ok = walkDP(chs, val, U, F, T, tol, &r.buf.dp)
 		return counts, ok, true
 	}
 	return counts, ok, false
@@ -382,7 +382,8 @@ func solveCounts(p *Problem, val valueFunc, rows rowFunc, linear bool, rel float
 // walkDP runs the DP over stages 1..J on the windows [F[j], T[j]] and
 // walks back its counts, with the tie rule below; deficit is how far
 // their value falls short of the DP's optimum, false when no counts fit.
-func walkDP(chs []choices, val valueFunc, U, F, T []int, tol float64) (counts []int, deficit float64, ok bool) {
+// The stages' values go to keep's array (grown if it is short).
+func walkDP(chs []choices, val valueFunc, U, F, T []int, tol float64, keep *[]float64) (counts []int, deficit float64, ok bool) {
 	J, N := len(chs), U[len(U)-1] // N: the most nodes the stages can use
 	width, maxPieces, maxLen, total, span := 1, 0, 0, 0, 0
 	for j := 0; j <= J; j++ {
@@ -398,8 +399,8 @@ func walkDP(chs []choices, val valueFunc, U, F, T []int, tol float64) (counts []
 			}
 		}
 	}
-	// Every stage's values are kept for the walk back.
-	buf := make([]float64, total)
+	// Every stage's values are kept for the walk back, in keep's array.
+	buf := zeros(keep, total)
 	dps := make([][]float64, J+1)
 	for j := 0; j <= J; j++ {
 		n := max(0, T[j]-F[j]+1)

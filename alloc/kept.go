@@ -42,6 +42,29 @@ func (k *kept[T]) give(v *T, size func(*T) int) {
 	}
 }
 
+// sized returns s with length n, s's own array if it holds n, else a new
+// one (its contents then undefined to the caller). Not slices.Grow: that
+// appends n zeros, and runtime's append clears the new array in one call
+// no goroutine switch can interrupt; at 17 MB of segments the collector's
+// worker then spun on the other core, signalling, for the whole clear (a
+// third of a cold solve's 190 ms at 100 × 10,624). make clears large
+// arrays in preemptible chunks, and not at all when their pages come
+// fresh from the system.
+func sized[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// zeros returns n zeros in *keep's array, grown (and kept there) if it is
+// short.
+func zeros(keep *[]float64, n int) []float64 {
+	*keep = sized(*keep, n)
+	clear(*keep)
+	return *keep
+}
+
 // segBuf holds a solve's envelope segments, their running lengths and a
 // copy for crossingSlope, for the next solve. Made fresh for every solve,
 // their pages (17 MB of segments and lengths at 100 × 10,624, where every
@@ -52,6 +75,9 @@ type segBuf struct {
 	segs []seg
 	lens []int
 	all  []seg // every segment in one slice, for crossingSlope
+	// gridPrune's sums and the DP's values (walkDP), up to 1 MB each a
+	// solve at exascale size.
+	psi, dp []float64
 }
 
 const segKeepMax = 1 << 21 // 32 MB of segments, 16 MB of lengths
@@ -115,4 +141,63 @@ func (s *tableSlab) release() {
 		s.buf = make([]float64, need)
 	}
 	tablesKept.give(s, func(t *tableSlab) int { return len(t.buf) })
+}
+
+// nameSet is Validate's map of node names to their holders ("" free),
+// kept for the next call (0.7 MB at 10,624 nodes, made for every solve
+// before) up to namesKeepMax names; clear keeps a map's storage.
+type nameSet struct {
+	m map[string]string
+	n int // the names it held
+}
+
+const namesKeepMax = 1 << 17
+
+var namesKept kept[nameSet]
+
+// empty returns the map, emptied, made for n names if there is none.
+func (s *nameSet) empty(n int) map[string]string {
+	if s.m == nil {
+		s.m = make(map[string]string, n)
+	}
+	return s.m
+}
+
+// release empties the map and keeps it.
+func (s *nameSet) release() {
+	s.n = max(s.n, len(s.m))
+	if s.n > namesKeepMax {
+		return
+	}
+	clear(s.m)
+	namesKept.give(s, func(s *nameSet) int { return s.n })
+}
+
+// keysKept keeps the node keys of the model's and Place's sorts (32
+// bytes a node) for the next sort.
+var keysKept kept[[]nodeKey]
+
+// modelBuf is an adaptive model's node ages and outlooks (72 bytes a
+// node, 0.8 MB at 10,624), kept for the next solve's model up to
+// modelKeepMax nodes; adaptiveModel.release gives it back.
+type modelBuf struct {
+	ages       []float64
+	free, held []nodeOutlook
+}
+
+const modelKeepMax = 1 << 20
+
+var modelsKept kept[modelBuf]
+
+// release keeps m's arrays for the next model: m must no longer be used.
+func (m *adaptiveModel) release() {
+	b := m.buf
+	if b == nil {
+		return
+	}
+	m.buf = nil
+	b.free, b.held = m.freeAdded, m.heldAll
+	if size := cap(b.free) + cap(b.held); size <= modelKeepMax {
+		modelsKept.give(b, func(b *modelBuf) int { return cap(b.free) + cap(b.held) })
+	}
 }

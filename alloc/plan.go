@@ -106,61 +106,50 @@ func nodeCmp(a, b *Node) int {
 	return cmp.Compare(a.Name, b.Name)
 }
 
-func sortedNodes(ns []Node) []Node {
-	order := nodeOrder(ns)
-	if order == nil {
-		return ns
-	}
-	out := make([]Node, len(ns))
-	for i, k := range order {
-		out[i] = ns[k]
-	}
-	return out
-}
-
-// sortedRefs is sortedNodes as pointers into ns: no node copied.
-func sortedRefs(ns []Node) []*Node {
+// sortedRefs returns pointers into ns in nodeCmp's order: no node copied.
+// The sort's keys go to *keys' array (grown if it is short).
+func sortedRefs(ns []Node, keys *[]nodeKey) []*Node {
+	*keys = sortKeys(ns, *keys)
 	out := make([]*Node, len(ns))
-	order := nodeOrder(ns)
-	for i := range ns {
-		k := int32(i)
-		if order != nil {
-			k = order[i]
-		}
-		out[i] = &ns[k]
+	for i, k := range *keys {
+		out[i] = &ns[k.i]
 	}
 	return out
 }
 
-// nodeOrder returns the indices of ns in nodeCmp's order, or nil if ns
-// is in that order already.
-func nodeOrder(ns []Node) []int32 {
-	sorted := true
+func nodesSorted(ns []Node) bool {
 	for i := 1; i < len(ns); i++ {
 		if nodeCmp(&ns[i-1], &ns[i]) > 0 {
-			sorted = false
-			break
+			return false
 		}
 	}
-	if sorted {
-		return nil
-	}
-	// Sort integer keys, not time.Time values: several times faster on
-	// a Summit-sized pool.
-	type key struct {
-		u, t  int64 // u: unplanned first, then the latest planned start
-		order int
-		i     int32
-	}
-	keys := make([]key, len(ns))
+	return true
+}
+
+// nodeKey is a node's place in nodeCmp's order as integers (sorting them
+// is several times faster than sorting time.Time values on a Summit-sized
+// pool), and its index.
+type nodeKey struct {
+	u, t  int64 // u: unplanned first, then the latest planned start
+	order int
+	i     int32
+}
+
+// sortKeys returns ns's keys in nodeCmp's order, in keys' array when it
+// holds them: k.i is the index of the node at k's place.
+func sortKeys(ns []Node, keys []nodeKey) []nodeKey {
+	keys = sized(keys, len(ns))
 	for i := range ns {
 		u := int64(math.MinInt64)
 		if !ns[i].Until.IsZero() {
 			u = -ns[i].Until.UnixNano()
 		}
-		keys[i] = key{u, ns[i].Since.UnixNano(), ns[i].Order, int32(i)}
+		keys[i] = nodeKey{u, ns[i].Since.UnixNano(), ns[i].Order, int32(i)}
 	}
-	slices.SortFunc(keys, func(a, b key) int {
+	if nodesSorted(ns) {
+		return keys
+	}
+	slices.SortFunc(keys, func(a, b nodeKey) int {
 		if c := cmp.Compare(a.u, b.u); c != 0 {
 			return c
 		}
@@ -172,11 +161,7 @@ func nodeOrder(ns []Node) []int32 {
 		}
 		return cmp.Compare(ns[a.i].Name, ns[b.i].Name)
 	})
-	out := make([]int32, len(ns))
-	for i, k := range keys {
-		out[i] = k.i
-	}
-	return out
+	return keys
 }
 
 // Place turns node counts into a Plan, choosing physical nodes by a fixed
@@ -205,11 +190,13 @@ func place(p *Problem, counts []int, val valueFunc) []Assignment {
 		drops += max(0, len(p.Trainers[j].Held)-counts[j])
 	}
 	released := make([]*Node, 0, drops)
+	keys := keysKept.take()
+	defer keysKept.give(keys, func(k *[]nodeKey) int { return cap(*k) })
 	for j := range p.Trainers {
 		t := &p.Trainers[j]
 		a := &out[j]
 		a.ID, a.From, a.To = t.ID, len(t.Held), counts[j]
-		held := sortedRefs(t.Held)
+		held := sortedRefs(t.Held, keys)
 		keep := held
 		if counts[j] < len(held) {
 			drop := len(held) - counts[j]
@@ -228,7 +215,7 @@ func place(p *Problem, counts []int, val valueFunc) []Assignment {
 		a.Nodes = refNames(keep)
 		a.Value = val(j, counts[j])
 	}
-	pool := sortedRefs(p.Free)
+	pool := sortedRefs(p.Free, keys)
 	if len(released) > 0 {
 		back := slices.Clone(released)
 		slices.SortFunc(back, nodeCmp)

@@ -191,7 +191,9 @@ func (p *Problem) Validate() error {
 			}
 		}
 	}
-	seen := make(map[string]string, p.Size())
+	names := namesKept.take()
+	defer names.release()
+	seen := names.empty(p.Size())
 	for _, n := range p.Free {
 		if n.Name == "" {
 			return bad("", "free", "node with an empty name")
@@ -526,8 +528,9 @@ func (p *Problem) priceRows(pr Pricing) (val valueFunc, fill rowFunc, done func(
 	}
 	var gain func(j, k int) float64
 	var into func(j int, sc *scratch) []float64
+	release := func() {}
 	if _, ok := pr.(AdaptiveHorizon); ok {
-		gain, into = adaptiveGains(p)
+		gain, into, release = adaptiveGains(p)
 	} else {
 		gain = pr.Gains(p)
 	}
@@ -601,7 +604,7 @@ func (p *Problem) priceRows(pr Pricing) (val valueFunc, fill rowFunc, done func(
 		rows[j], lo[j] = dst, from
 		return dst
 	}
-	return val, fill, func() { once.Do(func() {}); slab.release() }
+	return val, fill, func() { once.Do(func() {}); slab.release(); release() }
 }
 
 // Goal is the objective the Problem maximises: Objective, with "" read as
