@@ -75,3 +75,25 @@ func TestPlacementTakesUnplannedFirst(t *testing.T) {
 		t.Errorf("shrink by 1 releases %v, want %v", got, want)
 	}
 }
+
+// Nodes that shrinking Trainers release join the free pool in column
+// order, not in the order they were released: growth takes the one idle
+// longest first, wherever it came from.
+func TestPlacementTakesReleasedInColumnOrder(t *testing.T) {
+	at := func(name string, ago time.Duration) alloc.Node { return alloc.Node{Name: name, Since: now.Add(-ago)} }
+	p := &alloc.Problem{Now: now,
+		Free: []alloc.Node{at("f", 150*time.Minute)},
+		Trainers: []alloc.Trainer{
+			{ID: "a", Min: 1, Max: 4, Curve: linear, Held: []alloc.Node{at("a1", 3*time.Hour), at("a2", time.Hour)}},
+			{ID: "b", Min: 1, Max: 4, Curve: linear, Held: []alloc.Node{at("b1", 4*time.Hour), at("b2", 2*time.Hour)}},
+			{ID: "c", Min: 1, Max: 4, Curve: linear},
+		}}
+	as := alloc.Place(p, []int{0, 0, 3})
+	// a releases a2 then a1 (youngest first), b b2 then b1.
+	if got, want := as[0].Release, []string{"a2", "a1"}; !slices.Equal(got, want) {
+		t.Errorf("a releases %v, want %v", got, want)
+	}
+	if got, want := as[2].Add, []string{"b1", "a1", "f"}; !slices.Equal(got, want) {
+		t.Errorf("c grows onto %v, want %v (idle longest first)", got, want)
+	}
+}

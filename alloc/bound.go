@@ -434,9 +434,16 @@ func gridPrune(k0 []int, v0 []float64, lambdas []float64, per [][]seg, N int, L,
 	// psi[j*G+g]: Σ over Trainers before j of Σ len·(slope − λ_g)⁺, in
 	// keep's array.
 	psi := zeros(keep, (J+1)*G)
+	// Each Trainer's own terms first, on all cores (a walk over its
+	// segments: every count at N_max 10,624), then the running sums:
+	// row j+1 = row j + Trainer j's terms, the same additions as one
+	// serial pass.
+	work := 0
 	for j := range J {
-		row, next := psi[j*G:(j+1)*G], psi[(j+1)*G:(j+2)*G]
-		copy(next, row)
+		work += len(per[j])
+	}
+	perTrainer(J, work, func(j int) {
+		next := psi[(j+1)*G : (j+2)*G]
 		// segments by decreasing slope, λ by increasing: walk from the
 		// largest λ down, adding the segments above it.
 		a, l, i := 0.0, 0, 0
@@ -447,7 +454,13 @@ func gridPrune(k0 []int, v0 []float64, lambdas []float64, per [][]seg, N int, L,
 				l += segs[i].len
 				i++
 			}
-			next[g] += a - lambdas[g]*float64(l)
+			next[g] = a - lambdas[g]*float64(l)
+		}
+	})
+	for j := range J {
+		row, next := psi[j*G:(j+1)*G], psi[(j+1)*G:(j+2)*G]
+		for g := range next {
+			next[g] = row[g] + next[g]
 		}
 	}
 	k0s := make([]int, J+1)

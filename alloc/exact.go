@@ -73,6 +73,25 @@ func perTrainer(n, work int, f func(j int)) {
 	wg.Wait()
 }
 
+// magnitudes returns the sum of the |value| of ch's choices (a piece's as
+// |α| + |β|·b) and its largest |value|.
+func (ch *choices) magnitudes() (sum, largest float64) {
+	sum = math.Abs(ch.zeroV) + math.Abs(ch.curV)
+	m := max(math.Abs(ch.zeroV), math.Abs(ch.curV))
+	for _, pc := range ch.pieces {
+		sum += math.Abs(pc.alpha) + math.Abs(pc.beta)*float64(pc.b)
+		m = max(m, math.Abs(pc.alpha+pc.beta*float64(pc.a)), math.Abs(pc.alpha+pc.beta*float64(pc.b)))
+	}
+	for _, v := range ch.table {
+		a := math.Abs(v)
+		sum += a
+		if a > m { // not max: its NaN rules cost more (values are never NaN)
+			m = a
+		}
+	}
+	return sum, m
+}
+
 // piece is a run of counts [a, b] on which a Trainer's value is α + β·k.
 type piece struct {
 	a, b        int
@@ -292,28 +311,22 @@ func solveCounts(p *Problem, val valueFunc, rows rowFunc, linear bool, rel float
 			work += hi
 		}
 	}
-	perTrainer(J, work, func(j int) { chs[j] = trainerChoices(p, j, N, step, val, rows, linear) })
 	// scale sums every |value| (the tolerances' old measure, kept for the
 	// walk back's ties); mag sums each Trainer's largest |value|, the size
-	// of a solution's value.
+	// of a solution's value. Each Trainer's part is summed beside its
+	// choices, the parts then in Trainer order: the same sum on any
+	// number of cores (a serial sum over every value took 1–2 ms at
+	// exascale size, issue 23).
+	scales, mags := make([]float64, J), make([]float64, J)
+	perTrainer(J, work, func(j int) {
+		chs[j] = trainerChoices(p, j, N, step, val, rows, linear)
+		scales[j], mags[j] = chs[j].magnitudes()
+	})
 	scale, mag := 1.0, 1.0
 	for j := range chs {
-		ch := &chs[j]
-		scale += math.Abs(ch.zeroV) + math.Abs(ch.curV)
-		m := max(math.Abs(ch.zeroV), math.Abs(ch.curV))
-		for _, pc := range ch.pieces {
-			scale += math.Abs(pc.alpha) + math.Abs(pc.beta)*float64(pc.b)
-			m = max(m, math.Abs(pc.alpha+pc.beta*float64(pc.a)), math.Abs(pc.alpha+pc.beta*float64(pc.b)))
-		}
-		for _, v := range ch.table {
-			a := math.Abs(v)
-			scale += a
-			if a > m { // not max: its NaN rules cost more (values are never NaN)
-				m = a
-			}
-		}
-		mag += m
-		if !ch.zero && ch.maxK == 0 {
+		scale += scales[j]
+		mag += mags[j]
+		if ch := &chs[j]; !ch.zero && ch.maxK == 0 {
 			return nil, false, false
 		}
 	}

@@ -117,15 +117,6 @@ func sortedRefs(ns []Node, keys *[]nodeKey) []*Node {
 	return out
 }
 
-func nodesSorted(ns []Node) bool {
-	for i := 1; i < len(ns); i++ {
-		if nodeCmp(&ns[i-1], &ns[i]) > 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // nodeKey is a node's place in nodeCmp's order as integers (sorting them
 // is several times faster than sorting time.Time values on a Summit-sized
 // pool), and its index.
@@ -138,30 +129,42 @@ type nodeKey struct {
 // sortKeys returns ns's keys in nodeCmp's order, in keys' array when it
 // holds them: k.i is the index of the node at k's place.
 func sortKeys(ns []Node, keys []nodeKey) []nodeKey {
-	keys = sized(keys, len(ns))
-	for i := range ns {
+	return sortKeysOf(len(ns), func(i int) *Node { return &ns[i] }, keys)
+}
+
+// sortKeysOf is sortKeys for the n nodes node(0), …, node(n−1).
+func sortKeysOf(n int, node func(i int) *Node, keys []nodeKey) []nodeKey {
+	keys = sized(keys, n)
+	sorted := true
+	for i := range n {
+		nd := node(i)
 		u := int64(math.MinInt64)
-		if !ns[i].Until.IsZero() {
-			u = -ns[i].Until.UnixNano()
+		if !nd.Until.IsZero() {
+			u = -nd.Until.UnixNano()
 		}
-		keys[i] = nodeKey{u, ns[i].Since.UnixNano(), ns[i].Order, int32(i)}
+		keys[i] = nodeKey{u, nd.Since.UnixNano(), nd.Order, int32(i)}
+		if i > 0 && sorted && keyCmp(node, keys[i-1], keys[i]) > 0 {
+			sorted = false
+		}
 	}
-	if nodesSorted(ns) {
-		return keys
+	if !sorted {
+		slices.SortFunc(keys, func(a, b nodeKey) int { return keyCmp(node, a, b) })
 	}
-	slices.SortFunc(keys, func(a, b nodeKey) int {
-		if c := cmp.Compare(a.u, b.u); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.t, b.t); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.order, b.order); c != 0 {
-			return c
-		}
-		return cmp.Compare(ns[a.i].Name, ns[b.i].Name)
-	})
 	return keys
+}
+
+// keyCmp is nodeCmp on keys.
+func keyCmp(node func(i int) *Node, a, b nodeKey) int {
+	if c := cmp.Compare(a.u, b.u); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.t, b.t); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.order, b.order); c != 0 {
+		return c
+	}
+	return cmp.Compare(node(int(a.i)).Name, node(int(b.i)).Name)
 }
 
 // Place turns node counts into a Plan, choosing physical nodes by a fixed
@@ -217,8 +220,11 @@ func place(p *Problem, counts []int, val valueFunc) []Assignment {
 	}
 	pool := sortedRefs(p.Free, keys)
 	if len(released) > 0 {
-		back := slices.Clone(released)
-		slices.SortFunc(back, nodeCmp)
+		*keys = sortKeysOf(len(released), func(i int) *Node { return released[i] }, *keys)
+		back := make([]*Node, len(released))
+		for i, k := range *keys {
+			back[i] = released[k.i]
+		}
 		pool = mergeRefs(pool, back)
 	}
 	next := 0
