@@ -44,16 +44,17 @@ type sumTerm struct {
 	from   int
 }
 
-// summable reports whether o's term can be summed over the horizons of
-// counts from..D: none cut by a plan, within the life table, S(a) > 0.
-// hmin and hmax are the least and greatest horizon of those counts.
+// summable reports whether o's term can be summed over every horizon in
+// [hmin, hmax]: none cut by a plan, within the life table, S(a) > 0. The
+// caller passes the least and greatest horizon of all the growth counts,
+// which bound those of the counts the term is summed over.
 func (m *adaptiveModel) summable(o *nodeOutlook, hmin, hmax float64) bool {
 	return o.s > 0 && o.until >= hmax && o.age+hmin > 0 && o.age+hmax < m.sv.edge[m.sv.end]
 }
 
 // sweep adds to g[d], d = 1..len(grown)−1, the terms active at d (from ≤
-// d; terms sorted by from) at horizon grown[d], and the constants konst
-// summed up to d (konst[d] joins at d).
+// d) at horizon grown[d], and the constants konst summed up to d (konst[d]
+// joins at d). It sorts terms by from (stably).
 func (m *adaptiveModel) sweep(terms []sumTerm, konst, grown, g []float64) {
 	slices.SortStableFunc(terms, func(a, b sumTerm) int { return a.from - b.from })
 	active := 0

@@ -3,7 +3,7 @@ package alloc
 // PricedAdditionAges returns the idle ages AdaptiveHorizon prices Trainer
 // j's growth by delta nodes on, oldest first (for tests of the bound).
 func PricedAdditionAges(p *Problem, j, delta int) []float64 {
-	m := newAdaptiveModel(p)
+	m := newAdaptiveModel(p, nil)
 	ts := m.sets(j, len(p.Trainers[j].Held)+delta)
 	out := make([]float64, len(ts.added))
 	for i, o := range ts.added {
@@ -20,7 +20,7 @@ func PricedAdditionAges(p *Problem, j, delta int) []float64 {
 // growthGains declined (it reports false on a merge of another shape),
 // how many counts were compared and how many terms growthGains summed.
 func GrowthGainsAgainstWalk(p *Problem) (worst float64, declined, counts, summed int) {
-	m := newAdaptiveModel(p)
+	m := newAdaptiveModel(p, nil)
 	for j := range p.Trainers {
 		_, hi := p.boundsIn(j, m.size)
 		hi = max(hi, len(p.Trainers[j].Held))
@@ -72,7 +72,7 @@ func ExactRounding(p *Problem) (float64, bool) {
 // wide reports that the narrow windows' choice was not kept.
 func CountsWithNarrow(p *Problem, adaptive bool, rel float64) (counts []int, ok, wide bool) {
 	if adaptive {
-		val, rows, done := p.priceRows(AdaptiveHorizon{})
+		val, rows, done := p.priceRows(AdaptiveHorizon{}, nil)
 		defer done()
 		return solveCounts(p, val, rows, false, rel)
 	}

@@ -177,6 +177,10 @@ func (s *nameSet) release() {
 // bytes a node) for the next sort.
 var keysKept kept[[]nodeKey]
 
+// freeKeysKept keeps Adaptive's sort of the free pool, which its model
+// and Place share.
+var freeKeysKept kept[[]nodeKey]
+
 // modelBuf is an adaptive model's node ages and outlooks (72 bytes a
 // node, 0.8 MB at 10,624), kept for the next solve's model up to
 // modelKeepMax nodes; adaptiveModel.release gives it back.

@@ -180,11 +180,12 @@ func keyCmp(node func(i int) *Node, a, b nodeKey) int {
 //
 // counts must be feasible; Place does not check the objective.
 func Place(p *Problem, counts []int) []Assignment {
-	return place(p, counts, p.Value)
+	return place(p, counts, p.Value, nil)
 }
 
-// place is Place with each Assignment's Value from val.
-func place(p *Problem, counts []int, val valueFunc) []Assignment {
+// place is Place with each Assignment's Value from val; free is p.Free's
+// keys sorted (sortKeys), or nil to sort them here.
+func place(p *Problem, counts []int, val valueFunc, free []nodeKey) []Assignment {
 	out := make([]Assignment, len(p.Trainers))
 	// Nodes by pointer, not copied: a Node is 80 bytes, and at 10,624
 	// nodes and 1,000 Trainers the copies were half a solve's allocation.
@@ -218,7 +219,15 @@ func place(p *Problem, counts []int, val valueFunc) []Assignment {
 		a.Nodes = refNames(keep)
 		a.Value = val(j, counts[j])
 	}
-	pool := sortedRefs(p.Free, keys)
+	var pool []*Node
+	if free != nil {
+		pool = make([]*Node, len(free))
+		for i, k := range free {
+			pool[i] = &p.Free[k.i]
+		}
+	} else {
+		pool = sortedRefs(p.Free, keys)
+	}
 	if len(released) > 0 {
 		*keys = sortKeysOf(len(released), func(i int) *Node { return released[i] }, *keys)
 		back := make([]*Node, len(released))
@@ -297,18 +306,18 @@ func keepPriced(p *Problem, pr Pricing, val valueFunc, solver string, st Status,
 		counts[j] = len(p.Trainers[j].Held)
 		obj += val(j, counts[j])
 	}
-	return &Plan{Solver: solver, Status: st, Note: note, Objective: obj, Pricing: pr, Trainers: place(p, counts, val)}
+	return &Plan{Solver: solver, Status: st, Note: note, Objective: obj, Pricing: pr, Trainers: place(p, counts, val, nil)}
 }
 
 // newPlan places counts and fills in the fixed-horizon objective.
 func newPlan(p *Problem, solver string, counts []int) *Plan {
-	return newPricedPlan(p, nil, p.Value, solver, counts)
+	return newPricedPlan(p, nil, p.Value, solver, counts, nil)
 }
 
 // newPricedPlan places counts and fills in the objective under pr, whose
-// terms val gives.
-func newPricedPlan(p *Problem, pr Pricing, val valueFunc, solver string, counts []int) *Plan {
-	pl := &Plan{Solver: solver, Status: Optimal, Pricing: pr, Trainers: place(p, counts, val)}
+// terms val gives; free is p.Free's keys sorted (sortKeys), or nil.
+func newPricedPlan(p *Problem, pr Pricing, val valueFunc, solver string, counts []int, free []nodeKey) *Plan {
+	pl := &Plan{Solver: solver, Status: Optimal, Pricing: pr, Trainers: place(p, counts, val, free)}
 	for j := range pl.Trainers {
 		pl.Objective += pl.Trainers[j].Value
 	}
@@ -318,5 +327,5 @@ func newPricedPlan(p *Problem, pr Pricing, val valueFunc, solver string, counts 
 // PlaceWith is Place with each Assignment's Value under pr (nil:
 // FixedHorizon).
 func PlaceWith(p *Problem, pr Pricing, counts []int) []Assignment {
-	return place(p, counts, p.Prices(pr))
+	return place(p, counts, p.Prices(pr), nil)
 }

@@ -507,7 +507,7 @@ func (p *Problem) Prices(pr Pricing) func(j, k int) float64 {
 	if _, ok := pr.(FixedHorizon); ok {
 		return p.Value
 	}
-	val, _, _ := p.priceRows(pr)
+	val, _, _ := p.priceRows(pr, nil)
 	return val
 }
 
@@ -518,7 +518,9 @@ func (p *Problem) Prices(pr Pricing) func(j, k int) float64 {
 // twice: their table is scratch, given back once the row is filled. The
 // rows come from a slab kept across solves (tableSlab): done gives it
 // back, after which neither val nor the rows may be used.
-func (p *Problem) priceRows(pr Pricing) (val valueFunc, fill rowFunc, done func()) {
+//
+// free is p.Free's keys sorted (sortKeys), or nil.
+func (p *Problem) priceRows(pr Pricing, free []nodeKey) (val valueFunc, fill rowFunc, done func()) {
 	done = func() {}
 	if pr == nil {
 		return p.Value, nil, done
@@ -530,7 +532,7 @@ func (p *Problem) priceRows(pr Pricing) (val valueFunc, fill rowFunc, done func(
 	var into func(j int, sc *scratch) []float64
 	release := func() {}
 	if _, ok := pr.(AdaptiveHorizon); ok {
-		gain, into, release = adaptiveGains(p)
+		gain, into, release = adaptiveGains(p, free)
 	} else {
 		gain = pr.Gains(p)
 	}
