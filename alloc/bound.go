@@ -3,6 +3,7 @@ package alloc
 import (
 	"math"
 	"math/bits"
+	"runtime"
 	"slices"
 	"sync"
 )
@@ -413,6 +414,10 @@ func lambdaGrid(star, top float64) []float64 {
 	return lambdas
 }
 
+// parallelStages is the number of stages from which gridPrune finds
+// their windows on two goroutines.
+const parallelStages = 128
+
 // gridPrune is the windows from a bound by lines: for any λ ≥ 0 the
 // best x nodes of a set of envelope segments are worth at most
 // λ·x + Σ len·(slope − λ)⁺ (weak duality of the greedy fill), so with a
@@ -469,21 +474,34 @@ func gridPrune(k0 []int, v0 []float64, lambdas []float64, per [][]seg, N int, L,
 		k0s[j+1], v0s[j+1] = k0s[j]+k0[j], v0s[j]+v0[j]
 	}
 	total := psi[J*G:]
-	suf := make([]float64, G)
-	var hp, hs lowerEnvelope
 	from, to = make([]int, J+1), make([]int, J+1)
-	for j := 1; j <= J; j++ {
-		pre := psi[j*G : (j+1)*G]
-		for g := range G {
-			suf[g] = total[g] - pre[g]
+	// Each stage's window is its own: on a large problem, the stages in
+	// two halves on two goroutines, each with its envelopes.
+	windows := func(lo, hi int) {
+		suf := make([]float64, G)
+		var hp, hs lowerEnvelope
+		for j := lo; j < hi; j++ {
+			pre := psi[j*G : (j+1)*G]
+			for g := range G {
+				suf[g] = total[g] - pre[g]
+			}
+			k0p, k0q := k0s[j], k0s[J]-k0s[j]
+			v := v0s[J]
+			hp.build(lambdas, pre)
+			hs.build(lambdas, suf)
+			f := func(c int) float64 { return v + hp.min(float64(c-k0p)) + hs.min(float64(N-c-k0q)) }
+			from[j], to[j] = concaveInterval(f, max(L[j], k0p), min(U[j], N-k0q), lb)
 		}
-		k0p, k0q := k0s[j], k0s[J]-k0s[j]
-		v := v0s[J]
-		hp.build(lambdas, pre)
-		hs.build(lambdas, suf)
-		f := func(c int) float64 { return v + hp.min(float64(c-k0p)) + hs.min(float64(N-c-k0q)) }
-		from[j], to[j] = concaveInterval(f, max(L[j], k0p), min(U[j], N-k0q), lb)
 	}
+	if J < parallelStages || runtime.GOMAXPROCS(0) < 2 {
+		windows(1, J+1)
+		return from, to
+	}
+	mid := 1 + J/2
+	var wg sync.WaitGroup
+	wg.Go(func() { windows(1, mid) })
+	windows(mid, J+1)
+	wg.Wait()
 	return from, to
 }
 
