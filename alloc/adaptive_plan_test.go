@@ -97,3 +97,28 @@ func TestPlacementTakesReleasedInColumnOrder(t *testing.T) {
 		t.Errorf("c grows onto %v, want %v (idle longest first)", got, want)
 	}
 }
+
+// Nodes idle since the same moment, in the same order, are taken by name:
+// the sort's last key, which the integer keys leave to a second pass.
+func TestPlacementBreaksTiesByName(t *testing.T) {
+	var free []alloc.Node
+	for _, name := range []string{"z", "c", "y", "a", "x", "b"} {
+		order := 1
+		if name >= "x" {
+			order = 0 // x, y, z first
+		}
+		free = append(free, alloc.Node{Name: name, Since: now.Add(-time.Hour), Order: order})
+	}
+	p := &alloc.Problem{Trainers: []alloc.Trainer{{ID: "a", Min: 1, Max: 8, Curve: linear}}, Free: free, Now: now}
+	if got, want := alloc.Place(p, []int{5})[0].Add, []string{"x", "y", "z", "a", "b"}; !slices.Equal(got, want) {
+		t.Errorf("growth by 5 takes %v, want %v", got, want)
+	}
+	// Adaptive shares its own sort with Place.
+	pl, err := alloc.Adaptive{}.Solve(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pl.Trainers[0].Add; len(got) < 3 || !slices.Equal(got[:3], []string{"x", "y", "z"}) {
+		t.Errorf("adaptive: growth takes %v, want x, y, z first", got)
+	}
+}

@@ -148,20 +148,37 @@ func sortKeysOf(n int, node func(i int) *Node, keys []nodeKey) []nodeKey {
 		}
 	}
 	if !sorted {
-		slices.SortFunc(keys, func(a, b nodeKey) int { return keyCmp(node, a, b) })
+		// By the integers (no call per comparison), then each run of
+		// equal integers by name: nodeCmp's order.
+		slices.SortFunc(keys, intsCmp)
+		for lo := 0; lo < n; {
+			hi := lo + 1
+			for hi < n && intsCmp(keys[lo], keys[hi]) == 0 {
+				hi++
+			}
+			if hi-lo > 1 {
+				slices.SortFunc(keys[lo:hi], func(a, b nodeKey) int { return cmp.Compare(node(int(a.i)).Name, node(int(b.i)).Name) })
+			}
+			lo = hi
+		}
 	}
 	return keys
 }
 
-// keyCmp is nodeCmp on keys.
+// intsCmp is nodeCmp on keys but for the names.
+func intsCmp(a, b nodeKey) int {
+	if a.u != b.u {
+		return cmp.Compare(a.u, b.u)
+	}
+	if a.t != b.t {
+		return cmp.Compare(a.t, b.t)
+	}
+	return cmp.Compare(a.order, b.order)
+}
+
+// keyCmp is nodeCmp on keys (node reads the names).
 func keyCmp(node func(i int) *Node, a, b nodeKey) int {
-	if c := cmp.Compare(a.u, b.u); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(a.t, b.t); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(a.order, b.order); c != 0 {
+	if c := intsCmp(a, b); c != 0 {
 		return c
 	}
 	return cmp.Compare(node(int(a.i)).Name, node(int(b.i)).Name)
