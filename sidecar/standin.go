@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -72,15 +71,20 @@ func (c *Core) standin() (standin, bool) {
 	if c.o.JournalFallback == "" || c.o.Database == "" {
 		return standin{}, false
 	}
-	path := StandInPath(c.o.JournalFallback)
-	return standin{path: path, lock: strings.TrimSuffix(path, ".db") + ".lock"}, true
+	base := standinBase(c.o.JournalFallback)
+	return standin{path: base + ".db", lock: base + ".lock"}, true
 }
 
 // StandInPath is where the stand-in of a configuration whose
-// journal_fallback is fallback lies while rounds run on it (its lock
-// beside it, .lock for .db): <fallback>-standin.db.
+// journal_fallback is fallback lies while rounds run on it:
+// <fallback>-standin.db (its lock beside it, <fallback>-standin.lock).
 func StandInPath(fallback string) string {
-	return filepath.Clean(fallback) + "-standin.db"
+	return standinBase(fallback) + ".db"
+}
+
+// standinBase is the stand-in's and its lock's path less the extension.
+func standinBase(fallback string) string {
+	return filepath.Clean(fallback) + "-standin"
 }
 
 // exists reports whether the stand-in is there.
