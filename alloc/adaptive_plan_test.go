@@ -2,6 +2,7 @@ package alloc_test
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -120,5 +121,40 @@ func TestPlacementBreaksTiesByName(t *testing.T) {
 	}
 	if got := pl.Trainers[0].Add; len(got) < 3 || !slices.Equal(got[:3], []string{"x", "y", "z"}) {
 		t.Errorf("adaptive: growth takes %v, want x, y, z first", got)
+	}
+}
+
+// A Plan's name lists are stretches of one array (place): each has no
+// room past its end, so a caller that appends to one copies it and never
+// writes over the next; and Place keeps no pointer into the Problem.
+func TestPlacementListsShareNothing(t *testing.T) {
+	at := func(name string, ago time.Duration) alloc.Node { return alloc.Node{Name: name, Since: now.Add(-ago)} }
+	p := &alloc.Problem{Now: now,
+		Free: []alloc.Node{at("f1", time.Hour), at("f2", 2*time.Hour)},
+		Trainers: []alloc.Trainer{
+			{ID: "a", Min: 1, Max: 4, Curve: linear, Held: []alloc.Node{at("a1", 3*time.Hour), at("a2", time.Hour), at("a3", time.Minute)}},
+			{ID: "b", Min: 1, Max: 4, Curve: linear, Held: []alloc.Node{at("b1", 4*time.Hour)}},
+			{ID: "c", Min: 1, Max: 4, Curve: linear},
+		}}
+	as := alloc.Place(p, []int{1, 3, 2})
+	want := make([][3][]string, len(as))
+	for j, a := range as {
+		want[j] = [3][]string{slices.Clone(a.Nodes), slices.Clone(a.Add), slices.Clone(a.Release)}
+		if tail := a.Nodes[len(a.Nodes)-len(a.Add):]; !slices.Equal(tail, a.Add) {
+			t.Errorf("%s: nodes %v do not end with the nodes it takes, %v", a.ID, a.Nodes, a.Add)
+		}
+	}
+	for _, a := range as {
+		for _, l := range [][]string{a.Nodes, a.Add, a.Release} {
+			_ = append(l, "written-past-the-end")
+		}
+	}
+	for j, a := range as {
+		if got := [3][]string{a.Nodes, a.Add, a.Release}; !reflect.DeepEqual(got, want[j]) {
+			t.Errorf("%s after appends to every list: nodes, add, release %v, want %v", a.ID, got, want[j])
+		}
+	}
+	if live, room := alloc.KeptPlaceRefs(); live != 0 || room == 0 {
+		t.Errorf("Place's kept lists hold %d pointers in room for %d, want 0 in some", live, room)
 	}
 }

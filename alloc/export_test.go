@@ -86,3 +86,20 @@ func SetSumsFrom(n int) (restore func()) {
 	sumsFrom = n
 	return func() { sumsFrom = old }
 }
+
+// KeptPlaceRefs returns how many node pointers Place's kept lists still
+// hold and how much room they have (a kept list must not keep the last
+// Problem alive).
+func KeptPlaceRefs() (live, room int) {
+	r := refsKept.take()
+	defer refsKept.give(r, func(r *placeRefs) int { return cap(r.pool) + cap(r.merged) })
+	for _, l := range [][]*Node{r.held, r.released, r.pool, r.back, r.merged} {
+		for _, n := range l[:cap(l)] {
+			if n != nil {
+				live++
+			}
+		}
+		room += cap(l)
+	}
+	return live, room
+}

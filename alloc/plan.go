@@ -107,10 +107,12 @@ func nodeCmp(a, b *Node) int {
 }
 
 // sortedRefs returns pointers into ns in nodeCmp's order: no node copied.
-// The sort's keys go to *keys' array (grown if it is short).
-func sortedRefs(ns []Node, keys *[]nodeKey) []*Node {
+// The sort's keys go to *keys' array and the pointers to *refs' (each
+// grown, and kept there, if it is short).
+func sortedRefs(ns []Node, keys *[]nodeKey, refs *[]*Node) []*Node {
 	*keys = sortKeys(ns, *keys)
-	out := make([]*Node, len(ns))
+	*refs = sized(*refs, len(ns))
+	out := *refs
 	for i, k := range *keys {
 		out[i] = &ns[k.i]
 	}
@@ -202,56 +204,79 @@ func Place(p *Problem, counts []int) []Assignment {
 
 // place is Place with each Assignment's Value from val; free is p.Free's
 // keys sorted (sortKeys), or nil to sort them here.
+//
+// Nodes go by pointer, not copied (a Node is 80 bytes); the pointer lists
+// are kept across solves (refsKept), and every name list of the Plan is a
+// stretch of one array. At 10,624 nodes and 1,000 Trainers, made a list
+// at a time, they were three quarters of what a solve allocated, and a
+// process's next solves paid for their fresh pages.
 func place(p *Problem, counts []int, val valueFunc, free []nodeKey) []Assignment {
 	out := make([]Assignment, len(p.Trainers))
-	// Nodes by pointer, not copied: a Node is 80 bytes, and at 10,624
-	// nodes and 1,000 Trainers the copies were half a solve's allocation.
-	drops := 0
+	drops, names := 0, 0
 	for j := range p.Trainers {
-		drops += max(0, len(p.Trainers[j].Held)-counts[j])
+		held := len(p.Trainers[j].Held)
+		drops += max(0, held-counts[j])
+		names += counts[j] + max(0, counts[j]-held) + max(0, held-counts[j])
 	}
-	released := make([]*Node, 0, drops)
+	slab := make([]string, names)
+	// cut returns the next n names of the slab, with no room to grow
+	// into the next list (nil for none).
+	cut := func(n int) []string {
+		if n == 0 {
+			return nil
+		}
+		s := slab[:n:n]
+		slab = slab[n:]
+		return s
+	}
+	refs := refsKept.take()
+	defer refs.release()
+	refs.released = sized(refs.released, drops)[:0]
 	keys := keysKept.take()
 	defer keysKept.give(keys, func(k *[]nodeKey) int { return cap(*k) })
 	for j := range p.Trainers {
 		t := &p.Trainers[j]
 		a := &out[j]
 		a.ID, a.From, a.To = t.ID, len(t.Held), counts[j]
-		held := sortedRefs(t.Held, keys)
+		held := sortedRefs(t.Held, keys, &refs.held)
 		keep := held
 		if counts[j] < len(held) {
 			drop := len(held) - counts[j]
-			from := len(released)
+			from := len(refs.released)
 			if p.Semantics == Reference {
 				keep = held[drop:]
-				released = append(released, held[:drop]...)
+				refs.released = append(refs.released, held[:drop]...)
 			} else {
 				keep = held[:counts[j]]
 				for i := len(held) - 1; i >= counts[j]; i-- {
-					released = append(released, held[i]) // youngest first
+					refs.released = append(refs.released, held[i]) // youngest first
 				}
 			}
-			a.Release = refNames(released[from:])
+			a.Release = copyNames(cut(drop), refs.released[from:])
 		}
-		a.Nodes = refNames(keep)
+		// Nodes has room for the nodes it takes below.
+		a.Nodes = copyNames(cut(counts[j]), keep)[:len(keep)]
 		a.Value = val(j, counts[j])
 	}
 	var pool []*Node
 	if free != nil {
-		pool = make([]*Node, len(free))
+		pool = sized(refs.pool, len(free))
 		for i, k := range free {
 			pool[i] = &p.Free[k.i]
 		}
 	} else {
-		pool = sortedRefs(p.Free, keys)
+		pool = sortedRefs(p.Free, keys, &refs.pool)
 	}
-	if len(released) > 0 {
+	refs.pool = pool
+	if released := refs.released; len(released) > 0 {
 		*keys = sortKeysOf(len(released), func(i int) *Node { return released[i] }, *keys)
-		back := make([]*Node, len(released))
+		back := sized(refs.back, len(released))
 		for i, k := range *keys {
 			back[i] = released[k.i]
 		}
-		pool = mergeRefs(pool, back)
+		refs.back = back
+		refs.merged = mergeRefs(refs.merged, pool, back)
+		pool = refs.merged
 	}
 	next := 0
 	for j := range p.Trainers {
@@ -259,16 +284,41 @@ func place(p *Problem, counts []int, val valueFunc, free []nodeKey) []Assignment
 		if grow := a.To - a.From; grow > 0 {
 			take := pool[next : next+grow]
 			next += grow
-			a.Add = refNames(take)
-			a.Nodes = append(a.Nodes, a.Add...)
+			a.Add = copyNames(cut(grow), take)
+			a.Nodes = append(a.Nodes, a.Add...) // within its cap: no copy
 		}
 	}
 	return out
 }
 
-// mergeRefs merges two node lists sorted by nodeCmp into a new one.
-func mergeRefs(a, b []*Node) []*Node {
-	out := make([]*Node, 0, len(a)+len(b))
+// placeRefs holds Place's lists of node pointers for the next solve.
+type placeRefs struct {
+	held, released, pool, back, merged []*Node
+}
+
+// refsKeepMax caps each kept list (8 bytes a node).
+const refsKeepMax = 1 << 20
+
+var refsKept kept[placeRefs]
+
+// release clears r's lists (they point into the Problem, which must not
+// be kept alive by them) and keeps them.
+func (r *placeRefs) release() {
+	size := 0
+	for _, l := range []*[]*Node{&r.held, &r.released, &r.pool, &r.back, &r.merged} {
+		clear((*l)[:cap(*l)])
+		*l = (*l)[:0]
+		size = max(size, cap(*l))
+	}
+	if size <= refsKeepMax {
+		refsKept.give(r, func(r *placeRefs) int { return cap(r.pool) + cap(r.merged) })
+	}
+}
+
+// mergeRefs merges two node lists sorted by nodeCmp into buf's array (a
+// new one if it is short).
+func mergeRefs(buf, a, b []*Node) []*Node {
+	out := sized(buf, len(a)+len(b))[:0]
 	for len(a) > 0 && len(b) > 0 {
 		if nodeCmp(b[0], a[0]) < 0 {
 			out, b = append(out, b[0]), b[1:]
@@ -279,12 +329,8 @@ func mergeRefs(a, b []*Node) []*Node {
 	return append(append(out, a...), b...)
 }
 
-// refNames returns the nodes' names, in order (nil for none).
-func refNames(ns []*Node) []string {
-	if len(ns) == 0 {
-		return nil
-	}
-	out := make([]string, len(ns))
+// copyNames writes the nodes' names to out, in order, and returns out.
+func copyNames(out []string, ns []*Node) []string {
 	for i, n := range ns {
 		out[i] = n.Name
 	}
