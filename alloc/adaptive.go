@@ -19,36 +19,36 @@ func (Adaptive) Name() string { return "adaptive" }
 // that keeps the current allocation when no allocation is feasible (only
 // possible under Reference semantics).
 func (Adaptive) Solve(_ context.Context, p *Problem) (*Plan, error) {
-	// The free pool sorted once, for the pricing and for Place: on a
-	// large pool, on one core while the Problem is checked on the other
-	// (a millisecond each at 10,624 nodes). The sort reads any Problem.
-	kb := freeKeysKept.take()
-	defer freeKeysKept.give(kb, func(k *[]nodeKey) int { return cap(*k) })
-	if len(p.Free) < parallelSort {
+	// The nodes sorted once, for the pricing and for Place: on a large
+	// pool, on one core while the Problem is checked on the other (a
+	// millisecond each at 10,624 nodes). The sort reads any Problem.
+	o := ordersKept.take()
+	defer ordersKept.give(o, orderSize)
+	if p.Size() < parallelSort {
 		if err := p.Validate(); err != nil {
 			return nil, err
 		}
-		*kb = sortKeys(p.Free, *kb)
+		o.sort(p)
 	} else {
 		checked := make(chan error, 1)
 		go func() { checked <- p.Validate() }()
-		*kb = sortKeys(p.Free, *kb)
+		o.sort(p)
 		if err := <-checked; err != nil {
 			return nil, err
 		}
 	}
 	pr := AdaptiveHorizon{}
-	val, rows, done := p.priceRows(pr, *kb)
+	val, rows, done := p.priceRows(pr, o)
 	defer done()
 	counts, ok := optimalCounts(p, val, rows, false)
 	if !ok {
 		return keepPriced(p, pr, val, "adaptive", Infeasible, "no feasible allocation under the step limit; kept the current one"), nil
 	}
-	return newPricedPlan(p, pr, val, "adaptive", counts, *kb), nil
+	return newPricedPlan(p, pr, val, "adaptive", counts, o), nil
 }
 
-// parallelSort is the free pool's size from which Adaptive sorts it beside
-// the Problem's check.
+// parallelSort is the pool's size (Problem.Size) from which Adaptive sorts
+// its nodes beside the Problem's check.
 const parallelSort = 2048
 
 // AdaptiveHorizon prices a Trainer's count by what its nodes are expected to
@@ -142,8 +142,8 @@ func (AdaptiveHorizon) Gains(p *Problem) func(j, k int) float64 {
 // by one goroutine at a time). release keeps the model's arrays for the
 // next solve: neither gain nor into may be called after it. free is
 // p.Free's keys sorted (sortKeys), or nil.
-func adaptiveGains(p *Problem, free []nodeKey) (gain func(j, k int) float64, into func(j int, sc *scratch) []float64, release func()) {
-	m := newAdaptiveModel(p, free)
+func adaptiveGains(p *Problem, o *nodeOrder) (gain func(j, k int) float64, into func(j int, sc *scratch) []float64, release func()) {
+	m := newAdaptiveModel(p, o)
 	tables := make([][]float64, len(p.Trainers))
 	gain = func(j, k int) float64 {
 		if k <= 0 {
@@ -185,9 +185,9 @@ type adaptiveModel struct {
 	size    int       // p.Size()
 }
 
-// newAdaptiveModel returns p's model; free is p.Free's keys sorted
-// (sortKeys), or nil to sort them here.
-func newAdaptiveModel(p *Problem, free []nodeKey) *adaptiveModel {
+// newAdaptiveModel returns p's model; o is p's node order, or nil to sort
+// it here.
+func newAdaptiveModel(p *Problem, o *nodeOrder) *adaptiveModel {
 	m := &adaptiveModel{p: p, now: p.Now, gap: p.Idle.FreeGap(), before: make([]int, len(p.Trainers)), size: p.Size()}
 	if m.now.IsZero() {
 		// Without a clock, the youngest node has just become idle.
@@ -203,14 +203,9 @@ func newAdaptiveModel(p *Problem, free []nodeKey) *adaptiveModel {
 	m.buf = modelsKept.take()
 	ages := sized(m.buf.ages, p.Size())[:0]
 	// The nodes by index in Place's order, not copied (80 bytes a node).
-	kb := keysKept.take()
-	defer keysKept.give(kb, func(k *[]nodeKey) int { return cap(*k) })
-	keys := free
-	if keys == nil {
-		*kb = sortKeys(p.Free, *kb)
-		keys = *kb
-	}
-	for _, k := range keys {
+	o, sorted := orderOf(p, o)
+	defer sorted()
+	for _, k := range o.free {
 		ages = append(ages, ageSeconds(m.now, p.Free[k.i].Since))
 	}
 	held := 0
@@ -222,7 +217,7 @@ func newAdaptiveModel(p *Problem, free []nodeKey) *adaptiveModel {
 	}
 	m.sv = newSurvival(p.Idle, ages)
 	m.freeAdded = sized(m.buf.free, len(p.Free))
-	for i, k := range keys {
+	for i, k := range o.free {
 		m.freeAdded[i] = m.outlookUntil(ages[i], p.Free[k.i].Until)
 		m.freeAdded[i].added = true
 	}
@@ -230,16 +225,13 @@ func newAdaptiveModel(p *Problem, free []nodeKey) *adaptiveModel {
 	// the table read them.
 	m.heldAt = make([]int, len(p.Trainers)+1)
 	m.heldAll = sized(m.buf.held, held)[:0]
-	keys = *kb
 	for j := range p.Trainers {
 		ns := p.Trainers[j].Held
-		keys = sortKeys(ns, keys)
-		for _, k := range keys {
+		for _, k := range o.heldOf(j) {
 			m.heldAll = append(m.heldAll, m.outlookUntil(ageSeconds(m.now, ns[k.i].Since), ns[k.i].Until))
 		}
 		m.heldAt[j+1] = len(m.heldAll)
 	}
-	*kb = keys
 	m.buf.ages = ages
 	m.freeBlocks = blocksOf(m.freeAdded)
 	m.freeStart = make([]int, len(m.freeBlocks))

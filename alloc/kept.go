@@ -173,13 +173,9 @@ func (s *nameSet) release() {
 	namesKept.give(s, func(s *nameSet) int { return s.n })
 }
 
-// keysKept keeps the node keys of the model's and Place's sorts (32
+// keysKept keeps the node keys of Place's sort of the released nodes (32
 // bytes a node) for the next sort.
 var keysKept kept[[]nodeKey]
-
-// freeKeysKept keeps Adaptive's sort of the free pool, which its model
-// and Place share.
-var freeKeysKept kept[[]nodeKey]
 
 // modelBuf is an adaptive model's node ages and outlooks (72 bytes a
 // node, 0.8 MB at 10,624), kept for the next solve's model up to

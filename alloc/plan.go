@@ -106,17 +106,58 @@ func nodeCmp(a, b *Node) int {
 	return cmp.Compare(a.Name, b.Name)
 }
 
-// sortedRefs returns pointers into ns in nodeCmp's order: no node copied.
-// The sort's keys go to *keys' array and the pointers to *refs' (each
-// grown, and kept there, if it is short).
-func sortedRefs(ns []Node, keys *[]nodeKey, refs *[]*Node) []*Node {
-	*keys = sortKeys(ns, *keys)
-	*refs = sized(*refs, len(ns))
-	out := *refs
-	for i, k := range *keys {
+// refsOf returns pointers to ns's nodes in keys' order (keys index ns):
+// no node copied. They go to *buf's array (grown, and kept there, if it
+// is short).
+func refsOf(ns []Node, keys []nodeKey, buf *[]*Node) []*Node {
+	*buf = sized(*buf, len(keys))
+	out := *buf
+	for i, k := range keys {
 		out[i] = &ns[k.i]
 	}
 	return out
+}
+
+// nodeOrder is a Problem's nodes in nodeCmp's order (sortKeys), sorted
+// once for a solve's pricing and Place: free's keys index p.Free, and
+// heldOf(j)'s Trainer j's Held.
+type nodeOrder struct {
+	free, held []nodeKey
+	heldAt     []int
+}
+
+// sort fills o with p's order, in o's arrays where they hold it.
+func (o *nodeOrder) sort(p *Problem) {
+	o.free = sortKeys(p.Free, o.free)
+	o.heldAt = sized(o.heldAt, len(p.Trainers)+1)
+	o.heldAt[0] = 0
+	for j := range p.Trainers {
+		o.heldAt[j+1] = o.heldAt[j] + len(p.Trainers[j].Held)
+	}
+	o.held = sized(o.held, o.heldAt[len(p.Trainers)])
+	for j := range p.Trainers {
+		lo, hi := o.heldAt[j], o.heldAt[j+1]
+		sortKeys(p.Trainers[j].Held, o.held[lo:hi:hi]) // in place: it holds them
+	}
+}
+
+// heldOf returns Trainer j's held keys in order.
+func (o *nodeOrder) heldOf(j int) []nodeKey { return o.held[o.heldAt[j]:o.heldAt[j+1]] }
+
+// ordersKept keeps a solve's node order (32 bytes a node) for the next.
+var ordersKept kept[nodeOrder]
+
+func orderSize(o *nodeOrder) int { return cap(o.free) + cap(o.held) }
+
+// orderOf returns o, or, when it is nil, p's order sorted in a kept one;
+// done gives that back.
+func orderOf(p *Problem, o *nodeOrder) (_ *nodeOrder, done func()) {
+	if o != nil {
+		return o, func() {}
+	}
+	o = ordersKept.take()
+	o.sort(p)
+	return o, func() { ordersKept.give(o, orderSize) }
 }
 
 // nodeKey is a node's place in nodeCmp's order as integers (sorting them
@@ -202,15 +243,17 @@ func Place(p *Problem, counts []int) []Assignment {
 	return place(p, counts, p.Value, nil)
 }
 
-// place is Place with each Assignment's Value from val; free is p.Free's
-// keys sorted (sortKeys), or nil to sort them here.
+// place is Place with each Assignment's Value from val; o is p's node
+// order, or nil to sort it here.
 //
 // Nodes go by pointer, not copied (a Node is 80 bytes); the pointer lists
 // are kept across solves (refsKept), and every name list of the Plan is a
 // stretch of one array. At 10,624 nodes and 1,000 Trainers, made a list
 // at a time, they were three quarters of what a solve allocated, and a
 // process's next solves paid for their fresh pages.
-func place(p *Problem, counts []int, val valueFunc, free []nodeKey) []Assignment {
+func place(p *Problem, counts []int, val valueFunc, o *nodeOrder) []Assignment {
+	o, sorted := orderOf(p, o)
+	defer sorted()
 	out := make([]Assignment, len(p.Trainers))
 	drops, names := 0, 0
 	for j := range p.Trainers {
@@ -238,7 +281,7 @@ func place(p *Problem, counts []int, val valueFunc, free []nodeKey) []Assignment
 		t := &p.Trainers[j]
 		a := &out[j]
 		a.ID, a.From, a.To = t.ID, len(t.Held), counts[j]
-		held := sortedRefs(t.Held, keys, &refs.held)
+		held := refsOf(t.Held, o.heldOf(j), &refs.held)
 		keep := held
 		if counts[j] < len(held) {
 			drop := len(held) - counts[j]
@@ -258,16 +301,7 @@ func place(p *Problem, counts []int, val valueFunc, free []nodeKey) []Assignment
 		a.Nodes = copyNames(cut(counts[j]), keep)[:len(keep)]
 		a.Value = val(j, counts[j])
 	}
-	var pool []*Node
-	if free != nil {
-		pool = sized(refs.pool, len(free))
-		for i, k := range free {
-			pool[i] = &p.Free[k.i]
-		}
-	} else {
-		pool = sortedRefs(p.Free, keys, &refs.pool)
-	}
-	refs.pool = pool
+	pool := refsOf(p.Free, o.free, &refs.pool)
 	if released := refs.released; len(released) > 0 {
 		*keys = sortKeysOf(len(released), func(i int) *Node { return released[i] }, *keys)
 		back := sized(refs.back, len(released))
@@ -378,9 +412,9 @@ func newPlan(p *Problem, solver string, counts []int) *Plan {
 }
 
 // newPricedPlan places counts and fills in the objective under pr, whose
-// terms val gives; free is p.Free's keys sorted (sortKeys), or nil.
-func newPricedPlan(p *Problem, pr Pricing, val valueFunc, solver string, counts []int, free []nodeKey) *Plan {
-	pl := &Plan{Solver: solver, Status: Optimal, Pricing: pr, Trainers: place(p, counts, val, free)}
+// terms val gives; o is p's node order, or nil.
+func newPricedPlan(p *Problem, pr Pricing, val valueFunc, solver string, counts []int, o *nodeOrder) *Plan {
+	pl := &Plan{Solver: solver, Status: Optimal, Pricing: pr, Trainers: place(p, counts, val, o)}
 	for j := range pl.Trainers {
 		pl.Objective += pl.Trainers[j].Value
 	}

@@ -519,8 +519,8 @@ func (p *Problem) Prices(pr Pricing) func(j, k int) float64 {
 // rows come from a slab kept across solves (tableSlab): done gives it
 // back, after which neither val nor the rows may be used.
 //
-// free is p.Free's keys sorted (sortKeys), or nil.
-func (p *Problem) priceRows(pr Pricing, free []nodeKey) (val valueFunc, fill rowFunc, done func()) {
+// o is p's node order, or nil.
+func (p *Problem) priceRows(pr Pricing, o *nodeOrder) (val valueFunc, fill rowFunc, done func()) {
 	done = func() {}
 	if pr == nil {
 		return p.Value, nil, done
@@ -532,7 +532,7 @@ func (p *Problem) priceRows(pr Pricing, free []nodeKey) (val valueFunc, fill row
 	var into func(j int, sc *scratch) []float64
 	release := func() {}
 	if _, ok := pr.(AdaptiveHorizon); ok {
-		gain, into, release = adaptiveGains(p, free)
+		gain, into, release = adaptiveGains(p, o)
 	} else {
 		gain = pr.Gains(p)
 	}
