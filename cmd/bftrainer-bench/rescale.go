@@ -258,7 +258,15 @@ func rescalePass(ctx context.Context, s rescaleSetup) (evs []rescaleEvent, err e
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	// A failed pass keeps its directory (the progress log, the Trainers'
+	// logs, the history), and its error names it.
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%w (kept %s)", err, dir)
+			return
+		}
+		os.RemoveAll(dir)
+	}()
 	torchrun := fmt.Sprintf(`[%q, "-m", "torch.distributed.run"]`, s.exe)
 	if s.shim {
 		torchrun = fmt.Sprintf(`[%q, %q]`, s.exe, filepath.Join(s.contrib, "fast_torchrun.py"))
@@ -314,7 +322,7 @@ pythonpath = %q
 		hold := 10 + rng.IntN(5) // so that kills do not line up with checkpoints
 		m, err := waitChange(ctx, r.log, since, t0, world, to, hold)
 		if err != nil {
-			return fmt.Errorf("%s pass %d: %s to %d: %w (see %s)", s.launcher, s.pass, direction, to, err, dir)
+			return fmt.Errorf("%s pass %d: %s to %d: %w", s.launcher, s.pass, direction, to, err)
 		}
 		if direction != "start" {
 			evs = append(evs, rescaleEvent{launcher: s.launcher, direction: direction, from: world, to: to, lost: m.lost,
