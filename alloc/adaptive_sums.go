@@ -17,11 +17,14 @@ import "slices"
 // a+H and ∫S quadratic, so the term is a quadratic in H. The sum of every
 // such term is then a quadratic in H as long as no term's a+H leaves its
 // bin: sweep keeps that quadratic and the interval of H where it holds,
-// and builds it again only when H leaves the interval or a term joins.
-// A count then costs two multiply-adds where it cost a lookup per cohort;
-// the rebuilds cost O(terms) each, as many as there are bin crossings
-// and joins (a bin is an eighth of an octave, so a term whose a+H moves
-// over a decade of seconds crosses about 27).
+// and builds it again only when H leaves the interval. A term that joins
+// while H is within it is expanded about the same H0 and added, its
+// bin's interval cut from the quadratic's. A count then costs two
+// multiply-adds where it cost a lookup per cohort; the rebuilds cost
+// O(terms) each, as many as there are bin crossings (a bin is an eighth
+// of an octave, so a term whose a+H moves over a decade of seconds
+// crosses about 27), and a join O(1). At 100 × 10,624, 709 of a solve's
+// 763 rebuilds were joins, 158,396 terms expanded in all (twelfth pass).
 //
 // The quadratic is centred on the rebuild's H0, each term expanded about
 // its own offset into its bin u0 = a+H0 − edge (0 ≤ u0 < the bin's
@@ -64,16 +67,24 @@ func (m *adaptiveModel) sweep(terms []sumTerm, konst, grown, g []float64) {
 	for d := 1; d < len(grown); d++ {
 		k += konst[d]
 		H := grown[d]
-		join := false
+		first := active
 		for active < len(terms) && terms[active].from <= d {
 			active++
-			join = true
 		}
 		if active == 0 {
 			g[d] += k
 			continue
 		}
-		if join || !(H >= lo && H < hi) {
+		if first > 0 && active > first && H >= lo && H < hi {
+			// Terms join a quadratic that holds at H: theirs, about the
+			// same H0, are added to it.
+			_, q0, q1, q2, qlo, qhi := m.expand(terms[first:active], h0)
+			p0, p1, p2 = p0+q0, p1+q1, p2+q2
+			lo, hi = max(lo, qlo), min(hi, qhi)
+		} else if active > first {
+			lo, hi = 1, 0 // the first terms: built at H below
+		}
+		if !(H >= lo && H < hi) {
 			h0, p0, p1, p2, lo, hi = m.expand(terms[:active], H)
 		}
 		e := H - h0
