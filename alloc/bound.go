@@ -46,8 +46,10 @@ type seg struct {
 // envelope returns the concave envelope of a Trainer's value over its
 // feasible counts: the smallest feasible count k0, its value, and the
 // segments of positive slope after it, slopes decreasing.
-// The segments go to dst (its capacity at least ch.points()).
-func (ch *choices) envelope(dst []seg) (k0 int, v0 float64, segs []seg, ok bool) {
+// The segments go to dst (its capacity at least ch.points()), and their
+// running lengths to lens (at least one longer): lens[i] = Σ len of
+// segs[:i], written in the same pass.
+func (ch *choices) envelope(dst []seg, lens []int) (k0 int, v0 float64, segs []seg, ok bool) {
 	// The hull in a buffer of the pool's (a table's points are 170 kB at
 	// N_max = 10,624).
 	buf := ptsPool.Get().(*[]pt)
@@ -61,12 +63,14 @@ func (ch *choices) envelope(dst []seg) (k0 int, v0 float64, segs []seg, ok bool)
 		// 0, then the table's counts (the current size among them):
 		// already in order, read where they are.
 		hull = pts[:0]
+		table := ch.table
 		if ch.zero {
 			hull = append(hull, pt{0, ch.zeroV})
+			if len(table) > 0 && ch.lo == 0 {
+				hull, table = hullAdd(hull, pt{0, table[0]}), table[1:]
+			}
 		}
-		for i, v := range ch.table {
-			hull = hullAdd(hull, pt{ch.lo + i, v})
-		}
+		hull = hullRun(hull, ch.lo+len(ch.table)-len(table), table)
 	} else {
 		// The points, then the hull in place.
 		if ch.zero {
@@ -97,13 +101,18 @@ func (ch *choices) envelope(dst []seg) (k0 int, v0 float64, segs []seg, ok bool)
 	}
 	k0, v0 = hull[0].k, hull[0].v
 	segs = dst[:0]
+	lens[0] = 0
 	for i := 1; i < len(hull); i++ {
 		d := hull[i].k - hull[i-1].k
-		s := (hull[i].v - hull[i-1].v) / float64(d)
+		s := hull[i].v - hull[i-1].v
+		if d != 1 { // x/1 is x
+			s /= float64(d)
+		}
 		if s <= 0 {
 			break
 		}
 		segs = append(segs, seg{slope: s, len: d})
+		lens[i] = hull[i].k - k0
 	}
 	return k0, v0, segs, true
 }
@@ -130,6 +139,38 @@ func hullAdd(hull []pt, q pt) []pt {
 		break
 	}
 	return append(hull, q)
+}
+
+// hullRun adds the points (k0+i, vs[i]) to hull, as hullAdd would one by
+// one (the same compares, the same hull), with the hull's last two points
+// held in registers: the common point, one that drops none, then costs
+// one compare. The hull's last count must be below k0, and its capacity
+// room for every point.
+func hullRun(hull []pt, k0 int, vs []float64) []pt {
+	n := len(hull)
+	hull = hull[:n+len(vs)]
+	var a, b pt // hull[n-2] and hull[n-1], where there are such
+	if n >= 1 {
+		b = hull[n-1]
+	}
+	if n >= 2 {
+		a = hull[n-2]
+	}
+	for i, v := range vs {
+		q := pt{k0 + i, v}
+		for n >= 2 && (b.v-a.v)*float64(q.k-a.k) <= (q.v-a.v)*float64(b.k-a.k) {
+			// b is under the chord a–q: drop it.
+			n--
+			b = a
+			if n >= 2 {
+				a = hull[n-2]
+			}
+		}
+		hull[n] = q
+		n++
+		a, b = b, q
+	}
+	return hull[:n]
 }
 
 // relaxation is the LP relaxation the windows are bounded with: each
@@ -173,13 +214,9 @@ func relax(p *Problem, chs []choices, val valueFunc) (r relaxation, ok bool) {
 	// lens[j][i]: Σ len of per[j][:i].
 	lens := make([][]int, J)
 	perTrainer(J, work, func(j int) {
-		k0[j], v0[j], per[j], okj[j] = chs[j].envelope(r.buf.segs[at[j]:at[j+1]:at[j+1]])
-		l := r.buf.lens[at[j]+j : at[j]+j+len(per[j])+1]
-		l[0] = 0
-		for i, sg := range per[j] {
-			l[i+1] = l[i] + sg.len
-		}
-		lens[j] = l
+		l := r.buf.lens[at[j]+j : at[j+1]+j+1]
+		k0[j], v0[j], per[j], okj[j] = chs[j].envelope(r.buf.segs[at[j]:at[j+1]:at[j+1]], l)
+		lens[j] = l[:len(per[j])+1]
 	})
 	base := 0
 	top := 0.0

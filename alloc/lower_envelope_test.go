@@ -115,3 +115,44 @@ func TestCrossingSlopeGivesTheBisectionsStar(t *testing.T) {
 		}
 	}
 }
+
+// TestHullRunIsHullAdds: hullRun gives the hull hullAdd gives point by
+// point, after hulls of 0, 1 and more points, on random runs: concave,
+// convex, flat, and with equal and repeated values (the compare's ties).
+// It fails when a dropped point's neighbours are not reloaded, or when
+// the last two points are not taken from the hull it is given.
+func TestHullRunIsHullAdds(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 12))
+	for trial := range 3000 {
+		var pre []pt
+		for k := range r.IntN(4) {
+			pre = append(pre, pt{k, r.Float64() * 10})
+		}
+		k0 := len(pre) + r.IntN(3)
+		vs := make([]float64, r.IntN(60))
+		for i := range vs {
+			switch trial % 4 {
+			case 0: // concave, with noise
+				vs[i] = 10*math.Sqrt(float64(i+1)) + r.Float64()
+			case 1: // convex
+				vs[i] = float64(i*i) * r.Float64()
+			case 2: // a few values, repeated
+				vs[i] = float64(r.IntN(3))
+			default:
+				vs[i] = r.NormFloat64()
+			}
+		}
+		var want []pt
+		for _, q := range pre {
+			want = hullAdd(want, q)
+		}
+		base := slices.Clone(want)
+		for i, v := range vs {
+			want = hullAdd(want, pt{k0 + i, v})
+		}
+		got := hullRun(append(make([]pt, 0, len(base)+len(vs)), base...), k0, vs)
+		if !slices.Equal(got, want) {
+			t.Fatalf("trial %d: hullRun gives %v, hullAdd %v (hull before %v, points from %d: %v)", trial, got, want, base, k0, vs)
+		}
+	}
+}
