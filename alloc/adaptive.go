@@ -410,19 +410,38 @@ func (m *adaptiveModel) addedBlocks(j, n int) []block {
 // rates returns Trainer j's metric O'(i) (0 below Min) and its
 // throughput P(i) (0 below Min) for i = 0..hi, walking the curve once
 // (interpAll: Interp's arithmetic, without a search per count), in s.
+// Where the metric is the throughput (the default objective, and
+// speedup's over P(1)), the curve is walked once for both: rate is speed
+// itself at scale 1, else speed over the scale, the same numbers.
 func (m *adaptiveModel) rates(j, hi int, s *scratch) (rate, speed []float64) {
 	t := &m.p.Trainers[j]
 	ys, scale := m.p.Goal().Column(&t.Curve)
-	rate = interpAll(t.Curve.Nodes, ys, s.take(hi+1))
-	speed = interpAll(t.Curve.Nodes, t.Curve.Throughput, s.take(hi+1))
+	// interpAll writes 1..hi; the loop below, 0 (runs(0, ·) is false).
+	speed = interpAll(t.Curve.Nodes, t.Curve.Throughput, s.takeDirty(hi+1))
+	switch {
+	case !sameArray(ys, t.Curve.Throughput):
+		rate = interpAll(t.Curve.Nodes, ys, s.takeDirty(hi+1))
+	case scale == 1:
+		rate = speed
+	default:
+		rate = s.takeDirty(hi + 1)
+		copy(rate, speed)
+	}
 	for i := range rate {
 		if !runs(i, t.Min) {
 			rate[i], speed[i] = 0, 0
 			continue
 		}
-		rate[i] /= scale
+		if scale != 1 { // x/1 is x
+			rate[i] /= scale
+		}
 	}
 	return rate, speed
+}
+
+// sameArray reports whether a and b are one slice of one array.
+func sameArray(a, b []float64) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // gain returns Trainer j's gain on k nodes on its own (the same arithmetic

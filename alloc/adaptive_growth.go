@@ -66,7 +66,7 @@ func (m *adaptiveModel) growthGains(j int, full []block, rates, speed, out []flo
 	// hmin, hmax: the least and greatest of them (compares, not min and
 	// max: the builtins' NaN and signed-zero rules cost more than the
 	// loop; finish is never NaN).
-	grown := sc.take(D + 1)
+	grown := sc.takeDirty(D + 1)
 	hmin, hmax := math.Inf(1), math.Inf(-1)
 	for d := 1; d <= D; d++ {
 		H := m.gap
@@ -106,8 +106,9 @@ func (m *adaptiveModel) growthGains(j int, full []block, rates, speed, out []flo
 		return true
 	}
 	// h, pi: one cohort's block over every count's horizon (column);
-	// h2: the added block after a held one.
-	h, pi, h2 := sc.take(D+1), sc.take(D+1), sc.take(D+1)
+	// h2: the added block after a held one. Each count's entries are
+	// written for the cohort before they are read.
+	h, pi, h2 := sc.takeDirty(D+1), sc.takeDirty(D+1), sc.takeDirty(D+1)
 	heldBefore, addedBefore := 0, 0
 	for i := 0; i < len(full); {
 		f := full[i]
@@ -260,6 +261,17 @@ func (s *scratch) reset() { s.used = 0 }
 
 // take returns n zeros, as make does; from a nil scratch, made.
 func (s *scratch) take(n int) []float64 {
+	out := s.takeDirty(n)
+	if s != nil {
+		clear(out)
+	}
+	return out
+}
+
+// takeDirty returns n values that may be left from earlier arrays, for an
+// array whose every entry read is written first (clearing the arrays of
+// a Trainer at N_max = 10,624 took ~1 ms of CPU a solve at 100 × 10,624).
+func (s *scratch) takeDirty(n int) []float64 {
 	if s == nil {
 		return make([]float64, n)
 	}
@@ -269,6 +281,5 @@ func (s *scratch) take(n int) []float64 {
 	}
 	out := s.buf[s.used : s.used+n : s.used+n]
 	s.used += n
-	clear(out)
 	return out
 }

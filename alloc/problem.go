@@ -329,6 +329,7 @@ func Interp(xs []int, ys []float64, x int) float64 {
 func interpAll(xs []int, ys []float64, out []float64) []float64 {
 	n := len(out) - 1
 	if len(xs) == 0 {
+		clear(out[min(1, len(out)):])
 		return out
 	}
 	i := 0 // the first point with xs[i] ≥ x
