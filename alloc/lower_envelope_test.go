@@ -156,3 +156,60 @@ func TestHullRunIsHullAdds(t *testing.T) {
 		}
 	}
 }
+
+// TestCrossingOfIsCrossingSlope: crossingOf gives crossingSlope's slope on
+// every Trainer's segments copied together, and leaves them as they
+// were: on envelopes of few segments (copied whole), of many (sampled),
+// with room from none to all, and where the sample's share of room is
+// far from the whole's (one long segment unsampled), so that the
+// crossing lies outside the sampled bracket. It fails when a crossing
+// outside the bracket is not looked for among all the segments.
+func TestCrossingOfIsCrossingSlope(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 13))
+	for trial := range 150 {
+		J := 1 + rng.IntN(100)
+		per := make([][]seg, J)
+		lens := make([][]int, J)
+		total := 0
+		for j := range per {
+			n := rng.IntN(1 + []int{10, 400, 3000}[trial%3])
+			s := 1 + 100*rng.Float64()
+			for range n {
+				per[j] = append(per[j], seg{slope: s, len: 1 + rng.IntN([]int{1, 3, 50}[rng.IntN(3)])})
+				// Strictly decreasing; some slopes other Trainers share.
+				if rng.IntN(2) == 0 {
+					s = math.Nextafter(s*(1-rng.Float64()/float64(n)), 0)
+				} else {
+					s = math.Nextafter(math.Floor(s*4)/4, 0)
+				}
+			}
+			if trial%7 == 0 && j == 0 {
+				// A long segment at the bottom: the crossing of most rooms.
+				per[j] = append(per[j], seg{slope: 1e-9, len: 1 << 24})
+			}
+			lens[j] = make([]int, len(per[j])+1)
+			for i, sg := range per[j] {
+				lens[j][i+1] = lens[j][i] + sg.len
+			}
+			total += lens[j][len(per[j])]
+		}
+		before := make([][]seg, J)
+		var all []seg
+		for j := range per {
+			before[j] = slices.Clone(per[j])
+			all = append(all, per[j]...)
+		}
+		var buf []seg
+		for _, room := range []int{0, 1, rng.IntN(total + 1), total / 2, total - 1, total, total + 5} {
+			want := crossingSlope(slices.Clone(all), room)
+			if got := crossingOf(per, lens, room, &buf); got != want {
+				t.Fatalf("trial %d (%d segments), room %d of %d: crossingOf %v, crossingSlope %v", trial, len(all), room, total, got, want)
+			}
+		}
+		for j := range per {
+			if !slices.Equal(per[j], before[j]) {
+				t.Fatalf("trial %d: Trainer %d's segments reordered", trial, j)
+			}
+		}
+	}
+}
