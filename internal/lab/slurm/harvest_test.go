@@ -16,6 +16,7 @@ import (
 
 	"github.com/bftrainer/bftrainer/accounting"
 	"github.com/bftrainer/bftrainer/trainer/trainertest"
+	"golang.org/x/sys/unix"
 )
 
 // harvestT0 is the hand-made timelines' origin; sec is a second after it.
@@ -362,5 +363,34 @@ func TestLostToRestart(t *testing.T) {
 	}
 	if lostToRestart(sec(19.7), time.Time{}, nil) {
 		t.Error("lost to a restart in a pass without one")
+	}
+}
+
+// TestDying: a live process is not dying; the same process killed and
+// not yet reaped (a zombie) is, and so is one that is gone. The states
+// between (SIGKILL pending, PF_EXITING) last too short to catch here.
+func TestDying(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	if dying(pid) {
+		t.Fatalf("a live sleep (pid %d) is dying", pid)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Waited for but not reaped (WNOWAIT): a zombie.
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !dying(pid) {
+		t.Fatalf("a killed, unreaped sleep (pid %d) is not dying", pid)
+	}
+	cmd.Wait()
+	if !dying(pid) {
+		t.Fatalf("a reaped process (pid %d) is not dying", pid)
 	}
 }
