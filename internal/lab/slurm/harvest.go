@@ -15,6 +15,7 @@ import (
 
 	"github.com/bftrainer/bftrainer/accounting"
 	"github.com/bftrainer/bftrainer/pool"
+	"github.com/bftrainer/bftrainer/trainer/agent"
 	"golang.org/x/sys/unix"
 )
 
@@ -290,44 +291,36 @@ func (s *harvestSampler) classes() {
 	}
 }
 
-// dying reports whether process pid is being killed: a zombie, exiting
-// (PF_EXITING), or with SIGKILL pending; or gone. The node agent's kill
-// moves a killed Trainer's threads back to the normal class after its
-// cgroup.kill (trainer/agent's hasten), so that it tears down without
-// waiting for idle CPU: such a process is outside SCHED_IDLE by design.
-// A saturated CI run's pilot saw 2 of 12 so.
+// dying reports whether process pid is being killed: with SIGKILL
+// pending, or exiting (PF_EXITING, which only /proc/PID/stat shows and a
+// zombie keeps); or gone. The node agent's kill moves a killed Trainer's
+// threads back to the normal class after its cgroup.kill (trainer/agent's
+// hasten), so that it tears down without waiting for idle CPU: such a
+// process is outside SCHED_IDLE by design. A saturated CI run's pilot saw
+// 2 of 12 so.
 func dying(pid int) bool {
+	st, err := agent.ProcStatus(pid)
+	if err != nil {
+		return true
+	}
+	for _, k := range []string{"SigPnd", "ShdPnd"} {
+		if mask, err := strconv.ParseUint(st[k], 16, 64); err == nil && mask&(1<<(unix.SIGKILL-1)) != 0 {
+			return true
+		}
+	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return true
 	}
 	// After the command's closing parenthesis: state, ppid, pgrp,
 	// session, tty_nr, tpgid, flags.
+	const pfExiting = 0x4
 	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(f) < 7 {
+	if len(f) <= 6 {
 		return false
 	}
-	if f[0] == "Z" || f[0] == "X" {
-		return true
-	}
-	const pfExiting = 0x4
-	if flags, err := strconv.ParseUint(f[6], 10, 64); err == nil && flags&pfExiting != 0 {
-		return true
-	}
-	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return true
-	}
-	for line := range strings.Lines(string(st)) {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok || (k != "SigPnd" && k != "ShdPnd") {
-			continue
-		}
-		if mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); err == nil && mask&(1<<(unix.SIGKILL-1)) != 0 {
-			return true
-		}
-	}
-	return false
+	flags, err := strconv.ParseUint(f[6], 10, 64)
+	return err == nil && flags&pfExiting != 0
 }
 
 // tokenNodes are the nodes with a live process carrying a run token of

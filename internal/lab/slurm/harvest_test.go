@@ -367,8 +367,9 @@ func TestLostToRestart(t *testing.T) {
 }
 
 // TestDying: a live process is not dying; the same process killed and
-// not yet reaped (a zombie) is, and so is one that is gone. The states
-// between (SIGKILL pending, PF_EXITING) last too short to catch here.
+// not yet reaped is (a zombie: its SIGKILL still pending, PF_EXITING
+// set; either alone is enough), and so is one that is gone. A live
+// process between the kill and its exit is too brief to catch here.
 func TestDying(t *testing.T) {
 	cmd := exec.Command("sleep", "60")
 	if err := cmd.Start(); err != nil {
