@@ -592,26 +592,17 @@ func (p *Problem) priceRows(pr Pricing, o *nodeOrder) (val valueFunc, fill rowFu
 		t := &p.Trainers[j]
 		c, w := len(t.Held), weight[j]
 		up, down := float64(t.RUp*rate[j]), float64(t.RDown*rate[j])
-		// The counts g holds, [a, b), in three runs, each one loop.
-		a, b := max(from, 1), min(from+len(dst), len(g))
-		for k := a; k < min(b, c); k++ {
-			dst[k-from] = w * (g[k] - down)
-		}
-		if a <= c && c < b {
-			dst[c-from] = w * g[c]
-		}
-		if lo := max(a, c+1); lo < b {
-			out, in := dst[lo-from:b-from], g[lo:b]
-			for i, v := range in {
-				out[i] = w * (v - up)
+		for i := range dst {
+			switch k := from + i; {
+			case k <= 0 || k >= len(g):
+				dst[i] = price(j, k, gain(j, k))
+			case k < c:
+				dst[i] = w * (g[k] - down)
+			case k > c:
+				dst[i] = w * (g[k] - up)
+			default:
+				dst[i] = w * g[k]
 			}
-		}
-		// The rest, one by one: below 1, and past g.
-		for k := from; k < min(a, from+len(dst)); k++ {
-			dst[k-from] = price(j, k, gain(j, k))
-		}
-		for k := max(a, b); k < from+len(dst); k++ {
-			dst[k-from] = price(j, k, gain(j, k))
 		}
 		rows[j], lo[j] = dst, from
 		return dst
