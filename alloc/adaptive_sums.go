@@ -75,14 +75,12 @@ func (m *adaptiveModel) sweep(terms []sumTerm, konst, grown, g []float64) {
 			g[d] += k
 			continue
 		}
-		if first > 0 && active > first && H >= lo && H < hi {
+		if active > first && H >= lo && H < hi {
 			// Terms join a quadratic that holds at H: theirs, about the
 			// same H0, are added to it.
 			_, q0, q1, q2, qlo, qhi := m.expand(terms[first:active], h0)
 			p0, p1, p2 = p0+q0, p1+q1, p2+q2
 			lo, hi = max(lo, qlo), min(hi, qhi)
-		} else if active > first {
-			lo, hi = 1, 0 // the first terms: built at H below
 		}
 		if !(H >= lo && H < hi) {
 			h0, p0, p1, p2, lo, hi = m.expand(terms[:active], H)

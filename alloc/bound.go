@@ -65,14 +65,14 @@ func (ch *choices) envelope(dst []seg, lens []int) (k0 int, v0 float64, segs []s
 		// 0, then the table's counts (the current size among them):
 		// already in order, read where they are.
 		hull = pts[:0]
-		table := ch.table
+		table, lo := ch.table, ch.lo
 		if ch.zero {
 			hull = append(hull, pt{0, ch.zeroV})
-			if len(table) > 0 && ch.lo == 0 {
-				hull, table = hullAdd(hull, pt{0, table[0]}), table[1:]
+			if len(table) > 0 && lo == 0 { // count 0 again: hullAdd keeps the larger
+				hull, table, lo = hullAdd(hull, pt{0, table[0]}), table[1:], 1
 			}
 		}
-		hull = hullRun(hull, ch.lo+len(ch.table)-len(table), table)
+		hull = hullRun(hull, lo, table)
 	} else {
 		// The points, then the hull in place.
 		if ch.zero {
@@ -131,16 +131,16 @@ func hullAdd(hull []pt, q pt) []pt {
 		}
 		hull = hull[:n-1]
 	}
-	for len(hull) >= 2 {
-		a, b := hull[len(hull)-2], hull[len(hull)-1]
-		// b is under the chord a–q: drop it.
-		if (b.v-a.v)*float64(q.k-a.k) <= (q.v-a.v)*float64(b.k-a.k) {
-			hull = hull[:len(hull)-1]
-			continue
-		}
-		break
+	for len(hull) >= 2 && under(hull[len(hull)-2], hull[len(hull)-1], q) {
+		hull = hull[:len(hull)-1]
 	}
 	return append(hull, q)
+}
+
+// under reports whether b is on or under the chord a–q (a.k < b.k < q.k):
+// the upper hull drops it.
+func under(a, b, q pt) bool {
+	return (b.v-a.v)*float64(q.k-a.k) <= (q.v-a.v)*float64(b.k-a.k)
 }
 
 // hullRun adds the points (k0+i, vs[i]) to hull, as hullAdd would one by
@@ -160,8 +160,7 @@ func hullRun(hull []pt, k0 int, vs []float64) []pt {
 	}
 	for i, v := range vs {
 		q := pt{k0 + i, v}
-		for n >= 2 && (b.v-a.v)*float64(q.k-a.k) <= (q.v-a.v)*float64(b.k-a.k) {
-			// b is under the chord a–q: drop it.
+		for n >= 2 && under(a, b, q) {
 			n--
 			b = a
 			if n >= 2 {
@@ -235,16 +234,7 @@ func relax(p *Problem, chs []choices, val valueFunc) (r relaxation, ok bool) {
 		return r, false
 	}
 	// above(λ): the nodes of the segments of slope > λ, per Trainer.
-	above := func(j int, lam float64) int {
-		segs := per[j]
-		i, _ := slices.BinarySearchFunc(segs, lam, func(s seg, l float64) int {
-			if s.slope > l {
-				return -1
-			}
-			return 1
-		})
-		return i
-	}
+	above := func(j int, lam float64) int { return segsAbove(per[j], lam) }
 	cum := func(lam float64) int {
 		n := base
 		for j := range J {
@@ -433,8 +423,8 @@ func crossingOf(per [][]seg, lens [][]int, room int, buf *[]seg) float64 {
 	// Above hi: counted; [lo, hi]: copied.
 	above, mid := 0, (*buf)[:0]
 	for j, segs := range per {
-		a := sort.Search(len(segs), func(i int) bool { return segs[i].slope <= hi })
-		b := sort.Search(len(segs), func(i int) bool { return segs[i].slope < lo })
+		a := segsAbove(segs, hi)
+		b := a + sort.Search(len(segs)-a, func(i int) bool { return segs[a+i].slope < lo })
 		above += lens[j][a]
 		mid = append(mid, segs[a:b]...)
 	}
@@ -447,6 +437,12 @@ func crossingOf(per [][]seg, lens [][]int, room int, buf *[]seg) float64 {
 		return all() // the crossing is above hi or below lo
 	}
 	return crossingSlope(mid, room-above)
+}
+
+// segsAbove is how many of segs (slopes decreasing) have a slope above
+// lam.
+func segsAbove(segs []seg, lam float64) int {
+	return sort.Search(len(segs), func(i int) bool { return segs[i].slope <= lam })
 }
 
 // crossingSample is how many segments crossingOf samples.
