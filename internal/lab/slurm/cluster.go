@@ -397,11 +397,13 @@ func (s *stamped) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// StartService starts the reconciler service (every interval). What it
-// prints goes to reconcile.log in the hooks' log directory, appended
-// across restarts, as systemd's journal keeps a unit's output.
+// StartService starts the reconciler service (every interval) at Nice 5,
+// as contrib/slurm/bftrainer-reconcile.service does (nice execs it: the
+// process is the service's own). What it prints goes to reconcile.log in
+// the hooks' log directory, appended across restarts, as systemd's
+// journal keeps a unit's output.
 func (c *Cluster) StartService(interval time.Duration) (*Service, error) {
-	cmd := exec.Command(c.In.Bin, "reconcile", "--watch", "--interval", interval.String())
+	cmd := exec.Command("nice", "-n", strconv.Itoa(ServiceNice), c.In.Bin, "reconcile", "--watch", "--interval", interval.String())
 	cmd.Env = c.In.env()
 	cmd.Dir = "/"
 	f, err := os.OpenFile(filepath.Join(filepath.Dir(c.In.HooksLog), "reconcile.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -12,6 +13,12 @@ import (
 // bftrainer-journal.path looks at the journal: systemd watches it with
 // inotify, so a record is taken up within milliseconds there.
 const journalPathEvery = 50 * time.Millisecond
+
+// ServiceNice is the Nice= of the guide's reconciler units
+// (contrib/slurm/bftrainer-reconcile.service and
+// bftrainer-reconcile-now.service): the lab runs its service and the
+// path unit's reconciles at it, as systemd would.
+const ServiceNice = 5
 
 // journalPath is the guide's optional bftrainer-journal.path and
 // bftrainer-reconcile-now.service (contrib/slurm), as systemd runs them:
@@ -45,7 +52,7 @@ func (in *Install) journalPath(ctx context.Context, stop <-chan struct{}, gate s
 		}
 		runs++
 		rctx, cancel := context.WithTimeout(ctx, time.Minute)
-		cmd := exec.CommandContext(rctx, "nice", "-n", "5", in.Bin, "reconcile")
+		cmd := exec.CommandContext(rctx, "nice", "-n", strconv.Itoa(ServiceNice), in.Bin, "reconcile")
 		cmd.Env, cmd.Dir = in.env(), "/"
 		if err := cmd.Run(); err != nil {
 			failed++

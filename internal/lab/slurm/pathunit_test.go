@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -54,5 +56,25 @@ func TestJournalPath(t *testing.T) {
 	// Empty: nothing more starts.
 	if dirNotEmpty(journal) || dirNotEmpty(filepath.Join(dir, "absent")) {
 		t.Error("an empty or absent directory reads as not empty")
+	}
+}
+
+// TestServiceNice: the lab's service and path unit run at the Nice= the
+// guide's units give, so that the pilot measures the wiring a site gets.
+func TestServiceNice(t *testing.T) {
+	for _, unit := range []string{"bftrainer-reconcile.service", "bftrainer-reconcile-now.service"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "..", "contrib", "slurm", unit))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var nice []string
+		for line := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "Nice="); ok {
+				nice = append(nice, v)
+			}
+		}
+		if want := []string{strconv.Itoa(ServiceNice)}; !slices.Equal(nice, want) {
+			t.Errorf("%s: Nice= %q, the lab runs at %q", unit, nice, want)
+		}
 	}
 }
