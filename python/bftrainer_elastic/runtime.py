@@ -32,6 +32,7 @@ import time
 from datetime import timedelta
 
 from . import protocol as p
+from .server import PEER_TIMEOUT
 
 ENV_STORE = "BFTRAINER_ELASTIC_STORE"
 ENV_ID = "BFTRAINER_ELASTIC_ID"
@@ -60,6 +61,14 @@ def mpi_worker_id(nonce, rank):
     """The worker id of MPI rank `rank` of the generation `nonce` (the mpi-elastic launcher
     lists the same ids, in rank order)."""
     return f"mpi{rank}@{nonce}"
+
+#: The least a store request waits, s. torch 1.13's store serves one request at a time, and a
+#: peer stopped between the sends of one (SIGSTOP, a partition) holds every other worker's
+#: request until the store cuts it off (server.PEER_TIMEOUT). A step survives its collective
+#: timing out; a worker's store requests (at step boundaries, at formations) do not. So a store
+#: client waits at least this long, three such stalls in a row, even where the collective
+#: timeout is shorter.
+STORE_TIMEOUT_MIN = 3 * PEER_TIMEOUT
 
 _FORMED, _ABORTED, _REMOVED = "formed", "aborted", "removed"
 
@@ -183,7 +192,8 @@ class Runtime:
                      several workers sharing one GPU, need gloo: NCCL takes CUDA tensors
                      only, one rank per device)
     timeout          collective timeout, seconds (default $BFTRAINER_ELASTIC_TIMEOUT or 10):
-                     how long a hung peer can stall the group
+                     how long a hung peer can stall the group. A store request waits this
+                     long too, but never less than STORE_TIMEOUT_MIN (9 s).
     join_timeout     how long to wait for the members of a new epoch to arrive before giving
                      it up (default $BFTRAINER_ELASTIC_JOIN_TIMEOUT or 60)
     wait_timeout     how long to wait for the runner's next membership after a failure before
@@ -467,7 +477,7 @@ class Runtime:
         # A fresh client per group for the process group's own rendezvous: if it times out,
         # torch 1.13 leaves that connection out of step, and ours must stay usable.
         host, port = self._host_port()
-        self._pg_store = dist.TCPStore(host, port, None, False, timedelta(seconds=self.timeout))
+        self._pg_store = dist.TCPStore(host, port, None, False, self._store_timeout())
         ns = dist.PrefixStore(p.namespace(self.secret), self._pg_store)
         dist.init_process_group(self.backend, store=dist.PrefixStore(p.k_pg(e), ns),
                                 rank=self.rank, world_size=self.world,
@@ -625,7 +635,7 @@ class Runtime:
         deadline = time.monotonic() + 60
         while True:
             try:
-                raw = dist.TCPStore(host, port, None, False, timedelta(seconds=self.timeout))
+                raw = dist.TCPStore(host, port, None, False, self._store_timeout())
                 break
             except RuntimeError:
                 if time.monotonic() > deadline:
@@ -634,6 +644,9 @@ class Runtime:
         self._store = dist.PrefixStore(p.namespace(self.secret), raw)
         if self._master is not None:
             p.publish(self._store, 1, [self.id])
+
+    def _store_timeout(self):
+        return timedelta(seconds=max(self.timeout, STORE_TIMEOUT_MIN))
 
     def _host_port(self):
         host, _, port = self.store_addr.rpartition(":")

@@ -301,6 +301,29 @@ class ElasticTest(unittest.TestCase):
         self.assertEqual([w for _, w in self.assert_contiguous(steps)], [2, 1])
         self.assert_matches_reference(steps)
 
+    def test_store_stalled_by_a_peer(self):
+        """A peer stopped between the sends of one store request stalls torch 1.13's store for
+        its peer timeout (server.PEER_TIMEOUT, 3 s), every worker's request with it: workers
+        whose collective timeout is shorter (2 s) must wait that out, not die of a store
+        timeout (CI saw it once in test_hung_peer_times_out, when the SIGSTOP fell inside a
+        request of b). torch 2.x's libuv server does not stall: there the run just goes on."""
+        r, steps = self.runner, 120
+        argv = lambda: self.argv(steps, "--timeout", "2")  # noqa: E731
+        r.grow({"a": argv(), "b": argv()})
+        self.wait_step(6)
+        stalled = socket.create_connection(("127.0.0.1", r.port), timeout=60)
+        self.addCleanup(stalled.close)
+        t0 = time.monotonic()
+        stalled.sendall(b"\x00")  # the first byte of a request, the rest never comes
+        if r.server_kind == "blocking":
+            self.assertEqual(stalled.recv(1), b"", "the stalled peer was not cut off")
+            self.assertGreater(time.monotonic() - t0, 2.5, "the store stalled for less than "
+                               "the workers' store timeout: this test tells nothing")
+        self.assertLess(self.last_step(), steps, "the run ended before the stall ended")
+        self.wait_done(["a", "b"])
+        self.assertEqual([w for _, w in self.assert_contiguous(steps)], [2])
+        self.assert_matches_reference(steps)
+
 
 @unittest.skipIf(SKIP, SKIP)
 class StoreTest(unittest.TestCase):
