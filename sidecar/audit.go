@@ -297,9 +297,13 @@ func auditJobNode(j accounting.Job, n string, es []nodeEvent, o AuditOptions, ad
 		// step start is when slurmctld launched the step, not when it ran:
 		// under load the prologs run seconds after it (the pilot: a kill
 		// 2.1 s after sacct's start, the job's first line 1 s after the
-		// kill). Its own prolog's kill is proven clean or not by
-		// kill-unclean; kill-late is for kills the job's prolog did not make.
-		ownProlog := e.ev.Job == j.ID && e.ev.Context == "prolog_slurmd"
+		// kill). Grid Engine's start_time, too, is before its prolog ran.
+		// A kill that names the job is its own prolog's (Slurm's
+		// prolog_slurmd; Grid Engine's prolog, on the master host, for
+		// every host of the job): it is proven clean or not by
+		// kill-unclean; kill-late is for kills the job's prolog did not
+		// make.
+		ownProlog := e.ev.Job == j.ID
 		if killed && !ownProlog && e.at.After(procsFrom.Add(o.Tolerance)) {
 			add(AuditKillLate, j.ID, n, e.at, "killed %g Trainer process(es) %.3f s after the job's own processes started (%s)",
 				e.ev.Value, e.at.Sub(procsFrom).Seconds(), procsFrom.UTC().Format(time.RFC3339))

@@ -80,6 +80,12 @@ func TestAuditPlanted(t *testing.T) {
 			evs[3].At = at(t0, 64)
 			return evs
 		}, nil},
+		{"Grid Engine's prolog killed late by the accounting's clock", func(evs []store.Event, t0 time.Time) []store.Event {
+			// Its start_time is before the prolog runs, too; the prolog on
+			// the master host kills on every host of the job.
+			evs[3].At, evs[3].Source, evs[3].Context = at(t0, 64), "gridengine", "prolog"
+			return evs
+		}, nil},
 		{"a survivor", func(evs []store.Event, t0 time.Time) []store.Event {
 			evs[3].Detail, _ = json.Marshal(wire.KillReport{Node: "n1", Containment: "cgroup", Survivors: []int{4242}})
 			return evs
