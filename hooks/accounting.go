@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -34,9 +35,58 @@ const sacctFormat = "JobID,Submit,Start,End,NNodes,NodeList,State"
 // the output means the same whatever the caller's environment says.
 func readSlurmAccounting(ctx context.Context, program string, from, to time.Time) (*accounting.Listing, error) {
 	layout := "2006-01-02T15:04:05"
-	cmd := exec.CommandContext(ctx, program, "--allusers", "--parsable2", "--duplicates",
+	out, err := accountingOutput(ctx, []string{"SLURM_TIME_FORMAT=standard"}, program, "--allusers", "--parsable2", "--duplicates",
 		"--starttime", from.UTC().Format(layout), "--endtime", to.UTC().Format(layout), "--format", sacctFormat)
-	cmd.Env = append(os.Environ(), "TZ=UTC", "SLURM_TIME_FORMAT=standard")
+	if err != nil {
+		return nil, err
+	}
+	l, err := accounting.ReadSacct(bytes.NewReader(out), time.UTC)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", program, err)
+	}
+	return l, nil
+}
+
+// readGridEngineAccounting runs qacct -j for every job's records (qacct
+// has no filter on a job's end: the audit keeps the jobs of its window),
+// and qstat, from qacct's directory, for the jobs still running, which
+// qacct does not list yet (accounting.ReadQstatRunning). Both print local
+// times; both run with TZ=UTC so that they mean the same whatever the
+// caller's environment says.
+func readGridEngineAccounting(ctx context.Context, program string, from, to time.Time) (*accounting.Listing, error) {
+	out, err := accountingOutput(ctx, nil, program, "-j")
+	if err != nil {
+		return nil, err
+	}
+	l, err := accounting.ReadQacct(bytes.NewReader(out), time.UTC)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", program, err)
+	}
+	qstat := "qstat"
+	if dir := filepath.Dir(program); strings.ContainsRune(program, '/') {
+		qstat = filepath.Join(dir, "qstat")
+	}
+	now := time.Now().UTC()
+	if out, err = accountingOutput(ctx, nil, qstat, "-u", "*", "-s", "r", "-g", "t", "-xml"); err != nil {
+		return nil, err
+	}
+	running, err := accounting.ReadQstatRunning(bytes.NewReader(out), time.UTC, now)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", qstat, err)
+	}
+	l.Jobs = append(l.Jobs, running...)
+	if len(running) > 0 {
+		l.End = now
+	}
+	return l, nil
+}
+
+// accountingOutput runs an accounting program with TZ=UTC (and env) and
+// returns what it printed; its error names it and says what it wrote on
+// stderr.
+func accountingOutput(ctx context.Context, env []string, program string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, program, args...)
+	cmd.Env = append(append(os.Environ(), "TZ=UTC"), env...)
 	cmd.WaitDelay = time.Second
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -44,9 +94,5 @@ func readSlurmAccounting(ctx context.Context, program string, from, to time.Time
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w: %s", program, err, strings.TrimSpace(stderr.String()))
 	}
-	l, err := accounting.ReadSacct(bytes.NewReader(out), time.UTC)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", program, err)
-	}
-	return l, nil
+	return out, nil
 }

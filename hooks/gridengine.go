@@ -41,8 +41,11 @@ var gridEngine = Scheduler{
 		Args: func([]string) []string { return []string{"-q", "-xml"} }, Parse: parseQhostXML},
 	// Reservations (qsub -R y) from the schedule file, written while the
 	// scheduler's params include MONITOR=1; Debian's $SGE_ROOT/$SGE_CELL.
-	Plan:   &Planner{Key: "schedule", Program: "/var/lib/gridengine/default/common/schedule", Read: readGridEnginePlan},
-	Wiring: gridEngineWiring,
+	Plan: &Planner{Key: "schedule", Program: "/var/lib/gridengine/default/common/schedule", Read: readGridEnginePlan},
+	// The audit's: qacct for the ended jobs, qstat beside it for the
+	// running ones.
+	Accounting: &Accounting{Key: "qacct", Program: "qacct", Read: readGridEngineAccounting},
+	Wiring:     gridEngineWiring,
 }
 
 // gridEngineAction maps the context the queue's hook line passes to what it

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -18,8 +19,9 @@ func auditCommand() *cli.Command {
 		Usage:     "check the history against the scheduler's own accounting: did bftrainer ever touch a main job?",
 		ArgsUsage: " ",
 		Description: `Reads the scheduler's accounting for the window (Slurm: sacct, every
-user's jobs and their steps) and checks every main job that ran on a node
-the pool had held, node by node:
+user's jobs and their steps; Grid Engine: qacct -j, and qstat for the jobs
+still running, which qacct lists only once they end) and checks every main
+job that ran on a node the pool had held, node by node:
 
   late-leave         the node left the pool by the job's start (+ tolerance)
   trainer-started    no Trainer process was started there while the job held it
@@ -40,14 +42,18 @@ Run it weekly, and show users the clean report:
   sacct --allusers --parsable2 --starttime 2026-11-01 \
       --format JobID,Start,End,NodeList > nov.sacct      # on another host
   bftrainer audit --accounting nov.sacct --since 2026-11-01
+  TZ=UTC qacct -j > all.qacct                            # Grid Engine
+  bftrainer audit --accounting all.qacct --since 2026-11-01
 
-A saved listing (--accounting) is read in UTC unless TZ says otherwise:
-print it with TZ=UTC, as the audit's own sacct call does (docs/history.md,
-"Audit").`,
+A saved listing (--accounting: sacct --parsable2 or qacct -j output, told
+apart by its first line) is read in UTC unless TZ says otherwise: print it
+with TZ=UTC, as the audit's own calls do. Grid Engine's accounting names a
+parallel job's hosts only where a task of it ran (accounting_summary FALSE
+in its parallel environment): docs/history.md, "Audit".`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "since", Value: "7d", Usage: "from `TIME` (RFC 3339, a date, or a duration ago)"},
 			&cli.StringFlag{Name: "until", Usage: "to `TIME` (default: now)"},
-			&cli.StringFlag{Name: "accounting", Usage: "read the accounting from `FILE` (sacct --parsable2 output) instead of asking the scheduler"},
+			&cli.StringFlag{Name: "accounting", Usage: "read the accounting from `FILE` (sacct --parsable2 or qacct -j output) instead of asking the scheduler"},
 			&cli.DurationFlag{Name: "tolerance", Value: sidecar.DefaultAuditOptions.Tolerance, Usage: "clock skew allowed between the history and the accounting"},
 			&cli.DurationFlag{Name: "lead", Value: sidecar.DefaultAuditOptions.Lead, Usage: "how long before a job's start its leave may be recorded"},
 			formatFlag(fmtTable, fmtJSON, fmtCSV),
@@ -115,7 +121,8 @@ print it with TZ=UTC, as the audit's own sacct call does (docs/history.md,
 // the table said what they are.
 var errViolations = errors.New("the history and the scheduler's accounting disagree (the rows above)")
 
-// readListing reads a saved sacct listing, its times in TZ (UTC unless set).
+// readListing reads a saved sacct or qacct listing, told apart by its first
+// line, its times in TZ (UTC unless set).
 func readListing(path string) (*accounting.Listing, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -126,7 +133,13 @@ func readListing(path string) (*accounting.Listing, error) {
 	if os.Getenv("TZ") != "" {
 		loc = time.Local
 	}
-	l, err := accounting.ReadSacct(f, loc)
+	r := bufio.NewReader(f)
+	first, _ := r.Peek(5)
+	read := accounting.ReadSacct
+	if accounting.IsQacct(first) {
+		read = accounting.ReadQacct
+	}
+	l, err := read(r, loc)
 	if err != nil {
 		return nil, fmt.Errorf("accounting %s: %w", path, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bftrainer/bftrainer/accounting"
 	"github.com/bftrainer/bftrainer/store"
 )
 
@@ -103,6 +104,29 @@ func TestAudit(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("the audit's output lacks %q:\n%s", want, out)
 		}
+	}
+
+	// A saved qacct -j listing (Grid Engine) is read as well, told apart
+	// by its first line: job 7's master task on a1 and a task on a2.
+	qacct := func(name string, start, end time.Time) string {
+		p := filepath.Join(e.dir, name)
+		var b strings.Builder
+		for _, host := range []string{"a2", "a1"} {
+			fmt.Fprintf(&b, "==============================================================\nqname        all.q\nhostname     %s\njobnumber    7\ntaskid       undefined\nstart_time   %s\nend_time     %s\n",
+				host, start.Format(accounting.QacctTimeLayout), end.Format(accounting.QacctTimeLayout))
+		}
+		if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	out = mustRun(nil, "audit", "--accounting", qacct("good.qacct", left.Truncate(time.Second), released.Truncate(time.Second)), "--since", since, "--until", until)
+	if !strings.Contains(out, "1 main job(s), 1 on 2 pool node(s), 1 leave(s) checked; 0 violation(s)") {
+		t.Errorf("a clean audit of a qacct listing printed:\n%s", out)
+	}
+	out, err = run(nil, "audit", "--accounting", qacct("bad.qacct", left.Add(-10*time.Second), released), "--since", since, "--until", until, "--format", "csv")
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(out, ",late-leave,7,a1,") || !strings.Contains(out, ",late-leave,7,a2,") {
+		t.Errorf("a qacct listing whose job started before the leave: %v, want exit 1 and two late leaves:\n%s", err, out)
 	}
 
 	// JSON for scripts; bad usage is exit 2.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/bftrainer/bftrainer/internal/lab"
 	"github.com/bftrainer/bftrainer/pool"
+	"github.com/bftrainer/bftrainer/sidecar"
 	"github.com/bftrainer/bftrainer/store"
 	"github.com/bftrainer/bftrainer/trainer/agent"
 	"github.com/bftrainer/bftrainer/trainer/trainertest"
@@ -163,6 +164,7 @@ interval = "1s"
 %s
 [scheduler]
 qhost = "/usr/bin/qhost"
+qacct = "/usr/bin/qacct"
 %s
 [trainer]
 transport = "local"
@@ -409,6 +411,7 @@ func TestBftrainer(t *testing.T) {
 	c, rec := cell(t)
 	ctx := context.Background()
 	t.Logf("cell started in %v", c.Started.Round(time.Millisecond))
+	began := time.Now()
 	in := newInstall(t, c, rec)
 	out, err := in.run(ctx, "sync", "--scheduler", "gridengine")
 	if err != nil {
@@ -428,7 +431,7 @@ func TestBftrainer(t *testing.T) {
 
 	// 1. Reclaim: a main job on gel2; its prolog (on gel2, the job's master
 	// and only host) kills the Trainer there before the job starts.
-	var main *Job
+	var main, wide, missed *Job
 	host := c.Hosts[1]
 	reclaimed := t.Run("1-reclaim", func(t *testing.T) {
 		tr := must[string](t)(in.held(ctx, host))
@@ -507,6 +510,7 @@ func TestBftrainer(t *testing.T) {
 			t.Fatal(err)
 		}
 		j := must[*Job](t)(c.Submit(ctx, JobSpec{Name: "wide", Hosts: c.Hosts, Held: true}))
+		wide = j
 		r := must[lab.Report](t)(j.WaitChecked(ctx, time.Minute))
 		for _, h := range c.Hosts {
 			if p := r.Procs[h]; p != "none" {
@@ -584,10 +588,15 @@ func TestBftrainer(t *testing.T) {
 			t.Fatal(err)
 		}
 		j := must[*Job](t)(c.Submit(ctx, JobSpec{Name: "missed", Hosts: []string{h}, Held: true}))
-		must[lab.Report](t)(j.WaitChecked(ctx, time.Minute))
+		missed = j
+		r := must[lab.Report](t)(j.WaitChecked(ctx, time.Minute))
 		if err := c.SetHooks(ctx, in.hookLine("prolog"), in.hookLine("epilog")); err != nil {
 			t.Fatal(err)
 		}
+		// The pool lends the host past the job's start by more than the
+		// audit's tolerance (2 s; qacct's start is whole seconds): the
+		// audit (5) must find the late leave the missed prolog left.
+		time.Sleep(time.Until(r.First.Add(3 * time.Second)))
 		d := must[string](t)(in.mismatch(ctx))
 		if d == "" {
 			t.Fatal("the pool agrees with qhost: the missed prolog was not missed")
@@ -610,6 +619,60 @@ func TestBftrainer(t *testing.T) {
 		if must[string](t)(in.held(ctx, h)) == "" {
 			t.Errorf("no Trainer grew back onto %s", h)
 		}
+	})
+
+	// 5. The audit, against Grid Engine's own accounting: qacct for the
+	// ended jobs, qstat for a 2-host job still running (qacct lists a job
+	// once it ended). The jobs of 1 and 3 and the running one are clean;
+	// the job of 4, whose prolog was off, ran beside a Trainer on a host
+	// the pool had not left by its start.
+	t.Run("5-audit", func(t *testing.T) {
+		if missed == nil || main == nil || wide == nil {
+			t.Skip("needs 1-reclaim, 3-parallel and 4-sync")
+		}
+		if err := in.waitAgree(ctx, time.Minute, c.Hosts...); err != nil {
+			t.Fatal(err)
+		}
+		running := must[*Job](t)(c.Submit(ctx, JobSpec{Name: "running", Hosts: c.Hosts, Held: true}))
+		must[lab.Report](t)(running.WaitChecked(ctx, time.Minute))
+		defer func() {
+			if err := running.Release(); err == nil {
+				running.WaitEnded(ctx, time.Minute)
+			}
+		}()
+		cmd := c.Command(ctx, in.bin, "audit", "--since", began.Format(time.RFC3339Nano), "--format", "json")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+			t.Fatalf("audit: %v, want exit status 1 (the missed prolog):\n%s%s", err, stdout.String(), stderr.String())
+		}
+		t.Logf("audit: %s", strings.TrimSpace(stderr.String()))
+		var r struct {
+			Jobs       int                      `json:"jobs"`
+			Checked    int                      `json:"jobs_on_pool"`
+			Nodes      int                      `json:"pool_nodes"`
+			Violations []sidecar.AuditViolation `json:"violations"`
+		}
+		if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+			t.Fatalf("audit --format json: %v:\n%s", err, stdout.String())
+		}
+		if r.Jobs != 4 || r.Checked != 4 || r.Nodes != 2 {
+			t.Errorf("audit checked %d jobs, %d on the pool's %d nodes; want jobs %s, %s, %s and %s (running), 4 on 2",
+				r.Jobs, r.Checked, r.Nodes, main.ID, wide.ID, missed.ID, running.ID)
+		}
+		late := false
+		for _, v := range r.Violations {
+			if v.Job != missed.ID || v.Node != c.Hosts[0] {
+				t.Errorf("violation %+v: want only job %s's, on %s", v, missed.ID, c.Hosts[0])
+			}
+			late = late || v.Kind == sidecar.AuditLateLeave
+		}
+		if !late {
+			t.Errorf("no %s for job %s: %+v", sidecar.AuditLateLeave, missed.ID, r.Violations)
+		}
+		t.Logf("audit: %d violation(s), all of job %s (its prolog off): %+v", len(r.Violations), missed.ID, r.Violations)
 	})
 
 	// Nothing was swallowed on the way: no hook logged an error, and none

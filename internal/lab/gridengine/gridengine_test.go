@@ -232,6 +232,7 @@ func TestSerialJob(t *testing.T) {
 		t.Errorf("epilog SGE_JOBEXIT_STAT = %q, want 0", got)
 	}
 	writeHookFixtures(t, c, "serial", calls)
+	writeQacctFixture(t, c, "serial", j)
 	own := ownEnv(c, pro)
 	for _, k := range gridEngineEnv {
 		if !slices.Contains(own, k) {
@@ -303,6 +304,7 @@ func TestParallelJob(t *testing.T) {
 		}
 	}
 	writeHookFixtures(t, c, "parallel", []HookCall{calls[0], calls[3]})
+	writeQacctFixture(t, c, "parallel", j)
 	if pro := calls[0]; !slices.Equal(pro.Args, []string{hosts[0], j.ID, "root", "parallel", c.Queue}) {
 		t.Errorf("prolog args %q", pro.Args)
 	}
@@ -349,6 +351,23 @@ func TestPrologFailure(t *testing.T) {
 		if r, _ := j.Report(); !r.First.IsZero() {
 			t.Error("the job ran although its prolog failed")
 		}
+	}
+}
+
+// writeQacctFixture, with -update, writes what qacct -j prints of an ended
+// job into hooks/testdata/gridengine as NAME.qacct-j.txt, for the
+// accounting's parser.
+func writeQacctFixture(t *testing.T, c *Cell, name string, j *Job) {
+	t.Helper()
+	if !*updateFlag {
+		return
+	}
+	out, err := c.Output(context.Background(), "qacct", "-j", j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(fixtureDir(t), name+".qacct-j.txt"), []byte(out), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 
