@@ -14,7 +14,7 @@ import (
 //
 // qacct prints one block per record, each after a line of "=" and one
 // "name value" line per field; the fields read are jobnumber, taskid,
-// qsub_time, hostname, start_time and end_time. A serial job has one
+// hostname, start_time and end_time. A serial job has one
 // record. A parallel job has one for its master task and, where its
 // parallel environment has accounting_summary FALSE, one per task started
 // on a host with qrsh -inherit: its hosts are the hosts of its records.

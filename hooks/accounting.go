@@ -52,9 +52,14 @@ func readSlurmAccounting(ctx context.Context, program string, from, to time.Time
 // and qstat, from qacct's directory, for the jobs still running, which
 // qacct does not list yet (accounting.ReadQstatRunning). Both print local
 // times; both run with TZ=UTC so that they mean the same whatever the
-// caller's environment says.
-func readGridEngineAccounting(ctx context.Context, program string, from, to time.Time) (*accounting.Listing, error) {
+// caller's environment says. A cell that never ran a job has no
+// accounting file: qacct then says qacctNoJobs and exits 1, and that is no
+// job, not an error.
+func readGridEngineAccounting(ctx context.Context, program string, _, _ time.Time) (*accounting.Listing, error) {
 	out, err := accountingOutput(ctx, nil, program, "-j")
+	if err != nil && strings.TrimSpace(string(out)) == qacctNoJobs {
+		out, err = nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -63,8 +68,8 @@ func readGridEngineAccounting(ctx context.Context, program string, from, to time
 		return nil, fmt.Errorf("%s: %w", program, err)
 	}
 	qstat := "qstat"
-	if dir := filepath.Dir(program); strings.ContainsRune(program, '/') {
-		qstat = filepath.Join(dir, "qstat")
+	if strings.ContainsRune(program, '/') {
+		qstat = filepath.Join(filepath.Dir(program), "qstat")
 	}
 	now := time.Now().UTC()
 	if out, err = accountingOutput(ctx, nil, qstat, "-u", "*", "-s", "r", "-g", "t", "-xml"); err != nil {
@@ -81,9 +86,14 @@ func readGridEngineAccounting(ctx context.Context, program string, from, to time
 	return l, nil
 }
 
+// qacctNoJobs is what qacct -j prints (exit status 1, and "…/accounting:
+// No such file or directory" on stderr) on a cell that never ran a job:
+// seen on Son of Grid Engine 8.1.9's fresh cell (internal/lab/gridengine).
+const qacctNoJobs = "no jobs running since startup"
+
 // accountingOutput runs an accounting program with TZ=UTC (and env) and
-// returns what it printed; its error names it and says what it wrote on
-// stderr.
+// returns what it printed on stdout, also when it fails; its error names
+// it and says what it wrote on stderr.
 func accountingOutput(ctx context.Context, env []string, program string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, program, args...)
 	cmd.Env = append(append(os.Environ(), "TZ=UTC"), env...)
@@ -92,7 +102,7 @@ func accountingOutput(ctx context.Context, env []string, program string, args ..
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %s", program, err, strings.TrimSpace(stderr.String()))
+		return out, fmt.Errorf("%s: %w: %s", program, err, strings.TrimSpace(stderr.String()))
 	}
 	return out, nil
 }

@@ -1,12 +1,14 @@
 package hooks
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -388,4 +390,61 @@ func FuzzGridEnginePlan(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestReadGridEngineAccounting runs the audit's reader against scripts that
+// print what Son of Grid Engine 8.1.9 printed (testdata): qacct's ended
+// jobs, and the qstat beside it (taken from qacct's directory) for the
+// running one; a cell that never ran a job (qacct says so and exits 1) has
+// no job, not an error; any other failure is one.
+func TestReadGridEngineAccounting(t *testing.T) {
+	dir := t.TempDir()
+	script := func(name, body string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	td, err := filepath.Abs("testdata/gridengine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script("qstat", `[ "$*" = "-u * -s r -g t -xml" ] && [ "$TZ" = UTC ] || exit 2; cat `+td+"/running.qstat-gt.xml\n")
+	read := gridEngine.Accounting.Read
+	for _, tc := range []struct {
+		name, qacct string
+		jobs        []string
+		fails       bool
+	}{
+		{"ended and running", `[ "$*" = "-j" ] || exit 2; cat ` + td + "/serial.qacct-j.txt " + td + "/parallel.qacct-j.txt\n",
+			[]string{"1 [gel2] ended", "2 [gel1 gel2] ended", "1 [gel1 gel2] running"}, false},
+		{"a cell that never ran a job", "echo 'no jobs running since startup'; echo 'error: /x/common/accounting: No such file or directory' >&2; exit 1\n",
+			[]string{"1 [gel1 gel2] running"}, false},
+		{"qacct fails", "echo 'error: denied' >&2; exit 1\n", nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			script("qacct", tc.qacct)
+			l, err := read(context.Background(), filepath.Join(dir, "qacct"), time.Time{}, time.Now())
+			if tc.fails {
+				if err == nil || !strings.Contains(err.Error(), "error: denied") {
+					t.Fatalf("err %v, want qacct's own", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, j := range l.Jobs {
+				state := "ended"
+				if j.Running {
+					state = "running"
+				}
+				got = append(got, fmt.Sprintf("%s %v %s", j.ID, j.Nodes, state))
+			}
+			if !slices.Equal(got, tc.jobs) {
+				t.Errorf("jobs %q, want %q", got, tc.jobs)
+			}
+		})
+	}
 }
