@@ -403,6 +403,13 @@ func containment(kill store.Event) string {
 	return rep.Containment
 }
 
+// auditTolerance is TestBftrainer's audit's --tolerance: Grid Engine's
+// start_time is the job's dispatch, before its prolog runs (measured on
+// this cell with both cores saturated: the prolog up to 1.03 s after the
+// whole-second start, docs/history.md); 5 s keeps a clean job clean on a
+// loaded CI machine.
+const auditTolerance = 5 * time.Second
+
 // TestBftrainer wires bftrainer into the cell and runs its scenarios in
 // order on one exec Trainer per host: a main job reclaims a Trainer's
 // host, the finished job returns it, a 2-host job reclaims both hosts from
@@ -594,9 +601,10 @@ func TestBftrainer(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The pool lends the host past the job's start by more than the
-		// audit's tolerance (2 s; qacct's start is whole seconds): the
-		// audit (5) must find the late leave the missed prolog left.
-		time.Sleep(time.Until(r.First.Add(3 * time.Second)))
+		// audit's tolerance (5 s below; qacct's start is whole seconds,
+		// and before the job's first line): the audit (5) must find the
+		// late leave the missed prolog left.
+		time.Sleep(time.Until(r.First.Add(auditTolerance + time.Second)))
 		d := must[string](t)(in.mismatch(ctx))
 		if d == "" {
 			t.Fatal("the pool agrees with qhost: the missed prolog was not missed")
@@ -640,7 +648,7 @@ func TestBftrainer(t *testing.T) {
 				running.WaitEnded(ctx, time.Minute)
 			}
 		}()
-		cmd := c.Command(ctx, in.bin, "audit", "--since", began.Format(time.RFC3339Nano), "--format", "json")
+		cmd := c.Command(ctx, in.bin, "audit", "--since", began.Format(time.RFC3339Nano), "--tolerance", auditTolerance.String(), "--format", "json")
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()
@@ -672,7 +680,7 @@ func TestBftrainer(t *testing.T) {
 		if !late {
 			t.Errorf("no %s for job %s: %+v", sidecar.AuditLateLeave, missed.ID, r.Violations)
 		}
-		t.Logf("audit: %d violation(s), all of job %s (its prolog off): %+v", len(r.Violations), missed.ID, r.Violations)
+		t.Logf("audit: %d violation(s) (job %s had its prolog off): %+v", len(r.Violations), missed.ID, r.Violations)
 	})
 
 	// Nothing was swallowed on the way: no hook logged an error, and none
