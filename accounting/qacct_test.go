@@ -31,7 +31,9 @@ func TestReadQacctReal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	at := func(s string) time.Time { return time.Date(2026, 12, 4, 20, 50, 0, 0, time.UTC).Add(mustDuration(t, s)) }
+	at := func(s string) time.Time {
+		return time.Date(2026, 12, 4, 20, 50, 0, 0, time.UTC).Add(mustDuration(t, s))
+	}
 	want := []Job{
 		{ID: "1", Line: 1, Start: at("25s"), End: at("25s"), Nodes: []string{"gel2"}},
 		{ID: "2", Line: 46, Start: at("27s"), End: at("28s"), Nodes: []string{"gel1", "gel2"}},
