@@ -29,7 +29,7 @@ import (
 // Times are whole seconds, in the local time of the host qacct ran on.
 
 // QacctTimeLayout is how qacct prints times (ctime(3)).
-const QacctTimeLayout = "Mon Jan _2 15:04:05 2006"
+const QacctTimeLayout = time.ANSIC
 
 // qacctSeparator starts each record.
 const qacctSeparator = "====="
@@ -54,7 +54,6 @@ func ReadQacct(r io.Reader, loc *time.Location) (*Listing, error) {
 		loc = time.Local
 	}
 	l := &Listing{Skipped: map[string]int{}, Loc: loc}
-	var ids []string
 	byID := map[string][]Job{} // each record as a Job of one node
 	var rec map[string]string
 	recLine := 0
@@ -81,9 +80,6 @@ func ReadQacct(r io.Reader, loc *time.Location) (*Listing, error) {
 		case end.Before(start):
 			l.Skipped[SkipEndBefore]++
 		default:
-			if _, seen := byID[id]; !seen {
-				ids = append(ids, id)
-			}
 			byID[id] = append(byID[id], Job{ID: id, Line: recLine, Start: start, End: end, Nodes: []string{host}})
 			l.End = maxTime(l.End, end)
 		}
@@ -113,10 +109,11 @@ func ReadQacct(r io.Reader, loc *time.Location) (*Listing, error) {
 		return nil, fmt.Errorf("read qacct: %w", err)
 	}
 	flush()
-	for _, id := range ids {
-		l.Jobs = append(l.Jobs, mergeRuns(byID[id])...)
+	for _, recs := range byID {
+		l.Jobs = append(l.Jobs, mergeRuns(recs)...)
 	}
-	slices.SortStableFunc(l.Jobs, func(a, b Job) int { return a.Line - b.Line })
+	// In the listing's order: a run's line is its first record's.
+	slices.SortFunc(l.Jobs, func(a, b Job) int { return a.Line - b.Line })
 	return l, nil
 }
 

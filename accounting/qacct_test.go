@@ -70,7 +70,9 @@ func qacctRecord(job, task, host, start, end string) string {
 // are separate runs (a reused number, a rescheduled job); array tasks are
 // JOB.TASK; unusable records are counted out by reason.
 func TestReadQacctRuns(t *testing.T) {
-	in := qacctRecord("5", "undefined", "n2", "Tue Dec  1 10:00:05 2026", "Tue Dec  1 10:00:30 2026") + // a task
+	task := strings.Replace(qacctRecord("5", "undefined", "n2", "Tue Dec  1 10:00:05 2026", "Tue Dec  1 10:00:30 2026"),
+		"Tue Dec  1 09:00:00 2026", "Tue Dec  1 10:00:04 2026", 1) // qrsh -inherit: its own qsub_time
+	in := task +
 		qacctRecord("5", "undefined", "n1", "Tue Dec  1 10:00:00 2026", "Tue Dec  1 10:01:00 2026") + // its master
 		qacctRecord("5", "undefined", "n3", "Tue Dec  1 12:00:00 2026", "Tue Dec  1 12:30:00 2026") + // the number again
 		qacctRecord("6", "3", "n1", "Tue Dec  1 11:00:00 2026", "Tue Dec  1 11:10:00 2026") +

@@ -413,7 +413,8 @@ const auditTolerance = 5 * time.Second
 // TestBftrainer wires bftrainer into the cell and runs its scenarios in
 // order on one exec Trainer per host: a main job reclaims a Trainer's
 // host, the finished job returns it, a 2-host job reclaims both hosts from
-// its master host's prolog alone, and sync repairs a missed prolog.
+// its master host's prolog alone, sync repairs a missed prolog, and the
+// audit against qacct and qstat finds that missed prolog and nothing else.
 func TestBftrainer(t *testing.T) {
 	c, rec := cell(t)
 	ctx := context.Background()
